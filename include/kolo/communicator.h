@@ -1,0 +1,138 @@
+// kolo::Communicator: collectives among the ranks of one job.
+//
+// Contract
+// - Every rank calls the same collectives in the same order with matching
+//   arguments (count, dtype, op, root). A disagreement is detected and thrown
+//   as Error(kMismatch) on every rank, naming the ranks and values.
+// - Blocking calls return when this rank's part is complete and its output
+//   buffers hold the result. Async calls return a Work; buffers must stay
+//   valid and untouched until Work::wait() returns.
+// - Operations execute in submission order, blocking and async alike.
+// - Thread safety: a Communicator may be used from several threads; calls are
+//   serialised in the order they acquire it.
+// - Failure: a lost peer or a timeout (KOLO_TIMEOUT) throws Error naming the
+//   rank. After such an error the communicator is broken: later calls throw
+//   the same error at once.
+#pragma once
+
+#include <kolo/error.h>
+#include <kolo/types.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kolo {
+
+struct AllreduceOptions {
+  const void* send = nullptr;  // == recv for in place
+  void* recv = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  std::string algorithm;  // empty: the selection table (or KOLO_ALLREDUCE_ALGO)
+};
+
+struct BroadcastOptions {
+  void* buffer = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int root = 0;
+};
+
+// Equal sizes: recv holds size() * count elements, rank i's block at i*count.
+// Varying sizes: set counts (one per rank); send holds counts[rank()].
+struct AllgatherOptions {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  std::vector<size_t> counts;  // non-empty selects the varying-size form
+  DataType dtype = DataType::kFloat32;
+};
+
+// send holds size() * recvCount elements; rank i receives block i reduced.
+struct ReduceScatterOptions {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t recvCount = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+};
+
+// send and recv hold size() * countPerRank elements; block j of send goes to
+// rank j, block i of recv came from rank i.
+struct AlltoallOptions {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t countPerRank = 0;
+  DataType dtype = DataType::kFloat32;
+};
+
+// Where this rank sits in the job.
+struct Layout {
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;  // among ranks with the same host id
+  int localSize = 1;
+  int crossRank = 0;  // index of this host among hosts
+  int crossSize = 1;
+  std::string hostId;
+};
+
+// Handle of an async collective.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until done; rethrows the operation's error. Idempotent.
+  virtual void wait() = 0;
+  // True when done (successfully or not); never blocks.
+  virtual bool test() = 0;
+};
+
+// How to build a communicator without reading the environment.
+struct CommunicatorConfig {
+  int rank = 0;
+  int size = 1;
+  // "tcp://host:port" (a TCP store; rank 0 hosts it unless hostStore is
+  // false) or "file:///path/dir" (a file store on a shared file system).
+  std::string rendezvous;
+  bool hostStore = true;
+  // Ranks with the same host id share memory; empty means this host's name.
+  std::string hostId;
+  // Prefix for rendezvous keys, so several communicators can share a store.
+  std::string name = "world";
+};
+
+class Communicator {
+ public:
+  // Reads the layout from KOLO_*, mpirun, srun or torchrun variables.
+  static std::shared_ptr<Communicator> fromEnvironment();
+  static std::shared_ptr<Communicator> create(const CommunicatorConfig& config);
+
+  virtual ~Communicator() = default;
+
+  virtual const Layout& layout() const = 0;
+  int rank() const { return layout().rank; }
+  int size() const { return layout().size; }
+
+  virtual void allreduce(const AllreduceOptions& options) = 0;
+  virtual void broadcast(const BroadcastOptions& options) = 0;
+  virtual void allgather(const AllgatherOptions& options) = 0;
+  virtual void reduceScatter(const ReduceScatterOptions& options) = 0;
+  virtual void alltoall(const AlltoallOptions& options) = 0;
+  virtual void barrier() = 0;
+
+  virtual std::shared_ptr<Work> allreduceAsync(const AllreduceOptions& options) = 0;
+  virtual std::shared_ptr<Work> broadcastAsync(const BroadcastOptions& options) = 0;
+  virtual std::shared_ptr<Work> allgatherAsync(const AllgatherOptions& options) = 0;
+  virtual std::shared_ptr<Work> reduceScatterAsync(
+      const ReduceScatterOptions& options) = 0;
+  virtual std::shared_ptr<Work> alltoallAsync(const AlltoallOptions& options) = 0;
+  virtual std::shared_ptr<Work> barrierAsync() = 0;
+
+  // The algorithm the selection table picks for an allreduce of this size.
+  virtual std::string allreduceAlgorithm(size_t bytes) const = 0;
+};
+
+}  // namespace kolo

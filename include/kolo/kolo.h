@@ -1,0 +1,81 @@
+/* kolo C API: collectives for distributed training, in the style of MPI.
+ *
+ * Every call returns KOLO_OK (0) or a non-zero error code from kolo_error;
+ * kolo_last_error() gives the message of the last failure on the calling
+ * thread. Calls other than kolo_init, kolo_last_error and kolo_error_name
+ * fail with KOLO_ERR_NOT_INITIALIZED before kolo_init has succeeded.
+ *
+ * Thread safety: the process has one communicator; calls on it are
+ * serialised internally, so they may come from any thread.
+ */
+#ifndef KOLO_KOLO_H_
+#define KOLO_KOLO_H_
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  KOLO_FLOAT32,
+  KOLO_FLOAT64,
+  KOLO_FLOAT16,
+  KOLO_BFLOAT16,
+  KOLO_INT32,
+  KOLO_INT64,
+  KOLO_UINT8
+} kolo_dtype;
+
+typedef enum { KOLO_SUM, KOLO_AVG, KOLO_MIN, KOLO_MAX, KOLO_PROD } kolo_op;
+
+#define KOLO_OK 0 /* every call returns KOLO_OK or a non-zero error code */
+
+/* The non-zero codes; they match kolo::ErrorCode. */
+typedef enum {
+  KOLO_ERR_INVALID_ARGUMENT = 1,   /* null buffer, bad dtype/op/root, overflow */
+  KOLO_ERR_NOT_INITIALIZED = 2,    /* call before kolo_init or after finalize */
+  KOLO_ERR_ALREADY_INITIALIZED = 3,
+  KOLO_ERR_MISMATCH = 4,           /* ranks disagree on count, dtype, op, root */
+  KOLO_ERR_PEER_LOST = 5,          /* a peer process died or closed its link */
+  KOLO_ERR_TIMEOUT = 6,            /* a peer stopped answering (KOLO_TIMEOUT) */
+  KOLO_ERR_IO = 7,                 /* socket, shared memory or file failure */
+  KOLO_ERR_INTERNAL = 8            /* a broken invariant inside kolo */
+} kolo_error;
+
+int kolo_init(void); /* layout from the environment (kolorun, mpirun, srun, torchrun) */
+int kolo_finalize(void);
+int kolo_initialized(void); /* 1 after a successful kolo_init, else 0 */
+
+int kolo_rank(void);
+int kolo_size(void);
+int kolo_local_rank(void);
+int kolo_local_size(void);
+int kolo_cross_rank(void);
+int kolo_cross_size(void);
+
+int kolo_allreduce(const void* send, void* recv, size_t count, kolo_dtype dtype,
+                   kolo_op op); /* send == recv: in place */
+int kolo_broadcast(void* buf, size_t count, kolo_dtype dtype, int root);
+int kolo_allgather(const void* send, void* recv, size_t count,
+                   kolo_dtype dtype); /* recv holds size*count */
+/* Varying sizes: rank i contributes counts[i] elements; recv holds their sum. */
+int kolo_allgatherv(const void* send, void* recv, const size_t* counts,
+                    kolo_dtype dtype);
+int kolo_reduce_scatter(const void* send, void* recv, size_t recv_count,
+                        kolo_dtype dtype, kolo_op op);
+int kolo_alltoall(const void* send, void* recv, size_t count_per_rank,
+                  kolo_dtype dtype);
+int kolo_barrier(void);
+
+const char* kolo_last_error(void); /* why the last call on this thread failed */
+const char* kolo_error_name(int code);
+
+/* Rank-from-environment queries return -1 when not initialized; use
+ * kolo_last_error() for the reason. */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KOLO_KOLO_H_ */

@@ -1,0 +1,78 @@
+// What a collective algorithm works with: the transports of the groups it
+// may use and the tags reserved for this one operation.
+//
+// Algorithms are free functions registered by name (registry.h); each sees
+// only the Transport interface (and, for the shared-memory algorithms, the
+// host's ShmGroup), never a concrete transport.
+#pragma once
+
+#include <kolo/communicator.h>
+#include <kolo/types.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace kolo::shm {
+class ShmGroup;
+}
+
+namespace kolo::collectives {
+
+// Each collective call gets a fresh block of kTagsPerOp tags starting at
+// `tag`; an algorithm uses tag + step for its steps (step < kTagsPerOp).
+inline constexpr transport::Tag kTagsPerOp = 1u << 16;
+
+struct Context {
+  transport::Transport& world;  // all ranks, rank() == layout.rank
+  const Layout& layout;
+  // Ranks of this host (local rank order), and one rank per host with the
+  // same local rank (cross rank order). Null when not built (one host, or
+  // ranks unevenly spread).
+  transport::Transport* local = nullptr;
+  transport::Transport* cross = nullptr;
+  // Shared-memory arena of this host's ranks; null without shm.
+  shm::ShmGroup* shm = nullptr;
+  transport::Tag tag = 0;
+};
+
+struct AllreduceArgs {
+  const void* send;  // == recv for in place
+  void* recv;
+  size_t count;
+  DataType dtype;
+  ReduceOp op;  // kAverage is reduced as kSum and divided by the caller
+};
+
+struct BroadcastArgs {
+  void* buffer;
+  size_t count;
+  DataType dtype;
+  int root;
+};
+
+// counts[i] elements from rank i, placed at displs (prefix sums) in recv.
+struct AllgatherArgs {
+  const void* send;  // may point into recv at this rank's block (in place)
+  void* recv;
+  std::vector<size_t> counts;
+  DataType dtype;
+};
+
+struct ReduceScatterArgs {
+  const void* send;  // size * recvCount elements
+  void* recv;        // recvCount elements
+  size_t recvCount;
+  DataType dtype;
+  ReduceOp op;
+};
+
+struct AlltoallArgs {
+  const void* send;
+  void* recv;
+  size_t countPerRank;
+  DataType dtype;
+};
+
+}  // namespace kolo::collectives

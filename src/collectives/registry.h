@@ -1,0 +1,49 @@
+// Named algorithm implementations and the table that selects among them.
+//
+// Each algorithm lives in its own file (allreduce_ring.cc, ...) and is
+// listed here. Selection (selection.cc) is a table of size ranges per
+// topology; KOLO_ALLREDUCE_ALGO (Settings::allreduceAlgorithm) or
+// AllreduceOptions::algorithm overrides it.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "collectives/context.h"
+
+namespace kolo::collectives {
+
+// Allreduce algorithms. All accept any world size >= 1 and any count.
+void allreduceRing(Context& ctx, const AllreduceArgs& args);      // "ring"
+void allreduceHalvingDoubling(Context& ctx, const AllreduceArgs& args);  // "rhd"
+void allreduceTree(Context& ctx, const AllreduceArgs& args);      // "tree"
+void allreduceHierarchical(Context& ctx, const AllreduceArgs& args);  // "hier"
+void allreduceShm(Context& ctx, const AllreduceArgs& args);       // "shm"
+
+void broadcastBinomial(Context& ctx, const BroadcastArgs& args);
+void allgatherRing(Context& ctx, const AllgatherArgs& args);
+void reduceScatterRing(Context& ctx, const ReduceScatterArgs& args);
+void alltoallPairwise(Context& ctx, const AlltoallArgs& args);
+void barrierDissemination(Context& ctx);
+
+using AllreduceFn = void (*)(Context&, const AllreduceArgs&);
+
+struct AllreduceAlgorithm {
+  std::string_view name;
+  AllreduceFn run;
+  // Whether it can run in this context (e.g. shm needs all ranks on one
+  // host with a ShmGroup; hier needs local and cross groups).
+  bool (*usable)(const Context&);
+};
+
+const std::vector<AllreduceAlgorithm>& allreduceAlgorithms();
+
+// Looks up by name; throws Error(kInvalidArgument) listing the valid names
+// for an unknown one and naming the reason when it is not usable here.
+const AllreduceAlgorithm& findAllreduce(std::string_view name, const Context& ctx);
+
+// The table's choice for `bytes` in this context.
+const AllreduceAlgorithm& selectAllreduce(size_t bytes, const Context& ctx);
+
+}  // namespace kolo::collectives

@@ -1,0 +1,36 @@
+// Where this process sits in the job, read from the launcher's environment.
+//
+// Sources, first match wins:
+//   kolo      KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE,
+//             KOLO_RENDEZVOUS (tcp://host:port or file:///dir)
+//   mpirun    OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE
+//   PMI       PMI_RANK, PMI_SIZE (MPICH/Hydra, srun --mpi=pmi2)
+//   srun      SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID
+//   torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+//             MASTER_PORT
+// KOLO_RENDEZVOUS, when set, overrides the address of any source. Without
+// it: torchrun uses tcp://MASTER_ADDR:MASTER_PORT (rank 0 hosts the store);
+// a single-host mpirun/srun job uses a file store under /tmp named after the
+// job id.
+#pragma once
+
+#include <string>
+
+namespace kolo::rendezvous {
+
+struct JobEnvironment {
+  std::string source;  // "kolo", "mpirun", "pmi", "srun", "torchrun", "none"
+  int rank = 0;
+  int size = 1;
+  int localRank = -1;  // -1 when the launcher does not say
+  int localSize = -1;
+  std::string rendezvous;   // store address, may be empty when size == 1
+  bool hostStore = false;   // this process must start the store server
+};
+
+// Throws Error(kInvalidArgument) naming the variable for malformed values
+// (non-numeric, rank >= size, ...). With no launcher variables at all
+// returns a one-rank job (source "none").
+JobEnvironment detectJobEnvironment();
+
+}  // namespace kolo::rendezvous

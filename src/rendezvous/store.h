@@ -1,0 +1,71 @@
+// A small key-value store through which ranks find each other.
+//
+// Contract
+// - set() publishes bytes under a key (overwrites). get() blocks until the
+//   key exists, up to `timeout`, then throws Error(kTimeout) naming the key.
+// - add() atomically adds to a 64-bit counter stored under key (created at
+//   0) and returns the new value.
+// - Thread safety: one Store object may be used by several threads.
+// - Implementations: TcpStore (a server hosted by rank 0 or the launcher;
+//   tcp_store.h) and FileStore (a directory on a shared file system;
+//   file_store.h).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kolo::rendezvous {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  virtual void set(const std::string& key, const std::vector<uint8_t>& value) = 0;
+  virtual std::vector<uint8_t> get(const std::string& key,
+                                   std::chrono::milliseconds timeout) = 0;
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+
+  // Convenience for strings.
+  void setString(const std::string& key, const std::string& value) {
+    set(key, std::vector<uint8_t>(value.begin(), value.end()));
+  }
+  std::string getString(const std::string& key, std::chrono::milliseconds timeout) {
+    auto v = get(key, timeout);
+    return std::string(v.begin(), v.end());
+  }
+};
+
+// Opens the store named by a rendezvous address:
+//   "tcp://HOST:PORT"   connect to a TcpStore server there; when
+//                       `hostServer` is true this process starts the server
+//                       on PORT first (rank 0 without a launcher).
+//   "file:///DIR"       a FileStore in DIR (created if missing).
+// Throws Error(kInvalidArgument) for a malformed address.
+std::unique_ptr<Store> openStore(const std::string& address, bool hostServer,
+                                 std::chrono::milliseconds connectTimeout);
+
+// Adds `prefix/` before every key, so several communicators share a store.
+class PrefixStore : public Store {
+ public:
+  PrefixStore(std::string prefix, Store& base)
+      : prefix_(std::move(prefix) + "/"), base_(base) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    base_.set(prefix_ + key, value);
+  }
+  std::vector<uint8_t> get(const std::string& key,
+                           std::chrono::milliseconds timeout) override {
+    return base_.get(prefix_ + key, timeout);
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    return base_.add(prefix_ + key, delta);
+  }
+
+ private:
+  std::string prefix_;
+  Store& base_;
+};
+
+}  // namespace kolo::rendezvous

@@ -1,0 +1,58 @@
+#include "transport/transport.h"
+
+#include <thread>
+
+#include "common/check.h"
+
+namespace kolo::transport {
+
+void Transport::idle(std::chrono::microseconds max) {
+  std::this_thread::sleep_for(max);
+}
+
+void Transport::wait(Request& request) {
+  Backoff backoff(spin_);
+  while (!request.done()) {
+    if (progress()) {
+      backoff.reset();
+      continue;
+    }
+    if (request.done()) break;
+    if (backoff.idleFor() > timeout()) {
+      std::string who = request.peer == kAnySource
+                            ? std::string("any rank")
+                            : "rank " + std::to_string(request.peer);
+      KOLO_THROW_PEER(ErrorCode::kTimeout, request.peer,
+                      "rank " << rank() << " timed out after "
+                              << timeout().count() / 1000.0 << " s waiting for "
+                              << who << " to "
+                              << (request.kind == Request::Kind::kSend ? "receive" : "send")
+                              << " " << request.bytes << " bytes (tag " << request.tag
+                              << "); the peer is alive but not answering (KOLO_TIMEOUT)");
+    }
+    if (backoff.idle()) idle(backoff.sleepHint());
+  }
+  if (request.error) std::rethrow_exception(request.error);
+}
+
+void Transport::waitAll(std::span<const RequestPtr> requests) {
+  for (const auto& r : requests) wait(*r);
+}
+
+void Transport::send(int dst, Tag tag, const void* data, size_t bytes) {
+  wait(isend(dst, tag, data, bytes));
+}
+
+void Transport::recv(int src, Tag tag, void* data, size_t bytes) {
+  wait(irecv(src, tag, data, bytes));
+}
+
+void Transport::sendRecv(int dst, const void* sendData, size_t sendBytes, int src,
+                         void* recvData, size_t recvBytes, Tag tag) {
+  auto r = irecv(src, tag, recvData, recvBytes);
+  auto s = isend(dst, tag, sendData, sendBytes);
+  wait(*r);
+  wait(*s);
+}
+
+}  // namespace kolo::transport

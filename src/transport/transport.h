@@ -1,0 +1,111 @@
+// Point-to-point messaging between the ranks of a group: the one interface
+// every collective algorithm sees (algorithms never see a concrete
+// transport).
+//
+// Semantics
+// - Messages are tagged. Between one sender and one receiver, messages with
+//   the same tag are received in the order they were sent. A receive names a
+//   source rank or kAnySource.
+// - Sizes must match exactly: a message of n bytes matches a receive of n
+//   bytes. A different size fails the receive with Error(kMismatch) naming
+//   the sender, the tag and both sizes.
+// - isend/irecv never block; the returned Request completes as progress()
+//   runs. wait()/waitAll() drive progress() of this transport (and, for a
+//   composite transport, of all its parts) until done, so waiting on one
+//   request also advances all others posted on the same transport.
+// - A send's buffer may be reused once its request is done; a receive's
+//   buffer holds the data once its request is done.
+// - Failure: a peer whose process died or whose link closed is an
+//   Error(kPeerLost) naming it, raised from progress()/wait() within about
+//   2 s. A peer that stays silent while we wait for it longer than
+//   timeout() is an Error(kTimeout) naming it. After a failure the transport
+//   is broken: every pending and later request fails with that error.
+// - Thread safety: one thread at a time uses a transport (the caller
+//   serialises); it need not be the same thread every time.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "common/backoff.h"
+
+namespace kolo::transport {
+
+using Tag = uint64_t;
+inline constexpr int kAnySource = -1;
+
+// State of one posted send or receive. Transports fill it; callers read it
+// after completion.
+struct Request {
+  enum class Kind : uint8_t { kSend, kRecv };
+
+  Request(Kind k, int p, Tag t, size_t n) : kind(k), peer(p), tag(t), bytes(n) {}
+
+  bool done() const { return done_.load(std::memory_order_acquire); }
+  void complete() { done_.store(true, std::memory_order_release); }
+  void fail(std::exception_ptr e) {
+    error = std::move(e);
+    complete();
+  }
+
+  const Kind kind;
+  int peer;    // for a receive from kAnySource: the actual source once done
+  const Tag tag;
+  const size_t bytes;
+  std::exception_ptr error;  // set when the operation failed
+
+ private:
+  std::atomic<bool> done_{false};
+};
+
+using RequestPtr = std::shared_ptr<Request>;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  virtual RequestPtr isend(int dst, Tag tag, const void* data, size_t bytes) = 0;
+  virtual RequestPtr irecv(int src, Tag tag, void* data, size_t bytes) = 0;
+
+  // Advances pending operations without blocking. Returns true when
+  // anything moved. Throws Error(kPeerLost) when a peer is gone.
+  virtual bool progress() = 0;
+
+  // Called by wait loops when progress() found nothing to do: may block up
+  // to `max` (e.g. in poll()) for an event that could make progress.
+  virtual void idle(std::chrono::microseconds max);
+
+  // The silent-peer timeout that wait() enforces.
+  virtual std::chrono::milliseconds timeout() const = 0;
+
+  // Blocks until the request is done; rethrows its error. A request that
+  // stays pending for timeout() with no progress on this transport is
+  // failed with Error(kTimeout) naming its peer.
+  void wait(Request& request);
+  void wait(const RequestPtr& request) { wait(*request); }
+  void waitAll(std::span<const RequestPtr> requests);
+
+  // Blocking conveniences.
+  void send(int dst, Tag tag, const void* data, size_t bytes);
+  void recv(int src, Tag tag, void* data, size_t bytes);
+  // Sends to dst and receives from src at once (no deadlock when both
+  // sides call it); the ring step of most algorithms.
+  void sendRecv(int dst, const void* sendData, size_t sendBytes, int src,
+                void* recvData, size_t recvBytes, Tag tag);
+
+ protected:
+  // Spin budget of wait loops; transports set it from settings and the
+  // number of ranks sharing this host.
+  std::chrono::microseconds spin_{100};
+};
+
+}  // namespace kolo::transport
