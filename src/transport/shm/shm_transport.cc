@@ -1,1 +1,702 @@
-// Placeholder: implementation pending.
+// Shared-memory transport: see shm_transport.h for the layout and contract.
+//
+// Wire format of a ring
+//   Each message is a 16-byte header {tag, bytes} followed by the payload.
+//   Headers start at 16-byte aligned ring positions (both sides round the
+//   position up before a header), so a header never wraps around the ring
+//   end; payloads may wrap and are copied in two pieces then.
+//
+// Producer (pumpSend): for the oldest pending send to a peer, writes the
+//   header, then the payload in chunks of at most kChunk bytes as ring space
+//   allows, publishing `head` (release) after each chunk so the consumer can
+//   copy the first chunk while the second is written. A send completes once
+//   its last byte is in the ring. Sends to one peer leave in posting order.
+//
+// Consumer (pumpRecv): reads a header (acquire load of `head`), matches it
+//   against the posted receives (first posted wins; kAnySource matches any
+//   sender) and copies the payload straight into the user's buffer; with no
+//   matching receive the payload goes into an unexpected-message buffer, so
+//   a message with another tag never blocks the ring. After each chunk it
+//   publishes `tail` (release) to give the space back.
+//
+// irecv first looks among the unexpected messages (arrival order); a
+//   message still streaming in is claimed: the prefix is copied and the rest
+//   flows straight into the user's buffer.
+//
+// Waiting: Transport::wait spins/yields via Backoff, then calls idle(), which
+//   sleeps on this rank's doorbell futex. A rank that publishes data or space
+//   for a sleeping peer bumps that peer's doorbell and wakes it (the
+//   sleeping-flag/ring-index handshake is fenced on both sides, and futex
+//   waits are bounded, so a lost wake-up costs at most `max`).
+//
+// Liveness: while something is pending, at most every kLivenessPeriod the
+//   pids of the awaited peers are checked (kill(pid, 0) == ESRCH, or state Z
+//   or X in /proc/<pid>/stat: a killed process that nobody reaped yet).
+#include "transport/shm/shm_transport.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "common/check.h"
+#include "common/logging.h"
+#include "rendezvous/store.h"
+
+namespace kolo::transport {
+
+namespace {
+
+constexpr uint64_t kMagic = 0x6b6f6c6f73686d31ULL;  // "koloshm1"
+constexpr uint64_t kHeaderBytes = 16;
+constexpr uint64_t kChunk = 64 << 10;    // publish granularity
+constexpr uint64_t kBudget = 512 << 10;  // bytes moved per pump call
+constexpr size_t kMinRing = 4096;
+constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
+
+uint64_t align16(uint64_t v) {
+  return (v + 15) & ~uint64_t(15);
+}
+
+struct SegmentHeader {
+  uint64_t magic;
+  uint64_t count;      // rings in this segment (local ranks)
+  uint64_t ringBytes;  // capacity of each ring
+  int64_t ownerRank;
+  alignas(128) std::atomic<uint32_t> doorbell;  // futex word
+  std::atomic<uint32_t> sleeping;               // owner is (about to be) asleep
+};
+
+constexpr size_t kHeaderArea = 256;
+constexpr size_t kCtlBytes = 256;
+static_assert(sizeof(SegmentHeader) <= kHeaderArea);
+
+size_t dataOffset(size_t count) {
+  return (kHeaderArea + count * kCtlBytes + 4095) & ~size_t(4095);
+}
+size_t segmentBytes(size_t count, size_t ringBytes) {
+  return dataOffset(count) + count * ringBytes;
+}
+
+void futexWait(std::atomic<uint32_t>* word, uint32_t expected,
+               std::chrono::microseconds max) {
+  timespec ts;
+  ts.tv_sec = max.count() / 1000000;
+  ts.tv_nsec = (max.count() % 1000000) * 1000;
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts,
+          nullptr, 0);
+}
+
+void futexWake(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr,
+          nullptr, 0);
+}
+
+// True when the process is gone or a zombie (killed, not yet reaped).
+bool processGone(pid_t pid, std::string* how) {
+  if (kill(pid, 0) != 0 && errno == ESRCH) {
+    *how = "its process no longer exists";
+    return true;
+  }
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) {
+    *how = "its process no longer exists";
+    return true;
+  }
+  std::string line;
+  std::getline(stat, line);
+  auto paren = line.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
+  char state = line[paren + 2];
+  if (state == 'Z' || state == 'X') {
+    *how = "its process has exited (zombie, state " + std::string(1, state) + ")";
+    return true;
+  }
+  return false;
+}
+
+std::string sanitize(const std::string& s, size_t max) {
+  std::string out;
+  for (char c : s) {
+    if (out.size() >= max) break;
+    out += (isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.')
+               ? c
+               : '_';
+  }
+  return out;
+}
+
+std::string joinRanks(const std::vector<int>& v) {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
+  return os.str();
+}
+
+}  // namespace
+
+struct ShmTransport::RingCtl {
+  alignas(128) std::atomic<uint64_t> head;  // written by the producer only
+  alignas(128) std::atomic<uint64_t> tail;  // written by the consumer only
+};
+
+// One mapped segment. The creator unlinks it when destroyed before the
+// set-up barrier unlinked it (error paths).
+struct ShmTransport::Segment {
+  static_assert(sizeof(RingCtl) <= kCtlBytes);
+  std::string name;
+  void* base = nullptr;
+  size_t bytes = 0;
+  bool owner = false;
+  bool unlinked = false;
+
+  ~Segment() {
+    if (base) munmap(base, bytes);
+    if (owner && !unlinked) shm_unlink(name.c_str());
+  }
+  SegmentHeader* header() const { return static_cast<SegmentHeader*>(base); }
+  RingCtl* ctl(size_t i) const {
+    return reinterpret_cast<RingCtl*>(static_cast<uint8_t*>(base) + kHeaderArea +
+                                      i * kCtlBytes);
+  }
+  uint8_t* ring(size_t i) const {
+    return static_cast<uint8_t*>(base) + dataOffset(header()->count) +
+           i * header()->ringBytes;
+  }
+  void unlink() {
+    if (!unlinked) {
+      shm_unlink(name.c_str());  // ENOENT: a peer already did
+      unlinked = true;
+    }
+  }
+};
+
+std::unique_ptr<ShmTransport> ShmTransport::create(const Options& options,
+                                                   rendezvous::Store& store) {
+  std::unique_ptr<ShmTransport> t(new ShmTransport(options));
+  t->connect(store);
+  return t;
+}
+
+ShmTransport::ShmTransport(const Options& options) : options_(options) {
+  const auto& local = options_.localRanks;
+  if (options_.size < 1 || options_.rank < 0 || options_.rank >= options_.size) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, "shm transport: rank "
+                                                << options_.rank << " is not in [0, "
+                                                << options_.size << ")");
+  }
+  if (local.empty() || !std::is_sorted(local.begin(), local.end()) ||
+      std::adjacent_find(local.begin(), local.end()) != local.end() ||
+      local.front() < 0 || local.back() >= options_.size) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "shm transport rank "
+                   << options_.rank << ": localRanks must be sorted, distinct and in [0, "
+                   << options_.size << "), got [" << joinRanks(local) << "]");
+  }
+  auto it = std::find(local.begin(), local.end(), options_.rank);
+  if (it == local.end()) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "shm transport: rank " << options_.rank << " is not among its localRanks ["
+                                      << joinRanks(local) << "]");
+  }
+  me_ = static_cast<int>(it - local.begin());
+  ringBytes_ = kMinRing;
+  while (ringBytes_ < options_.ringBytes) ringBytes_ <<= 1;
+  spin_ = Backoff::spinFor(options_.spin.count(), static_cast<int>(local.size()));
+  lastLivenessCheck_ = std::chrono::steady_clock::now();
+}
+
+ShmTransport::~ShmTransport() = default;
+
+// Set-up: create our segment, publish it, map the peers', barrier, unlink.
+void ShmTransport::connect(rendezvous::Store& store) {
+  const auto& local = options_.localRanks;
+  const size_t n = local.size();
+  const std::string& prefix = options_.keyPrefix;
+  segments_.resize(n);
+  peers_.resize(n);
+
+  // Our segment.
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  std::ostringstream name;
+  name << "/kolo-" << sanitize(options_.jobName.empty() ? "job" : options_.jobName, 80)
+       << "-" << sanitize(prefix, 40) << "-r" << options_.rank << "-" << getpid() << "-"
+       << counter.fetch_add(1) << "-" << std::hex << (rd() & 0xffff);
+  auto own = std::make_unique<Segment>();
+  own->name = name.str();
+  own->bytes = segmentBytes(n, ringBytes_);
+  int fd = shm_open(own->name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  KOLO_SYSCHECK(
+      fd, "shm transport rank " << options_.rank << ": shm_open(" << own->name << ")");
+  own->owner = true;
+  if (ftruncate(fd, static_cast<off_t>(own->bytes)) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    KOLO_SYSCHECK(-1, "shm transport rank " << options_.rank << ": sizing " << own->name
+                                            << " to " << own->bytes << " bytes");
+  }
+  void* base = mmap(nullptr, own->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    KOLO_SYSCHECK(-1,
+                  "shm transport rank " << options_.rank << ": mapping " << own->name);
+  }
+  own->base = base;
+  auto* hdr = new (base) SegmentHeader;
+  hdr->count = n;
+  hdr->ringBytes = ringBytes_;
+  hdr->ownerRank = options_.rank;
+  hdr->doorbell.store(0);
+  hdr->sleeping.store(0);
+  for (size_t i = 0; i < n; ++i) {
+    auto* c = new (own->ctl(i)) RingCtl;
+    c->head.store(0);
+    c->tail.store(0);
+  }
+  std::atomic_thread_fence(std::memory_order_release);
+  hdr->magic = kMagic;
+  segments_[me_] = std::move(own);
+
+  auto unlinkAll = [&] {
+    for (auto& s : segments_)
+      if (s) s->unlink();
+  };
+  try {
+    store.setString(prefix + "/seg/" + std::to_string(options_.rank),
+                    std::to_string(getpid()) + " " + segments_[me_]->name);
+
+    // Map every peer's segment.
+    for (size_t j = 0; j < n; ++j) {
+      peers_[j].rank = local[j];
+      if (static_cast<int>(j) == me_) {
+        peers_[j].pid = getpid();
+        continue;
+      }
+      std::string value = store.getString(prefix + "/seg/" + std::to_string(local[j]),
+                                          options_.connectTimeout);
+      std::istringstream is(value);
+      long pid = 0;
+      auto seg = std::make_unique<Segment>();
+      if (!(is >> pid >> seg->name)) {
+        KOLO_THROW(ErrorCode::kInvalidArgument,
+                   "shm transport rank " << options_.rank << ": bad segment entry '"
+                                         << value << "' published by rank " << local[j]);
+      }
+      peers_[j].pid = static_cast<pid_t>(pid);
+      int pfd = shm_open(seg->name.c_str(), O_RDWR, 0);
+      KOLO_SYSCHECK(pfd, "shm transport rank " << options_.rank << ": opening segment "
+                                               << seg->name << " of rank " << local[j]);
+      struct stat st;
+      if (fstat(pfd, &st) != 0 || static_cast<size_t>(st.st_size) < kHeaderArea) {
+        close(pfd);
+        KOLO_THROW(ErrorCode::kIo, "shm transport rank " << options_.rank << ": segment "
+                                                         << seg->name << " of rank "
+                                                         << local[j] << " is too small");
+      }
+      seg->bytes = static_cast<size_t>(st.st_size);
+      void* pbase = mmap(nullptr, seg->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+      close(pfd);
+      if (pbase == MAP_FAILED) {
+        KOLO_SYSCHECK(-1, "shm transport rank " << options_.rank << ": mapping segment "
+                                                << seg->name << " of rank " << local[j]);
+      }
+      seg->base = pbase;
+      auto* ph = seg->header();
+      if (ph->magic != kMagic || ph->count != n || ph->ringBytes < kMinRing ||
+          (ph->ringBytes & (ph->ringBytes - 1)) != 0 ||
+          seg->bytes < segmentBytes(n, ph->ringBytes) || ph->ownerRank != local[j]) {
+        KOLO_THROW(ErrorCode::kInvalidArgument,
+                   "shm transport rank "
+                       << options_.rank << ": segment " << seg->name << " of rank "
+                       << local[j] << " does not match: it has " << ph->count
+                       << " rings for owner rank " << ph->ownerRank << ", expected " << n
+                       << " for rank " << local[j]
+                       << " (do all ranks pass the same localRanks?)");
+      }
+      segments_[j] = std::move(seg);
+    }
+
+    // Barrier: once every local rank mapped every segment, all can go.
+    const std::string counterKey = prefix + "/mapped/" + std::to_string(local.front());
+    const std::string doneKey = prefix + "/mapped-all/" + std::to_string(local.front());
+    int64_t arrived = store.add(counterKey, 1);
+    if (arrived == static_cast<int64_t>(n)) store.setString(doneKey, "1");
+    try {
+      store.get(doneKey, options_.connectTimeout);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kTimeout) throw;
+      KOLO_THROW(ErrorCode::kTimeout, "shm transport rank "
+                                          << options_.rank << ": only "
+                                          << store.add(counterKey, 0) << " of " << n
+                                          << " local ranks [" << joinRanks(local)
+                                          << "] mapped the shared-memory segments within "
+                                          << options_.connectTimeout.count() / 1000.0
+                                          << " s (KOLO_CONNECT_TIMEOUT)");
+    }
+  } catch (...) {
+    unlinkAll();
+    throw;
+  }
+  unlinkAll();
+
+  for (size_t j = 0; j < n; ++j) {
+    Peer& p = peers_[j];
+    p.in = Ring{segments_[me_]->ctl(j), segments_[me_]->ring(j), ringBytes_ - 1};
+    Segment& s = *segments_[j];
+    p.out = Ring{s.ctl(me_), s.ring(me_), s.header()->ringBytes - 1};
+  }
+}
+
+int ShmTransport::localIndex(int rank, const char* what) const {
+  const auto& local = options_.localRanks;
+  if (rank < 0 || rank >= options_.size) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "shm transport rank " << options_.rank << ": " << what << " rank " << rank
+                                     << " is out of range [0, " << options_.size << ")");
+  }
+  auto it = std::lower_bound(local.begin(), local.end(), rank);
+  if (it == local.end() || *it != rank) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "shm transport rank " << options_.rank << ": " << what << " rank " << rank
+                                     << " is not on this host (local ranks ["
+                                     << joinRanks(local) << "])");
+  }
+  return static_cast<int>(it - local.begin());
+}
+
+RequestPtr ShmTransport::failedRequest(Request::Kind kind, int peer, Tag tag,
+                                       size_t bytes) {
+  auto r = std::make_shared<Request>(kind, peer, tag, bytes);
+  r->fail(broken_);
+  return r;
+}
+
+RequestPtr ShmTransport::isend(int dst, Tag tag, const void* data, size_t bytes) {
+  int j = localIndex(dst, "send to");
+  if (data == nullptr && bytes > 0) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, "shm transport rank "
+                                                << options_.rank << ": send of " << bytes
+                                                << " bytes to rank " << dst << " (tag "
+                                                << tag << ") from a null buffer");
+  }
+  if (broken_) return failedRequest(Request::Kind::kSend, dst, tag, bytes);
+  auto r = std::make_shared<Request>(Request::Kind::kSend, dst, tag, bytes);
+  Peer& peer = peers_[j];
+  peer.sends.push_back(PendingSend{r, static_cast<const uint8_t*>(data), 0});
+  ++pendingSends_;
+  if (peer.sends.size() == 1) pumpSend(peer, j);  // eager: small sends finish here
+  return r;
+}
+
+RequestPtr ShmTransport::irecv(int src, Tag tag, void* data, size_t bytes) {
+  int j = src == kAnySource ? kAnySource : localIndex(src, "receive from");
+  if (data == nullptr && bytes > 0) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "shm transport rank " << options_.rank << ": receive of " << bytes
+                                     << " bytes (tag " << tag << ") into a null buffer");
+  }
+  if (broken_) return failedRequest(Request::Kind::kRecv, src, tag, bytes);
+  auto r = std::make_shared<Request>(Request::Kind::kRecv, src, tag, bytes);
+  auto* out = static_cast<uint8_t*>(data);
+
+  for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
+    if (it->tag != tag || (j != kAnySource && it->src != j)) continue;
+    Peer& peer = peers_[it->src];
+    r->peer = peer.rank;
+    const bool complete = it->received == it->bytes;
+    if (it->bytes != bytes) {
+      std::ostringstream os;
+      os << "rank " << options_.rank << " received a message of " << it->bytes
+         << " bytes from rank " << peer.rank << " (tag " << tag
+         << ") but the receive expects " << bytes << " bytes";
+      r->fail(std::make_exception_ptr(Error(ErrorCode::kMismatch, os.str(), peer.rank)));
+      if (!complete) {  // discard the rest as it arrives
+        peer.dst = nullptr;
+        peer.unexpected = nullptr;
+      }
+    } else {
+      if (it->received > 0) std::memcpy(out, it->buffer.get(), it->received);
+      if (complete) {
+        r->complete();
+      } else {  // the rest flows straight into the user's buffer
+        peer.dst = out;
+        peer.request = r;
+        peer.unexpected = nullptr;
+      }
+    }
+    unexpected_.erase(it);
+    return r;
+  }
+  posted_.push_back(PostedRecv{r, j, out});
+  return r;
+}
+
+void ShmTransport::ringDoorbell(Segment& segment) {
+  SegmentHeader* h = segment.header();
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (h->sleeping.load(std::memory_order_relaxed)) {
+    h->doorbell.fetch_add(1, std::memory_order_release);
+    futexWake(&h->doorbell);
+  }
+}
+
+// Writes pending sends of one peer into its ring, up to kBudget bytes.
+bool ShmTransport::pumpSend(Peer& peer, int index) {
+  if (peer.sends.empty()) return false;
+  Ring& ring = peer.out;
+  const uint64_t capacity = ring.mask + 1;
+  uint64_t tail = ring.ctl->tail.load(std::memory_order_acquire);
+  uint64_t head = peer.outHead;
+  uint64_t published = head;
+  uint64_t moved = 0;
+  auto copyIn = [&](const uint8_t* src, uint64_t n) {
+    uint64_t pos = head & ring.mask;
+    uint64_t first = std::min(n, capacity - pos);
+    std::memcpy(ring.data + pos, src, first);
+    if (n > first) std::memcpy(ring.data, src + first, n - first);
+    head += n;
+  };
+  auto publish = [&] {
+    ring.ctl->head.store(head, std::memory_order_release);
+    published = head;
+    tail = ring.ctl->tail.load(std::memory_order_acquire);
+  };
+
+  while (!peer.sends.empty() && moved < kBudget) {
+    PendingSend& s = peer.sends.front();
+    const uint64_t bytes = s.request->bytes;
+    if (s.offset == 0) {
+      uint64_t start = align16(head);
+      if (start + kHeaderBytes - tail > capacity) {
+        if (head != published) publish();
+        if (start + kHeaderBytes - tail > capacity) break;
+      }
+      head = start;
+      uint64_t h[2] = {s.request->tag, bytes};
+      copyIn(reinterpret_cast<const uint8_t*>(h), kHeaderBytes);
+      s.offset = kHeaderBytes;
+    }
+    while (s.offset < kHeaderBytes + bytes && moved < kBudget) {
+      uint64_t space = capacity - (head - tail);
+      if (space == 0) {
+        if (head != published) publish();
+        space = capacity - (head - tail);
+        if (space == 0) break;
+      }
+      uint64_t n = std::min({space, kHeaderBytes + bytes - s.offset, kChunk});
+      copyIn(s.data + (s.offset - kHeaderBytes), n);
+      s.offset += n;
+      moved += n;
+      if (head - published >= kChunk) publish();
+    }
+    if (s.offset < kHeaderBytes + bytes) break;
+    s.request->complete();
+    peer.sends.pop_front();
+    --pendingSends_;
+  }
+  peer.outTailSeen = tail;
+  if (head == peer.outHead) return false;
+  if (head != published) ring.ctl->head.store(head, std::memory_order_release);
+  peer.outHead = head;
+  ringDoorbell(*segments_[index]);
+  return true;
+}
+
+void ShmTransport::startMessage(Peer& peer, int index, Tag tag, size_t bytes) {
+  peer.reading = true;
+  peer.tag = tag;
+  peer.bytes = bytes;
+  peer.received = 0;
+  peer.dst = nullptr;
+  peer.request = nullptr;
+  peer.unexpected = nullptr;
+  for (auto it = posted_.begin(); it != posted_.end(); ++it) {
+    if (it->request->tag != tag || (it->src != kAnySource && it->src != index)) continue;
+    RequestPtr r = std::move(it->request);
+    uint8_t* data = it->data;
+    posted_.erase(it);
+    r->peer = peer.rank;
+    if (r->bytes != bytes) {
+      std::ostringstream os;
+      os << "rank " << options_.rank << " received a message of " << bytes
+         << " bytes from rank " << peer.rank << " (tag " << tag
+         << ") but the receive expects " << r->bytes << " bytes";
+      r->fail(std::make_exception_ptr(Error(ErrorCode::kMismatch, os.str(), peer.rank)));
+      // dst stays null: the payload is discarded.
+    } else {
+      peer.dst = data;
+      peer.request = std::move(r);
+    }
+    return;
+  }
+  auto& u = unexpected_.emplace_back();
+  u.src = index;
+  u.tag = tag;
+  u.bytes = bytes;
+  u.buffer.reset(new uint8_t[std::max<size_t>(bytes, 1)]);
+  peer.dst = u.buffer.get();
+  peer.unexpected = &u;
+}
+
+void ShmTransport::finishMessage(Peer& peer) {
+  if (peer.request) peer.request->complete();
+  if (peer.unexpected) peer.unexpected->received = peer.received;
+  peer.reading = false;
+  peer.request = nullptr;
+  peer.unexpected = nullptr;
+  peer.dst = nullptr;
+}
+
+// Reads what a peer put into our inbound ring, up to kBudget bytes.
+bool ShmTransport::pumpRecv(Peer& peer, int index) {
+  Ring& ring = peer.in;
+  const uint64_t capacity = ring.mask + 1;
+  uint64_t head = ring.ctl->head.load(std::memory_order_acquire);
+  uint64_t tail = peer.inTail;
+  if (head == tail) return false;
+  uint64_t published = tail;
+  uint64_t moved = 0;
+  auto copyOut = [&](uint8_t* dst, uint64_t n) {
+    uint64_t pos = tail & ring.mask;
+    uint64_t first = std::min(n, capacity - pos);
+    if (dst) {
+      std::memcpy(dst, ring.data + pos, first);
+      if (n > first) std::memcpy(dst + first, ring.data, n - first);
+    }
+    tail += n;
+  };
+
+  while (moved < kBudget) {
+    if (!peer.reading) {
+      uint64_t start = align16(tail);
+      if (head < start + kHeaderBytes) {
+        head = ring.ctl->head.load(std::memory_order_acquire);
+        if (head < start + kHeaderBytes) break;
+      }
+      tail = start;
+      uint64_t h[2];
+      copyOut(reinterpret_cast<uint8_t*>(h), kHeaderBytes);
+      startMessage(peer, index, h[0], h[1]);
+      if (h[1] == 0) {
+        finishMessage(peer);
+        continue;
+      }
+    }
+    if (head == tail) {
+      head = ring.ctl->head.load(std::memory_order_acquire);
+      if (head == tail) break;
+    }
+    uint64_t n = std::min({head - tail, uint64_t(peer.bytes - peer.received), kChunk});
+    copyOut(peer.dst ? peer.dst + peer.received : nullptr, n);
+    peer.received += n;
+    if (peer.unexpected) peer.unexpected->received = peer.received;
+    moved += n;
+    if (tail - published >= kChunk) {
+      ring.ctl->tail.store(tail, std::memory_order_release);
+      published = tail;
+    }
+    if (peer.received == peer.bytes) finishMessage(peer);
+  }
+  if (tail == peer.inTail) return false;
+  peer.inTail = tail;
+  if (tail != published) ring.ctl->tail.store(tail, std::memory_order_release);
+  ringDoorbell(*segments_[index]);
+  return true;
+}
+
+bool ShmTransport::progress() {
+  if (broken_) std::rethrow_exception(broken_);
+  bool moved = false;
+  const int n = static_cast<int>(peers_.size());
+  for (int j = 0; j < n; ++j) {
+    Peer& p = peers_[j];
+    moved |= pumpRecv(p, j);
+    if (!p.sends.empty()) moved |= pumpSend(p, j);
+  }
+  // Liveness: when nothing moved, or now and then while other peers keep
+  // us busy, so a dead peer is noticed even then.
+  if ((!moved || (++progressCalls_ & 1023) == 0) &&
+      (pendingSends_ > 0 || !posted_.empty() ||
+       std::any_of(peers_.begin(), peers_.end(),
+                   [](const Peer& p) { return p.request != nullptr; }))) {
+    auto now = std::chrono::steady_clock::now();
+    if (now - lastLivenessCheck_ >= kLivenessPeriod) {
+      lastLivenessCheck_ = now;
+      checkPeers();
+    }
+  }
+  return moved;
+}
+
+bool ShmTransport::anythingReady() {
+  for (const Peer& p : peers_) {
+    if (p.in.ctl->head.load(std::memory_order_acquire) != p.inTail) return true;
+    if (!p.sends.empty() &&
+        p.out.ctl->tail.load(std::memory_order_acquire) != p.outTailSeen)
+      return true;
+  }
+  return false;
+}
+
+void ShmTransport::idle(std::chrono::microseconds max) {
+  SegmentHeader* h = segments_[me_]->header();
+  uint32_t seq = h->doorbell.load(std::memory_order_acquire);
+  h->sleeping.store(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (!anythingReady()) futexWait(&h->doorbell, seq, max);
+  h->sleeping.store(0, std::memory_order_relaxed);
+}
+
+// Fails with kPeerLost when an awaited peer's process is gone.
+void ShmTransport::checkPeers() {
+  const pid_t self = getpid();
+  bool anySource = false;
+  std::vector<bool> awaited(peers_.size(), false);
+  for (const auto& r : posted_) {
+    if (r.src == kAnySource)
+      anySource = true;
+    else
+      awaited[r.src] = true;
+  }
+  for (size_t j = 0; j < peers_.size(); ++j) {
+    const Peer& p = peers_[j];
+    if (!(anySource || awaited[j] || !p.sends.empty() || p.request)) continue;
+    if (p.pid == self || p.pid <= 0) continue;
+    std::string how;
+    if (processGone(p.pid, &how)) {
+      std::ostringstream os;
+      os << "rank " << options_.rank << " lost rank " << p.rank << " (pid " << p.pid
+         << " on this host): " << how;
+      breakWith(std::make_exception_ptr(Error(ErrorCode::kPeerLost, os.str(), p.rank)));
+    }
+  }
+}
+
+void ShmTransport::breakWith(std::exception_ptr error) {
+  broken_ = error;
+  for (auto& r : posted_) r.request->fail(error);
+  posted_.clear();
+  for (auto& p : peers_) {
+    for (auto& s : p.sends) s.request->fail(error);
+    p.sends.clear();
+    if (p.request) p.request->fail(error);
+    p.request = nullptr;
+  }
+  pendingSends_ = 0;
+  std::rethrow_exception(error);
+}
+
+}  // namespace kolo::transport
