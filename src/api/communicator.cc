@@ -1,1 +1,506 @@
-// Placeholder: implementation pending.
+#include <cstring>
+#include <limits>
+
+#include "api/communicator_impl.h"
+#include "api/network_address.h"
+#include "collectives/reduce.h"
+#include "collectives/registry.h"
+#include "common/backoff.h"
+#include "common/check.h"
+#include "common/logging.h"
+#include "rendezvous/environment.h"
+#include "transport/group_transport.h"
+#include "transport/router_transport.h"
+#include "transport/shm/shm_transport.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace kolo {
+
+std::shared_ptr<Communicator> Communicator::fromEnvironment() {
+  Settings settings = Settings::fromEnvironment();
+  rendezvous::JobEnvironment env = rendezvous::detectJobEnvironment();
+  CommunicatorConfig config;
+  config.rank = env.rank;
+  config.size = env.size;
+  config.rendezvous = env.rendezvous;
+  config.hostStore = env.hostStore;
+  return std::make_shared<api::CommunicatorImpl>(config, settings);
+}
+
+std::shared_ptr<Communicator> Communicator::create(const CommunicatorConfig& config) {
+  return std::make_shared<api::CommunicatorImpl>(config, Settings::fromEnvironment());
+}
+
+namespace api {
+namespace {
+
+using collectives::CollectiveKind;
+using collectives::OpDescriptor;
+using std::chrono::milliseconds;
+
+milliseconds toMillis(double seconds) {
+  return milliseconds(static_cast<int64_t>(seconds * 1000.0));
+}
+
+// Bytes of count elements, or an error naming the overflow.
+size_t checkedBytes(size_t count, DataType dtype, const char* what) {
+  const size_t es = elementSize(dtype);
+  constexpr size_t kMax = size_t{1} << 62;
+  if (count > kMax / es) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, what << ": count " << count << " of "
+                                                 << toString(dtype)
+                                                 << " overflows the addressable size");
+  }
+  return count * es;
+}
+
+void checkDtype(DataType dtype, const char* what) {
+  if (!isValid(dtype)) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               what << ": unknown dtype value " << static_cast<int>(dtype));
+  }
+}
+
+void checkOp(ReduceOp op, const char* what) {
+  if (!isValid(op)) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               what << ": unknown reduction op value " << static_cast<int>(op));
+  }
+}
+
+void checkBuffer(const void* p, size_t count, const char* what, const char* name) {
+  if (p == nullptr && count > 0) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               what << ": " << name << " buffer is null but count is " << count);
+  }
+}
+
+uint64_t hashCounts(const std::vector<size_t>& counts) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (size_t c : counts) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (c >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return h | 1;  // never 0: 0 means "equal counts"
+}
+
+// Runs validation; returns the error instead of throwing, so the rank still
+// takes part in the agreement step.
+std::exception_ptr validate(const std::function<void()>& checks) {
+  try {
+    checks();
+  } catch (const Error&) {
+    return std::current_exception();
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
+                                   const Settings& settings)
+    : settings_(settings) {
+  setLogLevel(parseLogLevel(settings_.logLevel));
+  if (config.size < 1 || config.rank < 0 || config.rank >= config.size) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, "rank " << config.rank
+                                                    << " is not within a job of "
+                                                    << config.size << " ranks");
+  }
+  setLogRank(config.rank);
+  if (settings_.transport != "auto" && settings_.transport != "tcp" &&
+      settings_.transport != "shm") {
+    KOLO_THROW(ErrorCode::kInvalidArgument, "KOLO_TRANSPORT='"
+                                                << settings_.transport
+                                                << "' (expected auto, shm or tcp)");
+  }
+  const milliseconds timeout = toMillis(settings_.timeoutSeconds);
+  const milliseconds connectTimeout = toMillis(settings_.connectTimeoutSeconds);
+  std::string hostId = !config.hostId.empty()      ? config.hostId
+                       : !settings_.hostId.empty() ? settings_.hostId
+                                                   : defaultHostId();
+
+  if (config.size == 1) {
+    topology_.layout = Layout{0, 1, 0, 1, 0, 1, hostId};
+    topology_.hosts = {{0}};
+    topology_.hostOf = {0};
+    world_ = std::make_unique<transport::RouterTransport>(
+        0, 1, std::vector<std::unique_ptr<transport::Transport>>{}, std::vector<int>{0},
+        std::chrono::microseconds(0), timeout);
+    return;
+  }
+  if (config.rendezvous.empty()) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, "no rendezvous address for a job of "
+                                                << config.size
+                                                << " ranks: set KOLO_RENDEZVOUS or "
+                                                   "start the job with kolorun");
+  }
+  store_ = rendezvous::openStore(config.rendezvous, config.hostStore && config.rank == 0,
+                                 connectTimeout);
+  rendezvous::PrefixStore store(config.name, *store_);
+  topology_ = Topology::discover(config.rank, config.size, hostId, store, connectTimeout);
+  const Layout& l = topology_.layout;
+  const auto& localRanks = topology_.localRanks();
+  const auto spin = Backoff::spinFor(settings_.spinMicros, l.localSize);
+
+  const bool useShm = settings_.transport != "tcp" && l.localSize > 1;
+  std::vector<std::unique_ptr<transport::Transport>> parts;
+  std::vector<int> routes(l.size, 0);
+  if (useShm) {
+    transport::ShmTransport::Options so;
+    so.rank = l.rank;
+    so.size = l.size;
+    so.localRanks = localRanks;
+    so.timeout = timeout;
+    so.connectTimeout = connectTimeout;
+    so.spin = spin;
+    so.jobName = config.name;
+    parts.push_back(transport::ShmTransport::create(so, store));
+  }
+  std::vector<bool> remote(l.size, false);
+  bool anyRemote = false;
+  for (int r = 0; r < l.size; ++r) {
+    remote[r] = r != l.rank && !(useShm && topology_.hostOf[r] == l.crossRank);
+    anyRemote |= remote[r];
+  }
+  if (anyRemote) {
+    transport::TcpTransport::Options to;
+    to.rank = l.rank;
+    to.size = l.size;
+    to.connect = remote;
+    to.advertiseAddress =
+        pickAdvertiseAddress(settings_.networkInterface, config.rendezvous);
+    to.timeout = timeout;
+    to.connectTimeout = connectTimeout;
+    to.spin = spin;
+    to.socketBufferBytes = static_cast<size_t>(settings_.tcpBufferBytes);
+    const int tcpIndex = static_cast<int>(parts.size());
+    parts.push_back(transport::TcpTransport::create(to, store));
+    for (int r = 0; r < l.size; ++r) {
+      if (remote[r]) routes[r] = tcpIndex;
+    }
+  }
+  world_ = std::make_unique<transport::RouterTransport>(l.rank, l.size, std::move(parts),
+                                                        std::move(routes), spin, timeout);
+  if (useShm) {
+    shm::ShmGroup::Options go;
+    go.localRank = l.localRank;
+    go.localSize = l.localSize;
+    go.globalRanks = localRanks;
+    go.slotBytes = static_cast<size_t>(settings_.shmChunkBytes);
+    go.timeout = timeout;
+    go.spin = spin;
+    go.name = config.name;
+    shm_ = shm::ShmGroup::create(go, store);
+    allLocalShm_ = l.crossSize == 1;
+  }
+  if (l.crossSize > 1) {
+    local_ = std::make_unique<transport::GroupTransport>(*world_, localRanks);
+    auto cross = topology_.crossRanks();
+    if (!cross.empty()) {
+      cross_ = std::make_unique<transport::GroupTransport>(*world_, cross);
+    }
+  }
+  KOLO_LOG(kInfo) << "rank " << l.rank << "/" << l.size << " on host '" << l.hostId
+                  << "' (local " << l.localRank << "/" << l.localSize << ", host "
+                  << l.crossRank << "/" << l.crossSize << "), transport "
+                  << (useShm ? "shm" : "") << (useShm && anyRemote ? "+" : "")
+                  << (anyRemote ? "tcp" : "");
+  // Everyone connected before the first user operation.
+  barrier();
+}
+
+CommunicatorImpl::~CommunicatorImpl() {
+  shutdown();
+}
+
+void CommunicatorImpl::shutdown() {
+  std::lock_guard<std::mutex> lock(shutdownMu_);
+  if (shut_) return;
+  shut_ = true;
+  if (broken_ || layout().size == 1) return;
+  try {
+    // A rank must not close its links while a peer still receives from it.
+    queue_.runBlocking([&] { guarded([&] { doBarrier(); }); });
+  } catch (const std::exception& e) {
+    KOLO_LOG(kWarning) << "shutdown barrier failed: " << e.what();
+  }
+}
+
+void CommunicatorImpl::guarded(const std::function<void()>& op) {
+  if (broken_) std::rethrow_exception(broken_);
+  try {
+    op();
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout ||
+        e.code() == ErrorCode::kIo || e.code() == ErrorCode::kInternal) {
+      broken_ = std::current_exception();
+    }
+    throw;
+  }
+}
+
+collectives::Context CommunicatorImpl::nextContext() {
+  collectives::Context ctx{*world_, topology_.layout};
+  ctx.local = local_.get();
+  ctx.cross = cross_.get();
+  ctx.shm = shm_.get();
+  ctx.tag = ++sequence_ * collectives::kTagsPerOp;
+  return ctx;
+}
+
+void CommunicatorImpl::agree(const collectives::Context& ctx, OpDescriptor d,
+                             std::exception_ptr localError) {
+  d.sequence = sequence_;
+  d.invalid = localError ? 1 : 0;
+  try {
+    if (layout().size == 1) {
+      // nothing to agree with
+    } else if (allLocalShm_) {
+      collectives::exchangeAndVerify(*shm_, d, topology_.localRanks());
+    } else {
+      collectives::Context checkCtx = ctx;
+      checkCtx.tag += collectives::kTagsPerOp / 2;  // clear of the op's own tags
+      collectives::exchangeAndVerify(checkCtx, d);
+    }
+  } catch (const Error&) {
+    if (localError) std::rethrow_exception(localError);
+    throw;
+  }
+  if (localError) std::rethrow_exception(localError);
+}
+
+// ---- allreduce -------------------------------------------------------------
+
+void CommunicatorImpl::doAllreduce(const AllreduceOptions& o) {
+  const char* what = "allreduce";
+  size_t bytes = 0;
+  auto error = validate([&] {
+    checkDtype(o.dtype, what);
+    checkOp(o.op, what);
+    bytes = checkedBytes(o.count, o.dtype, what);
+    checkBuffer(o.send, o.count, what, "send");
+    checkBuffer(o.recv, o.count, what, "recv");
+  });
+  OpDescriptor d;
+  d.kind = CollectiveKind::kAllreduce;
+  d.dtype = static_cast<uint8_t>(o.dtype);
+  d.op = static_cast<uint8_t>(o.op);
+  d.count = o.count;
+
+  collectives::Context ctx = nextContext();
+  const collectives::AllreduceAlgorithm* algo = nullptr;
+  if (!error) {
+    try {
+      std::string name =
+          !o.algorithm.empty() ? o.algorithm : settings_.allreduceAlgorithm;
+      algo = name.empty() ? &collectives::selectAllreduce(bytes, ctx)
+                          : &collectives::findAllreduce(name, ctx);
+    } catch (const Error&) {
+      error = std::current_exception();
+    }
+  }
+  d.sequence = sequence_;
+  if (error || !algo->checksArguments) {
+    agree(ctx, d, error);
+  } else {
+    ctx.check = &d;
+  }
+  if (o.count == 0 && layout().size == 1) return;
+  if (layout().size == 1) {
+    if (o.recv != o.send) std::memcpy(o.recv, o.send, bytes);
+    return;
+  }
+  collectives::AllreduceArgs args{o.send, o.recv, o.count, o.dtype,
+                                  o.op == ReduceOp::kAverage ? ReduceOp::kSum : o.op};
+  algo->run(ctx, args);
+  if (o.op == ReduceOp::kAverage && o.count > 0) {
+    collectives::divideInPlace(o.recv, o.count, o.dtype, layout().size);
+  }
+}
+
+std::string CommunicatorImpl::allreduceAlgorithm(size_t bytes) const {
+  collectives::Context ctx{*world_, topology_.layout};
+  ctx.local = local_.get();
+  ctx.cross = cross_.get();
+  ctx.shm = shm_.get();
+  if (!settings_.allreduceAlgorithm.empty()) {
+    return std::string(
+        collectives::findAllreduce(settings_.allreduceAlgorithm, ctx).name);
+  }
+  return std::string(collectives::selectAllreduce(bytes, ctx).name);
+}
+
+// ---- broadcast -------------------------------------------------------------
+
+void CommunicatorImpl::doBroadcast(const BroadcastOptions& o) {
+  const char* what = "broadcast";
+  auto error = validate([&] {
+    checkDtype(o.dtype, what);
+    checkedBytes(o.count, o.dtype, what);
+    checkBuffer(o.buffer, o.count, what, "data");
+    if (o.root < 0 || o.root >= size()) {
+      KOLO_THROW(ErrorCode::kInvalidArgument,
+                 what << ": root " << o.root << " is not a rank of a job of " << size());
+    }
+  });
+  OpDescriptor d;
+  d.kind = CollectiveKind::kBroadcast;
+  d.dtype = static_cast<uint8_t>(o.dtype);
+  d.count = o.count;
+  d.root = o.root;
+  collectives::Context ctx = nextContext();
+  agree(ctx, d, error);
+  if (size() == 1) return;
+  collectives::broadcastBinomial(ctx, {o.buffer, o.count, o.dtype, o.root});
+}
+
+// ---- allgather -------------------------------------------------------------
+
+void CommunicatorImpl::doAllgather(const AllgatherOptions& o) {
+  const char* what = "allgather";
+  const bool varying = !o.counts.empty();
+  std::vector<size_t> counts = varying ? o.counts : std::vector<size_t>(size(), o.count);
+  size_t total = 0;
+  auto error = validate([&] {
+    checkDtype(o.dtype, what);
+    if (varying && static_cast<int>(o.counts.size()) != size()) {
+      KOLO_THROW(ErrorCode::kInvalidArgument,
+                 what << ": " << o.counts.size() << " per-rank counts given for a job of "
+                      << size() << " ranks");
+    }
+    for (size_t c : counts) {
+      checkedBytes(c, o.dtype, what);
+      if (total + c < total)
+        KOLO_THROW(ErrorCode::kInvalidArgument, what << ": total count overflows");
+      total += c;
+    }
+    checkedBytes(total, o.dtype, what);
+    checkBuffer(o.send, counts[rank()], what, "send");
+    checkBuffer(o.recv, total, what, "recv");
+  });
+  OpDescriptor d;
+  d.kind = CollectiveKind::kAllgather;
+  d.dtype = static_cast<uint8_t>(o.dtype);
+  d.count = varying ? total : o.count;
+  d.extra = varying ? hashCounts(counts) : 0;
+  collectives::Context ctx = nextContext();
+  agree(ctx, d, error);
+  if (size() == 1) {
+    if (total > 0 && o.recv != o.send)
+      std::memmove(o.recv, o.send, total * elementSize(o.dtype));
+    return;
+  }
+  collectives::allgatherRing(ctx, {o.send, o.recv, std::move(counts), o.dtype});
+}
+
+// ---- reduce-scatter --------------------------------------------------------
+
+void CommunicatorImpl::doReduceScatter(const ReduceScatterOptions& o) {
+  const char* what = "reducescatter";
+  auto error = validate([&] {
+    checkDtype(o.dtype, what);
+    checkOp(o.op, what);
+    if (o.recvCount > (size_t{1} << 62) / size()) {
+      KOLO_THROW(ErrorCode::kInvalidArgument, what << ": recv count " << o.recvCount
+                                                   << " times " << size()
+                                                   << " ranks overflows");
+    }
+    checkedBytes(o.recvCount * size(), o.dtype, what);
+    checkBuffer(o.send, o.recvCount, what, "send");
+    checkBuffer(o.recv, o.recvCount, what, "recv");
+  });
+  OpDescriptor d;
+  d.kind = CollectiveKind::kReduceScatter;
+  d.dtype = static_cast<uint8_t>(o.dtype);
+  d.op = static_cast<uint8_t>(o.op);
+  d.count = o.recvCount;
+  collectives::Context ctx = nextContext();
+  agree(ctx, d, error);
+  if (size() == 1) {
+    if (o.recvCount > 0 && o.recv != o.send) {
+      std::memmove(o.recv, o.send, o.recvCount * elementSize(o.dtype));
+    }
+    return;
+  }
+  collectives::reduceScatterRing(ctx,
+                                 {o.send, o.recv, o.recvCount, o.dtype,
+                                  o.op == ReduceOp::kAverage ? ReduceOp::kSum : o.op});
+  if (o.op == ReduceOp::kAverage && o.recvCount > 0) {
+    collectives::divideInPlace(o.recv, o.recvCount, o.dtype, size());
+  }
+}
+
+// ---- alltoall --------------------------------------------------------------
+
+void CommunicatorImpl::doAlltoall(const AlltoallOptions& o) {
+  const char* what = "alltoall";
+  auto error = validate([&] {
+    checkDtype(o.dtype, what);
+    if (o.countPerRank > (size_t{1} << 62) / size()) {
+      KOLO_THROW(ErrorCode::kInvalidArgument, what << ": count per rank "
+                                                   << o.countPerRank << " times "
+                                                   << size() << " ranks overflows");
+    }
+    checkedBytes(o.countPerRank * size(), o.dtype, what);
+    checkBuffer(o.send, o.countPerRank, what, "send");
+    checkBuffer(o.recv, o.countPerRank, what, "recv");
+  });
+  OpDescriptor d;
+  d.kind = CollectiveKind::kAlltoall;
+  d.dtype = static_cast<uint8_t>(o.dtype);
+  d.count = o.countPerRank;
+  collectives::Context ctx = nextContext();
+  agree(ctx, d, error);
+  if (size() == 1) {
+    if (o.countPerRank > 0 && o.recv != o.send) {
+      std::memmove(o.recv, o.send, o.countPerRank * elementSize(o.dtype));
+    }
+    return;
+  }
+  collectives::alltoallPairwise(ctx, {o.send, o.recv, o.countPerRank, o.dtype});
+}
+
+// ---- barrier ---------------------------------------------------------------
+
+void CommunicatorImpl::doBarrier() {
+  if (size() == 1) return;
+  if (allLocalShm_) {
+    // One shared-memory step is a barrier.
+    OpDescriptor d;
+    d.kind = CollectiveKind::kBarrier;
+    agree(nextContext(), d, nullptr);
+    return;
+  }
+  collectives::Context ctx = nextContext();
+  collectives::barrierDissemination(ctx);
+}
+
+// ---- blocking and async entry points -----------------------------------------
+
+#define KOLO_ENTRY(Name, Do, Options)                                     \
+  void CommunicatorImpl::Name(const Options& o) {                         \
+    queue_.runBlocking([&] { guarded([&] { Do(o); }); });                 \
+  }                                                                       \
+  std::shared_ptr<Work> CommunicatorImpl::Name##Async(const Options& o) { \
+    return queue_.submit([this, o] { guarded([&] { Do(o); }); });         \
+  }
+
+KOLO_ENTRY(allreduce, doAllreduce, AllreduceOptions)
+KOLO_ENTRY(broadcast, doBroadcast, BroadcastOptions)
+KOLO_ENTRY(allgather, doAllgather, AllgatherOptions)
+KOLO_ENTRY(reduceScatter, doReduceScatter, ReduceScatterOptions)
+KOLO_ENTRY(alltoall, doAlltoall, AlltoallOptions)
+#undef KOLO_ENTRY
+
+void CommunicatorImpl::barrier() {
+  queue_.runBlocking([&] { guarded([&] { doBarrier(); }); });
+}
+
+std::shared_ptr<Work> CommunicatorImpl::barrierAsync() {
+  return queue_.submit([this] { guarded([&] { doBarrier(); }); });
+}
+
+}  // namespace api
+}  // namespace kolo

@@ -1,1 +1,232 @@
-// Placeholder: implementation pending.
+// The C API: a process-wide communicator behind kolo.h.
+//
+// This file is the boundary where kolo::Error becomes a return code plus a
+// thread-local message (docs/errors.md). No exception crosses it.
+#include <kolo/communicator.h>
+#include <kolo/kolo.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace {
+
+thread_local std::string tLastError;
+
+std::mutex gMu;  // guards gComm (swapped only by init/finalize)
+std::shared_ptr<kolo::Communicator> gComm;
+
+int fail(int code, std::string message) {
+  tLastError = std::move(message);
+  return code;
+}
+
+std::shared_ptr<kolo::Communicator> current() {
+  std::lock_guard<std::mutex> lock(gMu);
+  return gComm;
+}
+
+// Runs fn on the communicator; converts every exception to a code.
+template <typename Fn>
+int call(const char* name, Fn&& fn) {
+  auto comm = current();
+  if (!comm) {
+    return fail(KOLO_ERR_NOT_INITIALIZED,
+                std::string(name) + " called before kolo_init (or after kolo_finalize)");
+  }
+  try {
+    fn(*comm);
+    return KOLO_OK;
+  } catch (const kolo::Error& e) {
+    return fail(static_cast<int>(e.code()), e.what());
+  } catch (const std::exception& e) {
+    return fail(KOLO_ERR_INTERNAL, std::string(name) + ": " + e.what());
+  }
+}
+
+template <typename T>
+bool validEnum(T v, int count) {
+  return static_cast<int>(v) >= 0 && static_cast<int>(v) < count;
+}
+
+int badDtype(const char* name, int v) {
+  return fail(KOLO_ERR_INVALID_ARGUMENT,
+              std::string(name) + ": unknown dtype value " + std::to_string(v));
+}
+
+int badOp(const char* name, int v) {
+  return fail(KOLO_ERR_INVALID_ARGUMENT,
+              std::string(name) + ": unknown op value " + std::to_string(v));
+}
+
+int layoutField(const char* name, int kolo::Layout::*field) {
+  auto comm = current();
+  if (!comm) {
+    fail(KOLO_ERR_NOT_INITIALIZED, std::string(name) + " called before kolo_init");
+    return -1;
+  }
+  return comm->layout().*field;
+}
+
+}  // namespace
+
+extern "C" {
+
+int kolo_init(void) {
+  std::lock_guard<std::mutex> lock(gMu);
+  if (gComm) {
+    return fail(KOLO_ERR_ALREADY_INITIALIZED,
+                "kolo_init called twice; call kolo_finalize first");
+  }
+  try {
+    gComm = kolo::Communicator::fromEnvironment();
+    return KOLO_OK;
+  } catch (const kolo::Error& e) {
+    return fail(static_cast<int>(e.code()), std::string("kolo_init: ") + e.what());
+  } catch (const std::exception& e) {
+    return fail(KOLO_ERR_INTERNAL, std::string("kolo_init: ") + e.what());
+  }
+}
+
+int kolo_finalize(void) {
+  std::shared_ptr<kolo::Communicator> comm;
+  {
+    std::lock_guard<std::mutex> lock(gMu);
+    comm.swap(gComm);
+  }
+  if (!comm)
+    return fail(KOLO_ERR_NOT_INITIALIZED, "kolo_finalize called before kolo_init");
+  comm.reset();  // the destructor runs the closing barrier
+  return KOLO_OK;
+}
+
+int kolo_initialized(void) {
+  return current() ? 1 : 0;
+}
+
+int kolo_rank(void) {
+  return layoutField("kolo_rank", &kolo::Layout::rank);
+}
+int kolo_size(void) {
+  return layoutField("kolo_size", &kolo::Layout::size);
+}
+int kolo_local_rank(void) {
+  return layoutField("kolo_local_rank", &kolo::Layout::localRank);
+}
+int kolo_local_size(void) {
+  return layoutField("kolo_local_size", &kolo::Layout::localSize);
+}
+int kolo_cross_rank(void) {
+  return layoutField("kolo_cross_rank", &kolo::Layout::crossRank);
+}
+int kolo_cross_size(void) {
+  return layoutField("kolo_cross_size", &kolo::Layout::crossSize);
+}
+
+int kolo_allreduce(const void* send, void* recv, size_t count, kolo_dtype dtype,
+                   kolo_op op) {
+  if (!validEnum(dtype, kolo::kNumDataTypes)) return badDtype("kolo_allreduce", dtype);
+  if (!validEnum(op, kolo::kNumReduceOps)) return badOp("kolo_allreduce", op);
+  return call("kolo_allreduce", [&](kolo::Communicator& c) {
+    kolo::AllreduceOptions o;
+    o.send = send;
+    o.recv = recv;
+    o.count = count;
+    o.dtype = static_cast<kolo::DataType>(dtype);
+    o.op = static_cast<kolo::ReduceOp>(op);
+    c.allreduce(o);
+  });
+}
+
+int kolo_broadcast(void* buf, size_t count, kolo_dtype dtype, int root) {
+  if (!validEnum(dtype, kolo::kNumDataTypes)) return badDtype("kolo_broadcast", dtype);
+  return call("kolo_broadcast", [&](kolo::Communicator& c) {
+    kolo::BroadcastOptions o;
+    o.buffer = buf;
+    o.count = count;
+    o.dtype = static_cast<kolo::DataType>(dtype);
+    o.root = root;
+    c.broadcast(o);
+  });
+}
+
+int kolo_allgather(const void* send, void* recv, size_t count, kolo_dtype dtype) {
+  if (!validEnum(dtype, kolo::kNumDataTypes)) return badDtype("kolo_allgather", dtype);
+  return call("kolo_allgather", [&](kolo::Communicator& c) {
+    kolo::AllgatherOptions o;
+    o.send = send;
+    o.recv = recv;
+    o.count = count;
+    o.dtype = static_cast<kolo::DataType>(dtype);
+    c.allgather(o);
+  });
+}
+
+int kolo_allgatherv(const void* send, void* recv, const size_t* counts,
+                    kolo_dtype dtype) {
+  if (!validEnum(dtype, kolo::kNumDataTypes)) return badDtype("kolo_allgatherv", dtype);
+  if (counts == nullptr) {
+    return fail(KOLO_ERR_INVALID_ARGUMENT, "kolo_allgatherv: counts is null");
+  }
+  return call("kolo_allgatherv", [&](kolo::Communicator& c) {
+    kolo::AllgatherOptions o;
+    o.send = send;
+    o.recv = recv;
+    o.counts.assign(counts, counts + c.size());
+    o.dtype = static_cast<kolo::DataType>(dtype);
+    c.allgather(o);
+  });
+}
+
+int kolo_reduce_scatter(const void* send, void* recv, size_t recv_count, kolo_dtype dtype,
+                        kolo_op op) {
+  if (!validEnum(dtype, kolo::kNumDataTypes))
+    return badDtype("kolo_reduce_scatter", dtype);
+  if (!validEnum(op, kolo::kNumReduceOps)) return badOp("kolo_reduce_scatter", op);
+  return call("kolo_reduce_scatter", [&](kolo::Communicator& c) {
+    kolo::ReduceScatterOptions o;
+    o.send = send;
+    o.recv = recv;
+    o.recvCount = recv_count;
+    o.dtype = static_cast<kolo::DataType>(dtype);
+    o.op = static_cast<kolo::ReduceOp>(op);
+    c.reduceScatter(o);
+  });
+}
+
+int kolo_alltoall(const void* send, void* recv, size_t count_per_rank, kolo_dtype dtype) {
+  if (!validEnum(dtype, kolo::kNumDataTypes)) return badDtype("kolo_alltoall", dtype);
+  return call("kolo_alltoall", [&](kolo::Communicator& c) {
+    kolo::AlltoallOptions o;
+    o.send = send;
+    o.recv = recv;
+    o.countPerRank = count_per_rank;
+    o.dtype = static_cast<kolo::DataType>(dtype);
+    c.alltoall(o);
+  });
+}
+
+int kolo_barrier(void) {
+  return call("kolo_barrier", [&](kolo::Communicator& c) { c.barrier(); });
+}
+
+const char* kolo_last_error(void) {
+  return tLastError.c_str();
+}
+
+const char* kolo_error_name(int code) {
+  switch (code) {
+    case KOLO_OK: return "KOLO_OK";
+    case KOLO_ERR_INVALID_ARGUMENT: return "KOLO_ERR_INVALID_ARGUMENT";
+    case KOLO_ERR_NOT_INITIALIZED: return "KOLO_ERR_NOT_INITIALIZED";
+    case KOLO_ERR_ALREADY_INITIALIZED: return "KOLO_ERR_ALREADY_INITIALIZED";
+    case KOLO_ERR_MISMATCH: return "KOLO_ERR_MISMATCH";
+    case KOLO_ERR_PEER_LOST: return "KOLO_ERR_PEER_LOST";
+    case KOLO_ERR_TIMEOUT: return "KOLO_ERR_TIMEOUT";
+    case KOLO_ERR_IO: return "KOLO_ERR_IO";
+    case KOLO_ERR_INTERNAL: return "KOLO_ERR_INTERNAL";
+  }
+  return "KOLO_ERR_UNKNOWN";
+}
+
+}  // extern "C"

@@ -1,1 +1,113 @@
-// Placeholder: implementation pending.
+// Allreduce among the ranks of one host, in place in shared memory.
+//
+// Message-passing allreduce moves each byte through several copies (into a
+// ring buffer, out of it, reduce, copy back). Here every rank can read every
+// other rank's staging buffer directly, so the data moves as little as a
+// reduction allows. For each pipeline step (one chunk of at most slotBytes
+// per rank, staging slots alternating by step parity):
+//
+//   1. copy-in   each rank copies its chunk of `send` into its staging slot
+//                and publishes "arrived = step" (counter 0);
+//   2. reduce    after all arrived, rank r reduces slice r of the chunk
+//                straight out of all n staging slots into its `recv`, writes
+//                the reduced slice back into its own staging slot and
+//                publishes "reduced = step" (counter 1);
+//   3. copy-out  for every other rank q, once q reduced, copy slice q from
+//                q's staging slot into `recv`.
+//
+// Per rank and byte: one copy in, one read of the n slices, one write of
+// the own reduced slice (twice), one copy out of the others' slices. Small
+// chunks skip phases 2-3: every rank reduces the whole chunk itself, which
+// is one synchronisation instead of two.
+//
+// Reuse of a staging slot two steps later is safe without further
+// synchronisation: a rank publishes "arrived = s+1" only after it finished
+// reading everything of step s, and every rank waits for all "arrived = s+1"
+// before it may write slot (s+2)&1 == s&1.
+//
+// The first step also carries the operation descriptor in the meta area, so
+// mismatched arguments are detected without an extra exchange.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "collectives/descriptor_check.h"
+#include "collectives/reduce.h"
+#include "collectives/registry.h"
+#include "common/check.h"
+#include "transport/shm/shm_group.h"
+
+namespace kolo::collectives {
+namespace {
+
+// Below this many bytes per step every rank reduces the whole chunk.
+constexpr size_t kReduceAllBytes = 16 * 1024;
+
+void verifyFromMeta(shm::ShmGroup& g, int slot) {
+  std::vector<OpDescriptor> all(g.localSize());
+  for (int r = 0; r < g.localSize(); ++r) {
+    std::memcpy(&all[r], g.meta(r, slot), sizeof(OpDescriptor));
+  }
+  verifyDescriptors(all, g.localRank());
+}
+
+}  // namespace
+
+void allreduceShm(Context& ctx, const AllreduceArgs& args) {
+  KOLO_CHECK(ctx.shm != nullptr);
+  KOLO_CHECK(args.op != ReduceOp::kAverage);
+  shm::ShmGroup& g = *ctx.shm;
+  const int n = g.localSize();
+  const int me = g.localRank();
+  const size_t es = elementSize(args.dtype);
+  const size_t unit = std::max<size_t>(1, 64 / es);  // slices start on cache lines
+  const size_t chunkElems = g.slotBytes() / es / unit * unit;
+  KOLO_CHECK_GT(chunkElems, 0u);
+  const auto* send = static_cast<const uint8_t*>(args.send);
+  auto* recv = static_cast<uint8_t*>(args.recv);
+
+  std::vector<const void*> srcs(n);
+  size_t offset = 0;
+  bool first = true;
+  do {
+    const size_t elems = std::min(chunkElems, args.count - offset);
+    const uint64_t step = g.nextSequence();
+    const int slot = static_cast<int>(step & 1);
+    if (first && ctx.check != nullptr) {
+      std::memcpy(g.meta(me, slot), ctx.check, sizeof(OpDescriptor));
+    }
+    if (elems > 0) std::memcpy(g.staging(me, slot), send + offset * es, elems * es);
+    g.publish(0, step);
+    g.waitForAll(0, step);
+    if (first && ctx.check != nullptr) verifyFromMeta(g, slot);
+    first = false;
+
+    uint8_t* out = recv + offset * es;
+    if (elems * es <= kReduceAllBytes || n == 1) {
+      for (int r = 0; r < n; ++r) srcs[r] = g.staging(r, slot);
+      if (elems > 0) reduceMany(out, srcs.data(), n, elems, args.dtype, args.op);
+    } else {
+      // Slice r covers [begin(r), begin(r+1)), whole cache lines except the last.
+      const size_t units = (elems + unit - 1) / unit;
+      auto begin = [&](int r) { return std::min(elems, units * r / n * unit); };
+      const size_t lo = begin(me), hi = begin(me + 1);
+      for (int r = 0; r < n; ++r) srcs[r] = g.staging(r, slot) + lo * es;
+      if (hi > lo) {
+        reduceMany(out + lo * es, srcs.data(), n, hi - lo, args.dtype, args.op);
+        std::memcpy(g.staging(me, slot) + lo * es, out + lo * es, (hi - lo) * es);
+      }
+      g.publish(1, step);
+      for (int k = 1; k < n; ++k) {
+        const int q = (me + k) % n;  // stagger readers across owners
+        const size_t qlo = begin(q), qhi = begin(q + 1);
+        g.waitFor(q, 1, step);
+        if (qhi > qlo) {
+          std::memcpy(out + qlo * es, g.staging(q, slot) + qlo * es, (qhi - qlo) * es);
+        }
+      }
+    }
+    offset += elems;
+  } while (offset < args.count);
+}
+
+}  // namespace kolo::collectives

@@ -20,6 +20,8 @@ class ShmGroup;
 
 namespace kolo::collectives {
 
+struct OpDescriptor;
+
 // Each collective call gets a fresh block of kTagsPerOp tags starting at
 // `tag`; an algorithm uses tag + step for its steps (step < kTagsPerOp).
 inline constexpr transport::Tag kTagsPerOp = 1u << 16;
@@ -35,6 +37,10 @@ struct Context {
   // Shared-memory arena of this host's ranks; null without shm.
   shm::ShmGroup* shm = nullptr;
   transport::Tag tag = 0;
+  // Set for algorithms whose registry entry says checksArguments: they
+  // must verify that all ranks agree on this descriptor (descriptor_check.h)
+  // as part of their first step. Null: already verified by the caller.
+  const OpDescriptor* check = nullptr;
 };
 
 struct AllreduceArgs {

@@ -15,11 +15,11 @@
 namespace kolo::collectives {
 
 // Allreduce algorithms. All accept any world size >= 1 and any count.
-void allreduceRing(Context& ctx, const AllreduceArgs& args);      // "ring"
+void allreduceRing(Context& ctx, const AllreduceArgs& args);             // "ring"
 void allreduceHalvingDoubling(Context& ctx, const AllreduceArgs& args);  // "rhd"
-void allreduceTree(Context& ctx, const AllreduceArgs& args);      // "tree"
-void allreduceHierarchical(Context& ctx, const AllreduceArgs& args);  // "hier"
-void allreduceShm(Context& ctx, const AllreduceArgs& args);       // "shm"
+void allreduceTree(Context& ctx, const AllreduceArgs& args);             // "tree"
+void allreduceHierarchical(Context& ctx, const AllreduceArgs& args);     // "hier"
+void allreduceShm(Context& ctx, const AllreduceArgs& args);              // "shm"
 
 void broadcastBinomial(Context& ctx, const BroadcastArgs& args);
 void allgatherRing(Context& ctx, const AllgatherArgs& args);
@@ -35,6 +35,9 @@ struct AllreduceAlgorithm {
   // Whether it can run in this context (e.g. shm needs all ranks on one
   // host with a ShmGroup; hier needs local and cross groups).
   bool (*usable)(const Context&);
+  // True when the algorithm verifies ctx.check itself (saving the separate
+  // descriptor exchange); false for most.
+  bool checksArguments = false;
 };
 
 const std::vector<AllreduceAlgorithm>& allreduceAlgorithms();

@@ -1,1 +1,212 @@
-// Placeholder: implementation pending.
+#include "transport/shm/shm_group.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "common/backoff.h"
+#include "common/check.h"
+#include "rendezvous/store.h"
+
+namespace kolo::shm {
+namespace {
+
+constexpr uint64_t kMagic = 0x6b6f6c6f73686d31ull;  // "koloshm1"
+constexpr size_t kLine = 64;
+constexpr size_t kHeaderBytes = 4096;
+
+// Control area of one rank: kCounters counters, each alone on a cache line
+// (written only by its owner), then two meta slots.
+constexpr size_t kControlBytes = 4096;
+
+struct Header {
+  uint64_t magic;
+  uint64_t localSize;
+  uint64_t slotBytes;
+  // pids[localSize] follow, one per local rank, written by each rank.
+};
+
+size_t roundUp(size_t v, size_t to) {
+  return (v + to - 1) / to * to;
+}
+
+size_t rankAreaBytes(size_t slotBytes) {
+  return kControlBytes + 2 * roundUp(slotBytes, 4096);
+}
+
+// True when the process is gone or a zombie (dead but not yet reaped).
+bool processDead(pid_t pid) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  // Format: pid (comm) S ...; comm may hold spaces or parens: take the last ')'.
+  auto close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return false;
+  char state = line[close + 2];
+  return state == 'Z' || state == 'X';
+}
+
+}  // namespace
+
+std::unique_ptr<ShmGroup> ShmGroup::create(const Options& options,
+                                           rendezvous::Store& store) {
+  KOLO_CHECK_GE(options.localSize, 1);
+  KOLO_CHECK_EQ(static_cast<int>(options.globalRanks.size()), options.localSize);
+  KOLO_CHECK_LE(sizeof(Header) + sizeof(int64_t) * options.localSize, kHeaderBytes);
+  const size_t slotBytes = roundUp(options.slotBytes, kLine);
+  const size_t bytes = kHeaderBytes + options.localSize * rankAreaBytes(slotBytes);
+  const std::string key = "shmgroup/" + options.name;
+
+  std::string segment;
+  int fd = -1;
+  if (options.localRank == 0) {
+    std::random_device rd;
+    segment = "/kolo-" + std::to_string(getpid()) + "-" + std::to_string(rd());
+    fd = shm_open(segment.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    KOLO_SYSCHECK(fd, "shm_open(" << segment << ")");
+    if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+      int e = errno;
+      close(fd);
+      shm_unlink(segment.c_str());
+      errno = e;
+      KOLO_SYSCHECK(-1, "ftruncate of shared memory "
+                            << segment << " to " << bytes
+                            << " bytes (is /dev/shm large enough?)");
+    }
+  } else {
+    segment = store.getString(key + "/name", options.timeout);
+    fd = shm_open(segment.c_str(), O_RDWR, 0600);
+    KOLO_SYSCHECK(fd, "shm_open(" << segment << ") of local rank 0's segment");
+  }
+  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    if (options.localRank == 0) shm_unlink(segment.c_str());
+    KOLO_SYSCHECK(-1, "mmap of shared memory " << segment << " (" << bytes << " bytes)");
+  }
+  Options effective = options;
+  effective.slotBytes = slotBytes;
+  std::unique_ptr<ShmGroup> group(new ShmGroup(effective, base, bytes));
+  auto* header = static_cast<Header*>(base);
+  auto* pids = reinterpret_cast<std::atomic<int64_t>*>(header + 1);
+  if (options.localRank == 0) {
+    header->magic = kMagic;
+    header->localSize = options.localSize;
+    header->slotBytes = slotBytes;
+    store.setString(key + "/name", segment);
+  } else if (header->magic != kMagic ||
+             header->localSize != static_cast<uint64_t>(options.localSize)) {
+    KOLO_THROW(ErrorCode::kMismatch, "shared memory segment "
+                                         << segment << " has local size "
+                                         << header->localSize << ", this rank expects "
+                                         << options.localSize);
+  }
+  pids[options.localRank].store(getpid(), std::memory_order_release);
+
+  // Everyone mapped it: unlink so nothing outlives the job, even on SIGKILL.
+  int64_t mapped = store.add(key + "/mapped", 1);
+  if (options.localRank == 0) {
+    Backoff backoff(std::chrono::microseconds(0));
+    while (mapped < options.localSize) {
+      if (backoff.idleFor() > options.timeout) {
+        shm_unlink(segment.c_str());
+        KOLO_THROW(ErrorCode::kTimeout, "only " << mapped << " of " << options.localSize
+                                                << " local ranks attached to shared "
+                                                   "memory within the timeout");
+      }
+      if (backoff.idle()) std::this_thread::sleep_for(backoff.sleepHint());
+      mapped = store.add(key + "/mapped", 0);
+    }
+    shm_unlink(segment.c_str());
+  }
+  return group;
+}
+
+ShmGroup::ShmGroup(const Options& options, void* base, size_t bytes)
+    : options_(options), base_(base), bytes_(bytes) {}
+
+ShmGroup::~ShmGroup() {
+  munmap(base_, bytes_);
+}
+
+uint8_t* ShmGroup::staging(int r, int slot) const {
+  auto* area = static_cast<uint8_t*>(base_) + kHeaderBytes +
+               static_cast<size_t>(r) * rankAreaBytes(options_.slotBytes);
+  return area + kControlBytes +
+         static_cast<size_t>(slot) * roundUp(options_.slotBytes, 4096);
+}
+
+uint8_t* ShmGroup::meta(int r, int slot) const {
+  auto* area = static_cast<uint8_t*>(base_) + kHeaderBytes +
+               static_cast<size_t>(r) * rankAreaBytes(options_.slotBytes);
+  return area + kCounters * kLine + static_cast<size_t>(slot) * kMetaBytes;
+}
+
+static std::atomic<uint64_t>* counterAt(void* base, size_t slotBytes, int r, int which) {
+  auto* area = static_cast<uint8_t*>(base) + kHeaderBytes +
+               static_cast<size_t>(r) * rankAreaBytes(slotBytes);
+  return reinterpret_cast<std::atomic<uint64_t>*>(area + which * kLine);
+}
+
+void ShmGroup::publish(int which, uint64_t value) {
+  counterAt(base_, options_.slotBytes, options_.localRank, which)
+      ->store(value, std::memory_order_release);
+}
+
+uint64_t ShmGroup::counter(int r, int which) const {
+  return counterAt(base_, options_.slotBytes, r, which)->load(std::memory_order_acquire);
+}
+
+void ShmGroup::waitFor(int r, int which, uint64_t value) {
+  auto* c = counterAt(base_, options_.slotBytes, r, which);
+  if (c->load(std::memory_order_acquire) >= value) return;
+  Backoff backoff(options_.spin);
+  auto lastCheck = Backoff::Clock::now();
+  while (c->load(std::memory_order_acquire) < value) {
+    if (backoff.idle()) std::this_thread::sleep_for(backoff.sleepHint());
+    auto now = Backoff::Clock::now();
+    if (now - lastCheck > std::chrono::milliseconds(100)) {
+      lastCheck = now;
+      checkPeers(r, "shared-memory step");
+      if (backoff.idleFor() > options_.timeout) {
+        int peer = options_.globalRanks[r];
+        KOLO_THROW_PEER(
+            ErrorCode::kTimeout, peer,
+            "rank " << options_.globalRanks[options_.localRank] << " timed out after "
+                    << options_.timeout.count() / 1000.0 << " s waiting for rank " << peer
+                    << " in a shared-memory collective; the peer is alive but "
+                       "not answering (KOLO_TIMEOUT)");
+      }
+    }
+  }
+}
+
+void ShmGroup::waitForAll(int which, uint64_t value) {
+  for (int r = 0; r < options_.localSize; ++r) {
+    if (r != options_.localRank) waitFor(r, which, value);
+  }
+}
+
+void ShmGroup::checkPeers(int r, const char* what) const {
+  auto* header = static_cast<const Header*>(base_);
+  auto* pids = reinterpret_cast<const std::atomic<int64_t>*>(header + 1);
+  pid_t pid = static_cast<pid_t>(pids[r].load(std::memory_order_acquire));
+  if (processDead(pid)) {
+    int peer = options_.globalRanks[r];
+    KOLO_THROW_PEER(ErrorCode::kPeerLost, peer,
+                    "rank " << peer << " (pid " << pid << ") died during a " << what
+                            << " with rank " << options_.globalRanks[options_.localRank]);
+  }
+}
+
+}  // namespace kolo::shm

@@ -1,0 +1,87 @@
+// The implementation behind kolo::Communicator: owns the store, the
+// transports, the host's shared-memory group and the operation queue, and
+// turns each call into: validate -> agree (descriptor check) -> run the
+// selected algorithm -> finish (e.g. divide for average).
+#pragma once
+
+#include <kolo/communicator.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "api/op_queue.h"
+#include "api/topology.h"
+#include "collectives/context.h"
+#include "collectives/descriptor_check.h"
+#include "common/settings.h"
+#include "rendezvous/store.h"
+#include "transport/shm/shm_group.h"
+#include "transport/transport.h"
+
+namespace kolo::api {
+
+class CommunicatorImpl : public Communicator {
+ public:
+  // Collective over all ranks: rendezvous, topology, transports, shm group.
+  CommunicatorImpl(const CommunicatorConfig& config, const Settings& settings);
+  ~CommunicatorImpl() override;
+
+  const Layout& layout() const override { return topology_.layout; }
+
+  void allreduce(const AllreduceOptions& o) override;
+  void broadcast(const BroadcastOptions& o) override;
+  void allgather(const AllgatherOptions& o) override;
+  void reduceScatter(const ReduceScatterOptions& o) override;
+  void alltoall(const AlltoallOptions& o) override;
+  void barrier() override;
+
+  std::shared_ptr<Work> allreduceAsync(const AllreduceOptions& o) override;
+  std::shared_ptr<Work> broadcastAsync(const BroadcastOptions& o) override;
+  std::shared_ptr<Work> allgatherAsync(const AllgatherOptions& o) override;
+  std::shared_ptr<Work> reduceScatterAsync(const ReduceScatterOptions& o) override;
+  std::shared_ptr<Work> alltoallAsync(const AlltoallOptions& o) override;
+  std::shared_ptr<Work> barrierAsync() override;
+
+  std::string allreduceAlgorithm(size_t bytes) const override;
+
+  // A barrier with every rank, then teardown; errors are logged, not thrown
+  // from the destructor. Idempotent.
+  void shutdown();
+
+ private:
+  void doAllreduce(const AllreduceOptions& o);
+  void doBroadcast(const BroadcastOptions& o);
+  void doAllgather(const AllgatherOptions& o);
+  void doReduceScatter(const ReduceScatterOptions& o);
+  void doAlltoall(const AlltoallOptions& o);
+  void doBarrier();
+
+  // Runs op with the communicator's failure rules: a lost peer or timeout
+  // breaks the communicator (later calls rethrow the same error).
+  void guarded(const std::function<void()>& op);
+  // A fresh context with the next tag block.
+  collectives::Context nextContext();
+  // Exchanges and verifies the descriptor, unless `embedded` (the algorithm
+  // will). Throws the local validation error after the exchange when
+  // `localError` is set, so every rank fails together.
+  void agree(const collectives::Context& ctx, collectives::OpDescriptor d,
+             std::exception_ptr localError);
+
+  Settings settings_;
+  std::unique_ptr<rendezvous::Store> store_;
+  Topology topology_;
+  std::unique_ptr<transport::Transport> world_;
+  std::unique_ptr<transport::Transport> local_;
+  std::unique_ptr<transport::Transport> cross_;
+  std::unique_ptr<shm::ShmGroup> shm_;
+  bool allLocalShm_ = false;  // every rank on this host and shm available
+
+  uint64_t sequence_ = 0;  // operations so far; runs only under the queue
+  std::exception_ptr broken_;
+  std::mutex shutdownMu_;
+  bool shut_ = false;
+  OpQueue queue_;  // last member: destroyed first, draining pending work
+};
+
+}  // namespace kolo::api

@@ -1,0 +1,98 @@
+#include "collectives/descriptor_check.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "collectives/registry.h"
+#include "common/check.h"
+#include "transport/shm/shm_group.h"
+
+namespace kolo::collectives {
+
+const char* toString(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllreduce: return "allreduce";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kAllgather: return "allgather";
+    case CollectiveKind::kReduceScatter: return "reducescatter";
+    case CollectiveKind::kAlltoall: return "alltoall";
+    case CollectiveKind::kBarrier: return "barrier";
+  }
+  return "unknown";
+}
+
+namespace {
+
+std::string describe(const OpDescriptor& d) {
+  std::ostringstream os;
+  os << toString(d.kind);
+  if (d.kind == CollectiveKind::kBarrier) return os.str();
+  os << "(count=" << d.count << ", dtype=" << toString(static_cast<DataType>(d.dtype));
+  if (d.kind == CollectiveKind::kAllreduce || d.kind == CollectiveKind::kReduceScatter) {
+    os << ", op=" << toString(static_cast<ReduceOp>(d.op));
+  }
+  if (d.kind == CollectiveKind::kBroadcast) os << ", root=" << d.root;
+  if (d.kind == CollectiveKind::kAllgather && d.extra != 0) {
+    os << ", per-rank counts hash=" << std::hex << d.extra << std::dec;
+  }
+  os << ")";
+  return os.str();
+}
+
+bool same(const OpDescriptor& a, const OpDescriptor& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.op == b.op && a.root == b.root &&
+         a.count == b.count && a.extra == b.extra;
+}
+
+}  // namespace
+
+void verifyDescriptors(std::span<const OpDescriptor> all, int self) {
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].invalid && static_cast<int>(r) != self) {
+      KOLO_THROW_PEER(ErrorCode::kInvalidArgument, static_cast<int>(r),
+                      "rank " << r << " passed invalid arguments to "
+                              << toString(all[r].kind) << " (see rank " << r
+                              << "'s error); this rank's call fails with it");
+    }
+  }
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (!same(all[0], all[r])) {
+      KOLO_THROW_PEER(ErrorCode::kMismatch, static_cast<int>(r),
+                      "ranks disagree on collective #"
+                          << all[0].sequence << ": rank 0 called " << describe(all[0])
+                          << " but rank " << r << " called " << describe(all[r]));
+    }
+  }
+}
+
+void exchangeAndVerify(shm::ShmGroup& group, const OpDescriptor& mine,
+                       const std::vector<int>& globalRanks) {
+  static_assert(sizeof(OpDescriptor) <= shm::ShmGroup::kMetaBytes);
+  const uint64_t step = group.nextSequence();
+  const int slot = static_cast<int>(step & 1);
+  std::memcpy(group.meta(group.localRank(), slot), &mine, sizeof(mine));
+  group.publish(0, step);
+  group.waitForAll(0, step);
+  std::vector<OpDescriptor> all(group.localSize());
+  for (int r = 0; r < group.localSize(); ++r) {
+    std::memcpy(&all[r], group.meta(r, slot), sizeof(OpDescriptor));
+  }
+  // The group is the whole world here, so local rank == global rank order.
+  (void)globalRanks;
+  verifyDescriptors(all, group.localRank());
+}
+
+void exchangeAndVerify(Context& ctx, const OpDescriptor& mine) {
+  const int n = ctx.world.size();
+  if (n == 1) {
+    verifyDescriptors(std::span<const OpDescriptor>(&mine, 1), 0);
+    return;
+  }
+  std::vector<OpDescriptor> all(n);
+  AllgatherArgs args{&mine, all.data(), std::vector<size_t>(n, sizeof(OpDescriptor)),
+                     DataType::kUInt8};
+  allgatherRing(ctx, args);
+  verifyDescriptors(all, ctx.world.rank());
+}
+
+}  // namespace kolo::collectives
