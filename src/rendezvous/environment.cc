@@ -1,1 +1,273 @@
-// Placeholder: implementation pending.
+// Launcher detection. Reading the launchers' variables is this file's whole
+// purpose, so it calls getenv directly (kolo's own knobs go through
+// Settings).
+//
+// Decisions
+// - torchrun: its own c10d store (the agent's) may already listen on
+//   MASTER_PORT, so kolo's store uses MASTER_PORT + 1, hosted by rank 0.
+// - mpirun / PMI / srun without KOLO_RENDEZVOUS: a file store in
+//   /tmp/kolo-<job id>, which only works when every rank sees the same /tmp
+//   (one host); multi-host jobs set KOLO_RENDEZVOUS. The job id comes from
+//   OMPI_MCA_ess_base_jobid or PMIX_NAMESPACE (Open MPI), SLURM_JOB_ID and
+//   SLURM_STEP_ID (srun), PMI_JOBID, or as a last resort the parent process
+//   id (the launcher daemon that all ranks of one host share).
+// - KOLO_RENDEZVOUS given to a non-kolo launcher: a tcp:// address is hosted
+//   by rank 0 (there is no kolorun to host it). Under kolorun (source
+//   "kolo") the launcher hosts the store, so no rank does.
+#include "rendezvous/environment.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/check.h"
+
+namespace kolo::rendezvous {
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? v : nullptr;
+}
+
+bool present(const char* name) {
+  return env(name) != nullptr;
+}
+
+int parseNonNegative(const char* name, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || v < 0 || v > (1L << 30)) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               name << "='" << text << "' is not a non-negative integer");
+  }
+  return static_cast<int>(v);
+}
+
+std::optional<int> optionalInt(const char* name) {
+  const char* v = env(name);
+  if (v == nullptr) return std::nullopt;
+  return parseNonNegative(name, v);
+}
+
+// The first of `names` that is set, parsed; `what` names them in the error.
+int requiredInt(std::initializer_list<const char*> names, const char* source) {
+  for (const char* n : names) {
+    if (auto v = optionalInt(n)) return *v;
+  }
+  std::string list;
+  for (const char* n : names) list += (list.empty() ? "" : " or ") + std::string(n);
+  KOLO_THROW(ErrorCode::kInvalidArgument,
+             source << " launch detected but " << list << " is not set");
+}
+
+std::optional<int> firstInt(std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (auto v = optionalInt(n)) return v;
+  }
+  return std::nullopt;
+}
+
+// Slurm's compressed task counts: "2(x3),1" means nodes 0-2 run 2 tasks and
+// node 3 runs 1. Returns the count of node `node`.
+int slurmTasksOnNode(const char* name, const std::string& text, int node) {
+  auto bad = [&]() -> int {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               name << "='" << text << "' is not a Slurm task list such as 2(x3),1");
+  };
+  int index = 0;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find(',', pos);
+    if (end == std::string::npos) end = text.size();
+    std::string item = text.substr(pos, end - pos);
+    int repeat = 1;
+    size_t paren = item.find('(');
+    std::string countText = item.substr(0, paren);
+    if (paren != std::string::npos) {
+      if (item.size() < paren + 4 || item.compare(paren, 2, "(x") != 0 ||
+          item.back() != ')') {
+        return bad();
+      }
+      std::string rep = item.substr(paren + 2, item.size() - paren - 3);
+      char* e = nullptr;
+      long r = std::strtol(rep.c_str(), &e, 10);
+      if (rep.empty() || *e != '\0' || r < 1) return bad();
+      repeat = static_cast<int>(r);
+    }
+    char* e = nullptr;
+    long count = std::strtol(countText.c_str(), &e, 10);
+    if (countText.empty() || *e != '\0' || count < 0) return bad();
+    if (node < index + repeat) return static_cast<int>(count);
+    index += repeat;
+    pos = end + 1;
+  }
+  KOLO_THROW(ErrorCode::kInvalidArgument, name << "='" << text << "' lists " << index
+                                               << " nodes but SLURM_NODEID=" << node);
+}
+
+std::string sanitize(std::string id) {
+  for (char& c : id) {
+    bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                 (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    if (!plain) c = '_';
+  }
+  return id;
+}
+
+std::string jobId() {
+  if (const char* v = env("OMPI_MCA_ess_base_jobid")) return v;
+  if (const char* v = env("PMIX_NAMESPACE")) return v;
+  if (const char* v = env("SLURM_JOB_ID")) {
+    const char* step = env("SLURM_STEP_ID");
+    if (step == nullptr) step = env("SLURM_STEPID");
+    return std::string(v) + "." + (step != nullptr ? step : "0");
+  }
+  if (const char* v = env("PMI_JOBID")) return v;
+  return "ppid" + std::to_string(::getppid());
+}
+
+void validate(JobEnvironment& job, const char* rankVar, const char* sizeVar,
+              const char* localRankVar, const char* localSizeVar) {
+  if (job.size < 1) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               sizeVar << "=" << job.size << " must be >= 1");
+  }
+  if (job.rank >= job.size) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, rankVar << "=" << job.rank << " is not below "
+                                                    << sizeVar << "=" << job.size);
+  }
+  if (job.localSize == 0 || job.localSize > job.size) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, localSizeVar << "=" << job.localSize
+                                                         << " must be in 1.." << sizeVar
+                                                         << "=" << job.size);
+  }
+  if (job.localRank >= 0 && job.localSize > 0 && job.localRank >= job.localSize) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               localRankVar << "=" << job.localRank << " is not below " << localSizeVar
+                            << "=" << job.localSize);
+  }
+}
+
+}  // namespace
+
+JobEnvironment detectJobEnvironment() {
+  JobEnvironment job;
+  const char* override = env("KOLO_RENDEZVOUS");
+  if (override != nullptr) {
+    std::string a = override;
+    if (!a.starts_with("tcp://") && !a.starts_with("file://")) {
+      KOLO_THROW(
+          ErrorCode::kInvalidArgument,
+          "KOLO_RENDEZVOUS='" << a << "' is not tcp://HOST:PORT or file:///DIRECTORY");
+    }
+  }
+  const bool tcpOverride =
+      override != nullptr && std::string(override).starts_with("tcp://");
+
+  if (present("KOLO_RANK") || present("KOLO_SIZE")) {
+    job.source = "kolo";
+    job.rank = requiredInt({"KOLO_RANK"}, "kolo");
+    job.size = requiredInt({"KOLO_SIZE"}, "kolo");
+    job.localRank = optionalInt("KOLO_LOCAL_RANK").value_or(-1);
+    job.localSize = optionalInt("KOLO_LOCAL_SIZE").value_or(-1);
+    validate(job, "KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE");
+    if (override != nullptr) {
+      job.rendezvous = override;
+    } else if (job.size > 1) {
+      KOLO_THROW(ErrorCode::kInvalidArgument,
+                 "KOLO_SIZE=" << job.size
+                              << " but KOLO_RENDEZVOUS is not set (kolorun sets it; by "
+                                 "hand use tcp://HOST:PORT or file:///DIRECTORY)");
+    }
+    job.hostStore = false;  // kolorun (or whoever set KOLO_*) hosts the store
+    return job;
+  }
+
+  if (present("OMPI_COMM_WORLD_RANK") || present("OMPI_COMM_WORLD_SIZE")) {
+    job.source = "mpirun";
+    job.rank = requiredInt({"OMPI_COMM_WORLD_RANK"}, "mpirun");
+    job.size = requiredInt({"OMPI_COMM_WORLD_SIZE"}, "mpirun");
+    job.localRank = optionalInt("OMPI_COMM_WORLD_LOCAL_RANK").value_or(-1);
+    job.localSize = optionalInt("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(-1);
+    validate(job, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+             "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
+  } else if (present("PMI_RANK") || present("PMI_SIZE")) {
+    job.source = "pmi";
+    job.rank = requiredInt({"PMI_RANK"}, "PMI");
+    job.size = requiredInt({"PMI_SIZE"}, "PMI");
+    job.localRank = firstInt({"MPI_LOCALRANKID", "PMI_LOCAL_RANK"}).value_or(-1);
+    job.localSize = firstInt({"MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"}).value_or(-1);
+    validate(job, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS");
+  } else if (present("SLURM_PROCID")) {
+    job.source = "srun";
+    job.rank = requiredInt({"SLURM_PROCID"}, "srun");
+    // An srun step sets SLURM_STEP_NUM_TASKS; a batch script only the
+    // allocation's SLURM_NTASKS.
+    job.size =
+        requiredInt({"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"}, "srun");
+    job.localRank = optionalInt("SLURM_LOCALID").value_or(-1);
+    const char* listVar = present("SLURM_STEP_TASKS_PER_NODE")
+                              ? "SLURM_STEP_TASKS_PER_NODE"
+                              : "SLURM_TASKS_PER_NODE";
+    if (const char* list = env(listVar)) {
+      int node = optionalInt("SLURM_NODEID").value_or(0);
+      job.localSize = slurmTasksOnNode(listVar, list, node);
+    }
+    validate(job, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", listVar);
+  } else if (present("RANK") && present("WORLD_SIZE")) {
+    job.source = "torchrun";
+    job.rank = requiredInt({"RANK"}, "torchrun");
+    job.size = requiredInt({"WORLD_SIZE"}, "torchrun");
+    job.localRank = optionalInt("LOCAL_RANK").value_or(-1);
+    job.localSize = optionalInt("LOCAL_WORLD_SIZE").value_or(-1);
+    validate(job, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+    if (override != nullptr) {
+      job.rendezvous = override;
+      job.hostStore = tcpOverride && job.rank == 0;
+      return job;
+    }
+    const char* addr = env("MASTER_ADDR");
+    const char* portText = env("MASTER_PORT");
+    if (addr == nullptr || portText == nullptr) {
+      if (job.size == 1) return job;
+      KOLO_THROW(ErrorCode::kInvalidArgument,
+                 "torchrun launch detected (RANK, WORLD_SIZE) but "
+                     << (addr == nullptr ? "MASTER_ADDR" : "MASTER_PORT")
+                     << " is not set");
+    }
+    int port = parseNonNegative("MASTER_PORT", portText);
+    if (port < 1 || port >= 65535) {
+      KOLO_THROW(ErrorCode::kInvalidArgument,
+                 "MASTER_PORT='"
+                     << portText
+                     << "' must be in 1..65534 (kolo's store uses MASTER_PORT+1)");
+    }
+    std::string host = addr;
+    if (host.find(':') != std::string::npos && host.front() != '[')
+      host = "[" + host + "]";
+    job.rendezvous = "tcp://" + host + ":" + std::to_string(port + 1);
+    job.hostStore = job.rank == 0;
+    return job;
+  } else {
+    job.source = "none";
+    if (override != nullptr) job.rendezvous = override;
+    return job;
+  }
+
+  // mpirun, PMI, srun.
+  if (override != nullptr) {
+    job.rendezvous = override;
+    job.hostStore = tcpOverride && job.rank == 0;
+  } else if (job.size > 1) {
+    job.rendezvous = "file:///tmp/kolo-" + sanitize(jobId());
+  }
+  return job;
+}
+
+}  // namespace kolo::rendezvous

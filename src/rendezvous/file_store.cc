@@ -1,1 +1,194 @@
-// Placeholder: implementation pending.
+#include "rendezvous/file_store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <thread>
+
+#include "common/check.h"
+
+namespace kolo::rendezvous {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// mkdir -p.
+void makeDirectories(const std::string& dir) {
+  std::string partial;
+  size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    partial = dir.substr(0, pos);
+    if (partial.empty()) continue;
+    if (::mkdir(partial.c_str(), 0777) < 0 && errno != EEXIST) {
+      KOLO_THROW(ErrorCode::kIo, "cannot create the file store directory '"
+                                     << partial << "': " << detail::errnoString());
+    }
+  }
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) {
+    KOLO_THROW(ErrorCode::kIo, "file store path '" << dir << "' is not a directory");
+  }
+}
+
+// Reads a whole file; false when it does not exist.
+bool readFile(const std::string& path, std::vector<uint8_t>* out) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return false;
+    KOLO_THROW(ErrorCode::kIo, "cannot open file store entry '"
+                                   << path << "': " << detail::errnoString());
+  }
+  out->clear();
+  uint8_t buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      std::string why = detail::errnoString();
+      ::close(fd);
+      KOLO_THROW(ErrorCode::kIo,
+                 "cannot read file store entry '" << path << "': " << why);
+    }
+    if (n == 0) break;
+    out->insert(out->end(), buf, buf + n);
+  }
+  ::close(fd);
+  return true;
+}
+
+// Writes `value` to a unique temporary file in the same directory, then
+// renames it over `path` (atomic on POSIX file systems).
+void writeFileAtomically(const std::string& path, const std::vector<uint8_t>& value) {
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                    std::to_string(counter.fetch_add(1));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    KOLO_THROW(ErrorCode::kIo, "cannot create file store entry '"
+                                   << tmp << "': " << detail::errnoString());
+  }
+  size_t off = 0;
+  while (off < value.size()) {
+    ssize_t n = ::write(fd, value.data() + off, value.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      std::string why = detail::errnoString();
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      KOLO_THROW(ErrorCode::kIo,
+                 "cannot write file store entry '" << tmp << "': " << why);
+    }
+    off += n;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) < 0) {
+    std::string why = detail::errnoString();
+    ::unlink(tmp.c_str());
+    KOLO_THROW(ErrorCode::kIo,
+               "cannot rename '" << tmp << "' to '" << path << "': " << why);
+  }
+}
+
+}  // namespace
+
+FileStore::FileStore(std::string directory) : directory_(std::move(directory)) {
+  while (directory_.size() > 1 && directory_.back() == '/') directory_.pop_back();
+  if (directory_.empty()) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, "file store directory is empty");
+  }
+  makeDirectories(directory_);
+}
+
+std::string FileStore::pathOf(const std::string& key) const {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string name;
+  name.reserve(key.size() + 4);
+  name.push_back('k');  // never empty, never "." or "..", never hidden
+  for (unsigned char c : key) {
+    bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                 (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    if (plain) {
+      name.push_back(static_cast<char>(c));
+    } else {
+      name.push_back('%');
+      name.push_back(kHex[c >> 4]);
+      name.push_back(kHex[c & 15]);
+    }
+  }
+  return directory_ + "/" + name;
+}
+
+void FileStore::set(const std::string& key, const std::vector<uint8_t>& value) {
+  writeFileAtomically(pathOf(key), value);
+}
+
+std::vector<uint8_t> FileStore::get(const std::string& key,
+                                    std::chrono::milliseconds timeout) {
+  const std::string path = pathOf(key);
+  const auto deadline = Clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(1);
+  std::vector<uint8_t> value;
+  for (;;) {
+    if (readFile(path, &value)) return value;
+    auto now = Clock::now();
+    if (now >= deadline) break;
+    std::this_thread::sleep_for(
+        std::min<Clock::duration>(pause, deadline - now + std::chrono::microseconds(1)));
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+  KOLO_THROW(ErrorCode::kTimeout,
+             "timed out after " << timeout.count() / 1000.0 << " s waiting for key '"
+                                << key << "' in the file store '" << directory_
+                                << "' (did every rank start, and do all hosts share "
+                                   "this directory?)");
+}
+
+int64_t FileStore::add(const std::string& key, int64_t delta) {
+  const std::string path = pathOf(key);
+  const std::string lockPath = path + ".lock";
+  int fd = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    KOLO_THROW(ErrorCode::kIo,
+               "cannot open lock file '" << lockPath << "': " << detail::errnoString());
+  }
+  while (::flock(fd, LOCK_EX) < 0) {
+    if (errno == EINTR) continue;
+    std::string why = detail::errnoString();
+    ::close(fd);
+    KOLO_THROW(ErrorCode::kIo, "cannot lock '" << lockPath << "': " << why);
+  }
+  int64_t result = 0;
+  try {
+    std::vector<uint8_t> current;
+    int64_t value = 0;
+    if (readFile(path, &current)) {
+      std::string text(current.begin(), current.end());
+      char* end = nullptr;
+      errno = 0;
+      value = std::strtoll(text.c_str(), &end, 10);
+      if (text.empty() || errno != 0 || *end != '\0') {
+        KOLO_THROW(ErrorCode::kInvalidArgument,
+                   "file store key '" << key << "' in '" << directory_
+                                      << "' holds a value that is not a counter");
+      }
+    }
+    result = value + delta;
+    std::string text = std::to_string(result);
+    writeFileAtomically(path, std::vector<uint8_t>(text.begin(), text.end()));
+  } catch (...) {
+    ::flock(fd, LOCK_UN);
+    ::close(fd);
+    throw;
+  }
+  ::flock(fd, LOCK_UN);
+  ::close(fd);
+  return result;
+}
+
+}  // namespace kolo::rendezvous

@@ -1,1 +1,89 @@
-// Placeholder: implementation pending.
+#include "rendezvous/store.h"
+
+#include <cstdlib>
+
+#include "common/check.h"
+#include "rendezvous/file_store.h"
+#include "rendezvous/tcp_store.h"
+
+namespace kolo::rendezvous {
+namespace {
+
+// A client whose server lives in this process: the server outlives the
+// client (members are destroyed in reverse order).
+class HostedTcpStore : public Store {
+ public:
+  HostedTcpStore(std::unique_ptr<TcpStoreServer> server, std::unique_ptr<TcpStore> client)
+      : server_(std::move(server)), client_(std::move(client)) {}
+
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    client_->set(key, value);
+  }
+  std::vector<uint8_t> get(const std::string& key,
+                           std::chrono::milliseconds timeout) override {
+    return client_->get(key, timeout);
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    return client_->add(key, delta);
+  }
+
+ private:
+  std::unique_ptr<TcpStoreServer> server_;
+  std::unique_ptr<TcpStore> client_;
+};
+
+[[noreturn]] void malformed(const std::string& address, const std::string& why) {
+  KOLO_THROW(ErrorCode::kInvalidArgument,
+             "malformed rendezvous address '"
+                 << address << "': " << why
+                 << " (expected tcp://HOST:PORT or file:///DIRECTORY)");
+}
+
+}  // namespace
+
+std::unique_ptr<Store> openStore(const std::string& address, bool hostServer,
+                                 std::chrono::milliseconds connectTimeout) {
+  constexpr std::string_view kTcp = "tcp://";
+  constexpr std::string_view kFile = "file://";
+  if (address.starts_with(kFile)) {
+    std::string dir = address.substr(kFile.size());
+    if (dir.empty() || dir[0] != '/')
+      malformed(address, "the directory must be absolute");
+    return std::make_unique<FileStore>(dir);
+  }
+  if (!address.starts_with(kTcp)) malformed(address, "unknown scheme");
+
+  // HOST:PORT, HOST may be a bracketed IPv6 address.
+  std::string rest = address.substr(kTcp.size());
+  std::string host;
+  std::string portText;
+  if (!rest.empty() && rest[0] == '[') {
+    size_t close = rest.find(']');
+    if (close == std::string::npos || close + 1 >= rest.size() ||
+        rest[close + 1] != ':') {
+      malformed(address, "expected [IPV6]:PORT");
+    }
+    host = rest.substr(1, close - 1);
+    portText = rest.substr(close + 2);
+  } else {
+    size_t colon = rest.rfind(':');
+    if (colon == std::string::npos) malformed(address, "missing :PORT");
+    host = rest.substr(0, colon);
+    portText = rest.substr(colon + 1);
+  }
+  if (host.empty()) malformed(address, "missing host");
+  char* end = nullptr;
+  long port = std::strtol(portText.c_str(), &end, 10);
+  if (portText.empty() || *end != '\0' || port < 1 || port > 65535) {
+    malformed(address, "port '" + portText + "' is not a number in 1..65535");
+  }
+
+  if (!hostServer) return TcpStore::connect(host, static_cast<int>(port), connectTimeout);
+  // Listen on every interface: ranks on other hosts reach HOST from outside.
+  auto server = TcpStoreServer::start(host.find(':') != std::string::npos ? "::" : "",
+                                      static_cast<int>(port));
+  auto client = TcpStore::connect(host, static_cast<int>(port), connectTimeout);
+  return std::make_unique<HostedTcpStore>(std::move(server), std::move(client));
+}
+
+}  // namespace kolo::rendezvous
