@@ -19,7 +19,8 @@ RouterTransport::RouterTransport(int rank, int size,
       timeout_(timeout) {
   KOLO_CHECK_EQ(static_cast<int>(routes_.size()), size_);
   KOLO_CHECK(!parts_.empty() || size_ == 1);
-  for (int r : routes_) KOLO_CHECK(r >= 0 && r < static_cast<int>(parts_.size()));
+  for (int r : routes_)
+    KOLO_CHECK(parts_.empty() || (r >= 0 && r < static_cast<int>(parts_.size())));
   spin_ = spin;
 }
 

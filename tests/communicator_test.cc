@@ -1,0 +1,340 @@
+// kolo::Communicator end to end: every collective through the public API,
+// both transports, argument agreement and validation.
+#include <gtest/gtest.h>
+#include <kolo/communicator.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "support/comm_world.h"
+
+namespace kolo {
+namespace {
+
+using test::testSettings;
+using test::withCommunicators;
+
+struct Param {
+  int ranks;
+  const char* transport;
+};
+
+class CommunicatorTest : public ::testing::TestWithParam<Param> {
+ protected:
+  Settings settings() const { return testSettings(GetParam().transport); }
+  int n() const { return GetParam().ranks; }
+};
+
+TEST_P(CommunicatorTest, AllreduceEveryOpFloat) {
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
+                      ReduceOp::kProduct}) {
+    for (size_t count :
+         {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{(1 << 20) + 3}}) {
+      withCommunicators(n(), settings(), [&](Communicator& c) {
+        std::vector<float> in(count), out(count, -1);
+        for (size_t i = 0; i < count; ++i)
+          in[i] = float((c.rank() + 1) * ((i % 5) + 1) % 7 + 1);
+        AllreduceOptions o;
+        o.send = in.data();
+        o.recv = out.data();
+        o.count = count;
+        o.op = op;
+        c.allreduce(o);
+        for (size_t i = 0; i < count; ++i) {
+          double ref =
+              op == ReduceOp::kProduct
+                  ? 1
+                  : (op == ReduceOp::kMin ? 1e30 : (op == ReduceOp::kMax ? -1e30 : 0));
+          for (int r = 0; r < c.size(); ++r) {
+            double v = float((r + 1) * ((i % 5) + 1) % 7 + 1);
+            if (op == ReduceOp::kSum || op == ReduceOp::kAverage) ref += v;
+            if (op == ReduceOp::kProduct) ref *= v;
+            if (op == ReduceOp::kMin) ref = std::min(ref, v);
+            if (op == ReduceOp::kMax) ref = std::max(ref, v);
+          }
+          if (op == ReduceOp::kAverage) ref /= c.size();
+          ASSERT_NEAR(out[i], ref, 1e-5 * std::abs(ref))
+              << "op " << toString(op) << " count " << count << " index " << i;
+        }
+      });
+    }
+  }
+}
+
+TEST_P(CommunicatorTest, AllreduceInPlaceEveryAlgorithmAndDtype) {
+  std::vector<std::string> algorithms = {"ring", "rhd", "tree"};
+  if (std::string(GetParam().transport) != "tcp") algorithms.push_back("shm");
+  for (const auto& algo : algorithms) {
+    for (DataType dtype :
+         {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+          DataType::kInt32, DataType::kInt64, DataType::kUInt8}) {
+      withCommunicators(n(), settings(), [&](Communicator& c) {
+        const size_t count = 300001;
+        const size_t es = elementSize(dtype);
+        std::vector<uint8_t> buf(count * es);
+        // Value (rank + i) % 4 is exact in every dtype; sums stay small.
+        for (size_t i = 0; i < count; ++i) {
+          int v = (c.rank() + static_cast<int>(i)) % 4;
+          switch (dtype) {
+            case DataType::kFloat32: reinterpret_cast<float*>(buf.data())[i] = v; break;
+            case DataType::kFloat64: reinterpret_cast<double*>(buf.data())[i] = v; break;
+            case DataType::kFloat16:
+              reinterpret_cast<uint16_t*>(buf.data())[i] =
+                  v == 0 ? 0
+                         : static_cast<uint16_t>(0x3C00 + (v == 2   ? 0x400
+                                                           : v == 3 ? 0x600
+                                                                    : 0));
+              break;
+            case DataType::kBFloat16:
+              reinterpret_cast<uint16_t*>(buf.data())[i] =
+                  v == 0 ? 0
+                         : static_cast<uint16_t>(0x3F80 + (v == 2   ? 0x80
+                                                           : v == 3 ? 0xC0
+                                                                    : 0));
+              break;
+            case DataType::kInt32: reinterpret_cast<int32_t*>(buf.data())[i] = v; break;
+            case DataType::kInt64: reinterpret_cast<int64_t*>(buf.data())[i] = v; break;
+            case DataType::kUInt8: buf[i] = static_cast<uint8_t>(v); break;
+          }
+        }
+        AllreduceOptions o;
+        o.send = buf.data();
+        o.recv = buf.data();
+        o.count = count;
+        o.dtype = dtype;
+        o.algorithm = algo;
+        c.allreduce(o);
+        for (size_t i = 0; i < count; ++i) {
+          double expect = 0;
+          for (int r = 0; r < c.size(); ++r) expect += (r + static_cast<int>(i)) % 4;
+          double got = 0;
+          switch (dtype) {
+            case DataType::kFloat32: got = reinterpret_cast<float*>(buf.data())[i]; break;
+            case DataType::kFloat64:
+              got = reinterpret_cast<double*>(buf.data())[i];
+              break;
+            case DataType::kFloat16: {
+              uint16_t h = reinterpret_cast<uint16_t*>(buf.data())[i];
+              int e = (h >> 10) & 0x1f;
+              got = h == 0 ? 0 : std::ldexp(1.0 + (h & 0x3ff) / 1024.0, e - 15);
+              break;
+            }
+            case DataType::kBFloat16: {
+              uint32_t bits = uint32_t(reinterpret_cast<uint16_t*>(buf.data())[i]) << 16;
+              float f;
+              std::memcpy(&f, &bits, 4);
+              got = f;
+              break;
+            }
+            case DataType::kInt32: got = reinterpret_cast<int32_t*>(buf.data())[i]; break;
+            case DataType::kInt64: got = reinterpret_cast<int64_t*>(buf.data())[i]; break;
+            case DataType::kUInt8: got = buf[i]; break;
+          }
+          ASSERT_EQ(got, expect) << algo << " " << toString(dtype) << " index " << i;
+        }
+      });
+    }
+  }
+}
+
+TEST_P(CommunicatorTest, OtherCollectives) {
+  withCommunicators(n(), settings(), [&](Communicator& c) {
+    const int size = c.size(), rank = c.rank();
+    // broadcast from every root
+    for (int root = 0; root < size; ++root) {
+      std::vector<int64_t> b(1000, rank == root ? 42 + root : -1);
+      BroadcastOptions bo;
+      bo.buffer = b.data();
+      bo.count = b.size();
+      bo.dtype = DataType::kInt64;
+      bo.root = root;
+      c.broadcast(bo);
+      for (auto v : b) ASSERT_EQ(v, 42 + root);
+    }
+    // allgather, equal and varying counts
+    std::vector<float> mine(5, float(rank)), all(5 * size, -1);
+    AllgatherOptions ao;
+    ao.send = mine.data();
+    ao.recv = all.data();
+    ao.count = 5;
+    c.allgather(ao);
+    for (int i = 0; i < 5 * size; ++i) ASSERT_EQ(all[i], float(i / 5));
+    std::vector<size_t> counts(size);
+    for (int r = 0; r < size; ++r) counts[r] = r % 3;  // includes zeros
+    size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+    std::vector<float> vmine(counts[rank], float(rank)), vall(total, -1);
+    AllgatherOptions vo;
+    vo.send = vmine.data();
+    vo.recv = vall.data();
+    vo.counts = counts;
+    c.allgather(vo);
+    size_t at = 0;
+    for (int r = 0; r < size; ++r) {
+      for (size_t k = 0; k < counts[r]; ++k) ASSERT_EQ(vall[at++], float(r));
+    }
+    // reduce-scatter (average)
+    std::vector<double> rs(3 * size), rsOut(3, -1);
+    for (int i = 0; i < 3 * size; ++i) rs[i] = rank + i;
+    ReduceScatterOptions ro;
+    ro.send = rs.data();
+    ro.recv = rsOut.data();
+    ro.recvCount = 3;
+    ro.dtype = DataType::kFloat64;
+    ro.op = ReduceOp::kAverage;
+    c.reduceScatter(ro);
+    for (int k = 0; k < 3; ++k) {
+      double expect = (size - 1) / 2.0 + rank * 3 + k;
+      ASSERT_DOUBLE_EQ(rsOut[k], expect);
+    }
+    // alltoall
+    std::vector<int32_t> s(2 * size), r2(2 * size, -1);
+    for (int j = 0; j < size; ++j) s[2 * j] = s[2 * j + 1] = rank * 100 + j;
+    AlltoallOptions to;
+    to.send = s.data();
+    to.recv = r2.data();
+    to.countPerRank = 2;
+    to.dtype = DataType::kInt32;
+    c.alltoall(to);
+    for (int i = 0; i < size; ++i) ASSERT_EQ(r2[2 * i], i * 100 + rank);
+    c.barrier();
+  });
+}
+
+TEST_P(CommunicatorTest, AsyncOperationsRunInOrder) {
+  withCommunicators(n(), settings(), [&](Communicator& c) {
+    std::vector<std::vector<float>> bufs(20, std::vector<float>(4096));
+    std::vector<std::shared_ptr<Work>> works;
+    for (int k = 0; k < 20; ++k) {
+      std::fill(bufs[k].begin(), bufs[k].end(), float(k + c.rank()));
+      AllreduceOptions o;
+      o.send = o.recv = bufs[k].data();
+      o.count = bufs[k].size();
+      works.push_back(c.allreduceAsync(o));
+    }
+    works.push_back(c.barrierAsync());
+    for (auto& w : works) w->wait();
+    for (int k = 0; k < 20; ++k) {
+      float expect = 0;
+      for (int r = 0; r < c.size(); ++r) expect += float(k + r);
+      ASSERT_EQ(bufs[k][0], expect);
+      ASSERT_EQ(bufs[k][4095], expect);
+    }
+  });
+}
+
+TEST_P(CommunicatorTest, MismatchedCountsFailOnEveryRankAndCommunicatorRecovers) {
+  std::atomic<int> failures{0};
+  withCommunicators(n(), settings(), [&](Communicator& c) {
+    std::vector<float> buf(100, 1);
+    AllreduceOptions o;
+    o.send = o.recv = buf.data();
+    o.count = c.rank() == 1 ? 60 : 50;
+    try {
+      c.allreduce(o);
+      ADD_FAILURE() << "rank " << c.rank() << ": mismatch not detected";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kMismatch) << e.what();
+      std::string m = e.what();
+      EXPECT_NE(m.find("rank 0"), std::string::npos) << m;
+      EXPECT_NE(m.find("rank 1"), std::string::npos) << m;
+      EXPECT_NE(m.find("count=50"), std::string::npos) << m;
+      EXPECT_NE(m.find("count=60"), std::string::npos) << m;
+      ++failures;
+    }
+    // Different dtypes.
+    o.count = 10;
+    o.dtype = c.rank() == 1 ? DataType::kFloat64 : DataType::kFloat32;
+    EXPECT_THROW(c.allreduce(o), Error);
+    // Different roots.
+    BroadcastOptions b;
+    b.buffer = buf.data();
+    b.count = 4;
+    b.root = c.rank() == 1 ? 1 : 0;
+    try {
+      c.broadcast(b);
+      ADD_FAILURE() << "root mismatch not detected";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kMismatch);
+      EXPECT_NE(std::string(e.what()).find("root=1"), std::string::npos) << e.what();
+    }
+    // Still usable.
+    o.dtype = DataType::kFloat32;
+    o.count = 100;
+    std::fill(buf.begin(), buf.end(), 1.0f);
+    c.allreduce(o);
+    EXPECT_EQ(buf[99], float(c.size()));
+  });
+  EXPECT_EQ(failures.load(), n());
+}
+
+TEST_P(CommunicatorTest, InvalidArgumentOnOneRankFailsAllRanks) {
+  withCommunicators(n(), settings(), [&](Communicator& c) {
+    std::vector<float> buf(16, 1);
+    AllreduceOptions o;
+    o.send = c.rank() == 1 ? nullptr : buf.data();
+    o.recv = buf.data();
+    o.count = 16;
+    try {
+      c.allreduce(o);
+      ADD_FAILURE() << "null buffer not detected on rank " << c.rank();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      std::string m = e.what();
+      if (c.rank() == 1) {
+        EXPECT_NE(m.find("send buffer is null but count is 16"), std::string::npos) << m;
+      } else {
+        EXPECT_NE(m.find("rank 1"), std::string::npos) << m;
+      }
+    }
+    o.send = buf.data();
+    o.count = SIZE_MAX / 2;
+    try {
+      c.allreduce(o);
+      ADD_FAILURE() << "overflow not detected";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    }
+    o.count = 16;
+    o.algorithm = "nonsense";
+    try {
+      c.allreduce(o);
+      ADD_FAILURE() << "bad algorithm not detected";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("ring"), std::string::npos) << e.what();
+    }
+    BroadcastOptions b;
+    b.buffer = buf.data();
+    b.count = 1;
+    b.root = c.size();
+    EXPECT_THROW(c.broadcast(b), Error);
+    c.barrier();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, CommunicatorTest,
+                         ::testing::Values(Param{2, "auto"}, Param{3, "auto"},
+                                           Param{4, "auto"}, Param{2, "tcp"},
+                                           Param{3, "tcp"}),
+                         [](const auto& info) {
+                           return std::string(info.param.transport) + "_" +
+                                  std::to_string(info.param.ranks);
+                         });
+
+TEST(CommunicatorSingle, OneRankWorksWithoutRendezvous) {
+  CommunicatorConfig config;
+  api::CommunicatorImpl c(config, test::testSettings());
+  std::vector<float> in(10, 3), out(10, 0);
+  AllreduceOptions o;
+  o.send = in.data();
+  o.recv = out.data();
+  o.count = 10;
+  o.op = ReduceOp::kAverage;
+  c.allreduce(o);
+  EXPECT_EQ(out[9], 3.0f);
+  c.barrier();
+}
+
+}  // namespace
+}  // namespace kolo

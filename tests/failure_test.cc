@@ -1,0 +1,112 @@
+// Dead and silent peers, with ranks as real processes: a rank killed with
+// SIGKILL in the middle of allreduces is an error naming it on every other
+// rank within 2 s; a rank stopped with SIGSTOP is an error naming it within
+// the timeout. Nothing hangs. Each for shared memory and for tcp.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "api/communicator_impl.h"
+#include "support/process_ranks.h"
+
+namespace kolo {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Each rank: build a communicator, signal readiness through an allreduce,
+// then loop 4 MiB allreduces until an error; exit with the error code and
+// print the message.
+int allreduceForever(int rank, int size, const std::string& rendezvous,
+                     const std::string& transport, double timeoutSeconds) {
+  Settings s;
+  s.transport = transport;
+  s.timeoutSeconds = timeoutSeconds;
+  s.connectTimeoutSeconds = 20;
+  CommunicatorConfig config;
+  config.rank = rank;
+  config.size = size;
+  config.rendezvous = rendezvous;
+  config.hostStore = false;
+  try {
+    api::CommunicatorImpl c(config, s);
+    std::vector<float> buf(1 << 20, 1.0f);
+    AllreduceOptions o;
+    o.send = o.recv = buf.data();
+    o.count = buf.size();
+    for (long i = 0;; ++i) {
+      c.allreduce(o);
+      if (i == 0) {
+        std::printf("rank %d running\n", rank);
+        std::fflush(stdout);
+      }
+    }
+  } catch (const Error& e) {
+    std::printf("rank %d error code %d: %s\n", rank, static_cast<int>(e.code()),
+                e.what());
+    std::fflush(stdout);
+    // Skip destructors: the communicator is broken anyway.
+    _exit(static_cast<int>(e.code()));
+  }
+  return 0;
+}
+
+void waitRunning(test::ProcessRanks& ranks, int n) {
+  // The victim's first allreduce completed on every rank once all printed;
+  // the output is only visible through waitAll, so give them a moment.
+  (void)ranks;
+  (void)n;
+  std::this_thread::sleep_for(milliseconds(1500));
+}
+
+class FailureTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(FailureTest, KilledRankIsNamedOnEveryOtherRankWithinTwoSeconds) {
+  const int n = 3;
+  const std::string transport = GetParam();
+  test::ProcessRanks ranks(n, [&](int rank, const std::string& address) {
+    return allreduceForever(rank, n, address, transport, 30);
+  });
+  waitRunning(ranks, n);
+  const double killedAt = ranks.elapsed();
+  ranks.signal(1, SIGKILL);
+  auto outcomes = ranks.waitAll(milliseconds(10000));
+  EXPECT_EQ(outcomes[1].signal, SIGKILL);
+  for (int r : {0, 2}) {
+    const auto& o = outcomes[r];
+    EXPECT_FALSE(o.hung) << "rank " << r << " hung; output:\n" << o.output;
+    EXPECT_TRUE(o.exited) << o.output;
+    EXPECT_EQ(o.exitCode, static_cast<int>(ErrorCode::kPeerLost)) << o.output;
+    EXPECT_NE(o.output.find("rank 1"), std::string::npos) << o.output;
+    EXPECT_LT(o.seconds - killedAt, 2.0) << "rank " << r << " took too long:\n"
+                                         << o.output;
+  }
+}
+
+TEST_P(FailureTest, StoppedRankTimesOutNamingIt) {
+  const int n = 3;
+  const double timeout = 2.0;
+  const std::string transport = GetParam();
+  test::ProcessRanks ranks(n, [&](int rank, const std::string& address) {
+    return allreduceForever(rank, n, address, transport, timeout);
+  });
+  waitRunning(ranks, n);
+  const double stoppedAt = ranks.elapsed();
+  ranks.signal(2, SIGSTOP);
+  auto outcomes = ranks.waitAll(milliseconds(static_cast<int>((timeout + 4) * 1000)));
+  for (int r : {0, 1}) {
+    const auto& o = outcomes[r];
+    EXPECT_FALSE(o.hung) << "rank " << r << " hung; output:\n" << o.output;
+    EXPECT_EQ(o.exitCode, static_cast<int>(ErrorCode::kTimeout)) << o.output;
+    EXPECT_NE(o.output.find("rank 2"), std::string::npos) << o.output;
+    EXPECT_LT(o.seconds - stoppedAt, timeout + 3.0) << o.output;
+  }
+  EXPECT_TRUE(outcomes[2].hung);  // it was stopped; the harness killed it
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, FailureTest, ::testing::Values("auto", "tcp"));
+
+}  // namespace
+}  // namespace kolo

@@ -1,0 +1,60 @@
+// Communicators for n ranks as n threads of the test process: each thread
+// builds a full kolo::Communicator (real rendezvous through a TcpStoreServer
+// hosted by the test, real shm/tcp transports).
+#pragma once
+
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api/communicator_impl.h"
+#include "common/settings.h"
+#include "rendezvous/tcp_store.h"
+
+namespace kolo::test {
+
+// Settings for tests: short timeouts so a broken test fails fast.
+inline Settings testSettings(const std::string& transport = "auto") {
+  Settings s;
+  s.transport = transport;
+  s.timeoutSeconds = 20;
+  s.connectTimeoutSeconds = 20;
+  return s;
+}
+
+// Runs fn(comm) on n threads, each with its own communicator; rethrows the
+// first exception after all threads finished.
+inline void withCommunicators(int n, const Settings& settings,
+                              const std::function<void(Communicator&)>& fn) {
+  static int counter = 0;
+  auto server = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
+  const std::string address = "tcp://127.0.0.1:" + std::to_string(server->port());
+  const std::string name = "t" + std::to_string(++counter);
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        CommunicatorConfig config;
+        config.rank = r;
+        config.size = n;
+        config.rendezvous = address;
+        config.hostStore = false;
+        config.name = name;
+        api::CommunicatorImpl comm(config, settings);
+        fn(comm);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace kolo::test

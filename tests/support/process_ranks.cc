@@ -1,0 +1,127 @@
+#include "support/process_ranks.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <thread>
+
+namespace kolo::test {
+
+ProcessRanks::ProcessRanks(int n, Body body) {
+  server_ = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
+  const std::string address = "tcp://127.0.0.1:" + std::to_string(server_->port());
+  start_ = std::chrono::steady_clock::now();
+  outcomes_.resize(n);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  for (int r = 0; r < n; ++r) {
+    int fds[2];
+    if (pipe(fds) != 0) std::abort();
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[0]);
+      dup2(fds[1], 1);
+      dup2(fds[1], 2);
+      close(fds[1]);
+      int code = 99;
+      try {
+        code = body(r, address);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: uncaught exception: %s\n", r, e.what());
+        code = 98;
+      }
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(code);
+    }
+    close(fds[1]);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    pids_.push_back(pid);
+    pipes_.push_back(fds[0]);
+    outcomes_[r].rank = r;
+  }
+}
+
+ProcessRanks::~ProcessRanks() {
+  for (size_t r = 0; r < pids_.size(); ++r) {
+    if (pids_[r] > 0) {
+      kill(pids_[r], SIGKILL);
+      waitpid(pids_[r], nullptr, 0);
+    }
+    if (pipes_[r] >= 0) close(pipes_[r]);
+  }
+}
+
+void ProcessRanks::signal(int rank, int sig) {
+  if (pids_[rank] > 0) kill(pids_[rank], sig);
+}
+
+double ProcessRanks::elapsed() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+void ProcessRanks::drainOutput(bool block) {
+  char buf[4096];
+  for (size_t r = 0; r < pipes_.size(); ++r) {
+    if (pipes_[r] < 0) continue;
+    for (;;) {
+      ssize_t got = read(pipes_[r], buf, sizeof(buf));
+      if (got > 0) {
+        outcomes_[r].output.append(buf, static_cast<size_t>(got));
+        continue;
+      }
+      if (got == 0) {
+        close(pipes_[r]);
+        pipes_[r] = -1;
+      }
+      break;
+    }
+  }
+  (void)block;
+}
+
+std::vector<RankOutcome> ProcessRanks::waitAll(std::chrono::milliseconds deadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  size_t left = 0;
+  for (int p : pids_) left += p > 0 ? 1 : 0;
+  while (left > 0) {
+    drainOutput(false);
+    bool reaped = false;
+    for (size_t r = 0; r < pids_.size(); ++r) {
+      if (pids_[r] <= 0) continue;
+      int status = 0;
+      pid_t got = waitpid(pids_[r], &status, WNOHANG);
+      if (got != pids_[r]) continue;
+      auto& o = outcomes_[r];
+      o.seconds = elapsed();
+      o.exited = WIFEXITED(status);
+      if (o.exited) o.exitCode = WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) o.signal = WTERMSIG(status);
+      pids_[r] = 0;
+      --left;
+      reaped = true;
+    }
+    if (left == 0) break;
+    if (std::chrono::steady_clock::now() > until) {
+      for (size_t r = 0; r < pids_.size(); ++r) {
+        if (pids_[r] <= 0) continue;
+        outcomes_[r].hung = true;
+        outcomes_[r].seconds = elapsed();
+        kill(pids_[r], SIGCONT);
+        kill(pids_[r], SIGKILL);
+        waitpid(pids_[r], nullptr, 0);
+        pids_[r] = 0;
+      }
+      break;
+    }
+    if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  drainOutput(false);
+  return outcomes_;
+}
+
+}  // namespace kolo::test

@@ -1,0 +1,57 @@
+// A job of n ranks as n forked processes of the test, for tests that kill,
+// stop or crash ranks.
+//
+// The parent hosts the rendezvous (a real TcpStoreServer on loopback) and
+// forks one child per rank; each child runs body(rank, rendezvous) and
+// exits with its return value. Children's stdout and stderr are captured
+// through one pipe each. waitAll() reaps every child, killing (and
+// reporting as hung) any that is still running at the deadline, so a test
+// never hangs.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rendezvous/tcp_store.h"
+
+namespace kolo::test {
+
+struct RankOutcome {
+  int rank = 0;
+  bool exited = false;  // exited normally (else killed by a signal)
+  int exitCode = -1;    // when exited
+  int signal = 0;       // when killed
+  bool hung = false;    // still running at the deadline (then killed)
+  double seconds = 0;   // from start() to its end
+  std::string output;   // everything it printed
+};
+
+class ProcessRanks {
+ public:
+  using Body = std::function<int(int rank, const std::string& rendezvous)>;
+
+  ProcessRanks(int n, Body body);
+  ~ProcessRanks();  // kills and reaps whatever is left
+
+  int pid(int rank) const { return pids_[rank]; }
+  void signal(int rank, int sig);
+  // Seconds since the children were started.
+  double elapsed() const;
+
+  // Reaps all children, waiting at most `deadline` from now for the rest.
+  std::vector<RankOutcome> waitAll(std::chrono::milliseconds deadline);
+
+ private:
+  void drainOutput(bool block);
+
+  std::unique_ptr<rendezvous::TcpStoreServer> server_;
+  std::vector<int> pids_;
+  std::vector<int> pipes_;
+  std::vector<RankOutcome> outcomes_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace kolo::test
