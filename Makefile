@@ -1,0 +1,70 @@
+# kolo: the two commands of the README, plus the sanitizer run and chores.
+#
+#   make demo       install missing deps, build, run the collective benchmark
+#                   on 2 local ranks under kolorun
+#   make test       install missing deps, build (RelWithDebInfo) into build/,
+#                   run every test with ctest
+#   make test-asan  the same tests built with ASan+UBSan into build-asan/
+#   make format     clang-format every C/C++ source in place
+#   make clean      remove build/ and build-asan/
+#
+# BUILD_DIR, ASAN_DIR, JOBS and CTEST_TIMEOUT may be overridden:
+#   make test BUILD_DIR=build-mine JOBS=1
+BUILD_DIR ?= build
+ASAN_DIR ?= build-asan
+BUILD_TYPE ?= RelWithDebInfo
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CTEST_TIMEOUT ?= 600
+GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Unix Makefiles")
+
+DEMO_ARGS ?= -o allreduce -b 8 -e 64M -f 8
+
+# The sanitizer build carries only what the tests need: no examples.
+ASAN_FLAGS := -DKOLO_SANITIZE=address,undefined -DKOLO_BUILD_EXAMPLES=OFF
+export ASAN_OPTIONS ?= detect_leaks=1:abort_on_error=0:strict_string_checks=1
+export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
+
+.PHONY: all deps build demo test build-asan test-asan format clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+# Configure once (cmake re-runs itself when a CMakeLists.txt changes).
+$(BUILD_DIR)/CMakeCache.txt:
+	cmake -S . -B $(BUILD_DIR) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+
+$(ASAN_DIR)/CMakeCache.txt:
+	cmake -S . -B $(ASAN_DIR) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(ASAN_FLAGS)
+
+build: deps $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The main job. Until the training examples land this is the allreduce
+# benchmark; before kolo-bench exists, the C example stands in for it.
+demo: build
+	@if [ -x $(BUILD_DIR)/bin/kolo-bench ]; then \
+	  echo "+ $(BUILD_DIR)/bin/kolorun -np 2 $(BUILD_DIR)/bin/kolo-bench $(DEMO_ARGS)"; \
+	  $(BUILD_DIR)/bin/kolorun -np 2 $(BUILD_DIR)/bin/kolo-bench $(DEMO_ARGS); \
+	else \
+	  echo "+ $(BUILD_DIR)/bin/kolorun -np 2 $(BUILD_DIR)/bin/c_allreduce"; \
+	  $(BUILD_DIR)/bin/kolorun -np 2 $(BUILD_DIR)/bin/c_allreduce; \
+	fi
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout $(CTEST_TIMEOUT)
+
+build-asan: deps $(ASAN_DIR)/CMakeCache.txt
+	cmake --build $(ASAN_DIR) -j $(JOBS)
+
+test-asan: build-asan
+	cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) --timeout $(CTEST_TIMEOUT)
+
+format:
+	@files=$$(git ls-files '*.cc' '*.h' '*.c' '*.cpp' 2>/dev/null || \
+	          find src include tools tests examples python -name '*.cc' -o -name '*.h' -o -name '*.c'); \
+	if [ -n "$$files" ]; then clang-format -i $$files; fi
+
+clean:
+	rm -rf $(BUILD_DIR) $(ASAN_DIR)

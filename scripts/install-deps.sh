@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Installs every Debian package that kolo's build, tests, benchmarks and
+# examples need. Idempotent: packages already installed are checked with
+# dpkg-query and nothing is printed; apt-get runs (update first) only when
+# something is missing. Run as root, or with sudo available.
+#
+#   scripts/install-deps.sh          install what is missing
+#   scripts/install-deps.sh --check  exit 1 (listing them) if any is missing
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  cmake ninja-build make g++ gcc pkg-config
+  # tests and formatting
+  libgtest-dev libgmock-dev clang-format procps
+  # MPI engine and the OpenMPI baseline of the benchmarks
+  libopenmpi-dev openmpi-bin
+  # PyTorch (Gloo baseline, Python bindings, libtorch examples)
+  python3 python3-dev python3-torch python3-numpy libtorch-dev pybind11-dev
+  libgloo-dev
+  # examples: real Fashion-MNIST files, image-folder JPEG classifier
+  dataset-fashion-mnist libjpeg-dev zlib1g-dev
+  # multi-host tests in network namespaces
+  iproute2
+)
+
+# One dpkg-query for all; a package it does not know is simply not listed.
+installed=" $(dpkg-query -W -f='${Package}=${db:Status-Status} ' "${PACKAGES[@]}" 2>/dev/null || true) "
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if [[ "$installed" != *" $pkg=installed "* ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  exit 0
+fi
+
+if [[ "${1:-}" == "--check" ]]; then
+  echo "missing packages: ${missing[*]}" >&2
+  exit 1
+fi
+
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+  else
+    echo "install-deps: missing packages (${missing[*]}) and not root; install them as root" >&2
+    exit 1
+  fi
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update -qq
+"${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

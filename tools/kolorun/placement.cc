@@ -1,0 +1,85 @@
+#include "placement.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string_view>
+
+namespace kolo::kolorun {
+namespace {
+
+std::string_view nameOf(std::string_view entry) {
+  auto eq = entry.find('=');
+  return eq == std::string_view::npos ? entry : entry.substr(0, eq);
+}
+
+// Replaces (or appends) NAME=VALUE in env.
+void setVariable(std::vector<std::string>& env, std::string_view name,
+                 const std::string& value) {
+  std::string entry = std::string(name) + "=" + value;
+  for (auto& e : env) {
+    if (nameOf(e) == name) {
+      e = std::move(entry);
+      return;
+    }
+  }
+  env.push_back(std::move(entry));
+}
+
+}  // namespace
+
+std::vector<Placement> planPlacement(const LaunchOptions& options) {
+  std::vector<Placement> out;
+  out.reserve(options.numRanks);
+  for (int r = 0; r < options.numRanks; ++r) {
+    Placement p;
+    p.rank = r;
+    p.size = options.numRanks;
+    p.localRank = r;
+    p.localSize = options.numRanks;
+    p.crossRank = 0;
+    p.crossSize = 1;
+    out.push_back(p);
+  }
+  return out;
+}
+
+std::string makeJobId() {
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  auto micros = std::chrono::duration_cast<std::chrono::microseconds>(now).count();
+  std::random_device rd;
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "kolorun-%d-%llx-%08x", static_cast<int>(getpid()),
+                static_cast<unsigned long long>(micros), static_cast<unsigned>(rd()));
+  return buf;
+}
+
+std::vector<std::string> rankEnvironment(const std::vector<std::string>& base,
+                                         const std::vector<std::string>& exports,
+                                         const Placement& placement,
+                                         const JobIdentity& job) {
+  std::vector<std::string> env = base;
+  for (const auto& spec : exports) {
+    auto eq = spec.find('=');
+    if (eq != std::string::npos) {
+      setVariable(env, spec.substr(0, eq), spec.substr(eq + 1));
+    } else if (const char* v = std::getenv(spec.c_str()); v != nullptr) {
+      // Locally the variable is inherited anyway; a remote launcher forwards it.
+      setVariable(env, spec, v);
+    }
+  }
+  setVariable(env, "KOLO_RANK", std::to_string(placement.rank));
+  setVariable(env, "KOLO_SIZE", std::to_string(placement.size));
+  setVariable(env, "KOLO_LOCAL_RANK", std::to_string(placement.localRank));
+  setVariable(env, "KOLO_LOCAL_SIZE", std::to_string(placement.localSize));
+  setVariable(env, "KOLO_CROSS_RANK", std::to_string(placement.crossRank));
+  setVariable(env, "KOLO_CROSS_SIZE", std::to_string(placement.crossSize));
+  setVariable(env, "KOLO_RENDEZVOUS", job.rendezvous);
+  setVariable(env, "KOLO_JOB_ID", job.jobId);
+  return env;
+}
+
+}  // namespace kolo::kolorun

@@ -1,0 +1,342 @@
+#include "supervisor.h"
+
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+#include "kolo/error.h"
+#include "placement.h"
+#include "rendezvous/tcp_store.h"
+
+extern char** environ;
+
+namespace kolo::kolorun {
+namespace {
+
+constexpr int kHandledSignals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+std::vector<std::string> currentEnvironment() {
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.emplace_back(*e);
+  return env;
+}
+
+std::chrono::steady_clock::duration seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(s));
+}
+
+}  // namespace
+
+SignalChannel::SignalChannel() {
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : kHandledSignals) sigaddset(&mask, sig);
+  if (pthread_sigmask(SIG_BLOCK, &mask, &originalMask_) != 0) {
+    throw std::runtime_error("cannot block signals");
+  }
+  fd_ = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (fd_ < 0) {
+    throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+  }
+  // A closed stdout (kolorun ... | head) must not kill kolorun: writes fail
+  // with EPIPE instead and the multiplexer stops writing there.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ignore, &oldPipeAction_);
+}
+
+SignalChannel::~SignalChannel() {
+  if (fd_ >= 0) close(fd_);
+  sigaction(SIGPIPE, &oldPipeAction_, nullptr);
+  pthread_sigmask(SIG_SETMASK, &originalMask_, nullptr);
+}
+
+std::vector<int> SignalChannel::drain() {
+  std::vector<int> out;
+  signalfd_siginfo info;
+  while (true) {
+    ssize_t n = read(fd_, &info, sizeof info);
+    if (n == static_cast<ssize_t>(sizeof info)) {
+      out.push_back(static_cast<int>(info.ssi_signo));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;  // EAGAIN: nothing more
+  }
+  return out;
+}
+
+Supervisor::Supervisor(LaunchOptions options, OutputMultiplexer& output)
+    : options_(std::move(options)), output_(output) {}
+
+Supervisor::~Supervisor() {
+  for (auto& rank : ranks_) {
+    if (rank->running()) {
+      rank->signalGroup(SIGKILL);
+      int status = 0;
+      waitpid(rank->pid(), &status, 0);
+    }
+  }
+}
+
+int Supervisor::run() {
+  if (launch()) loop();
+  // The job is over: whatever a rank left behind in its process group
+  // (background grandchildren) is ended too, and reaped (kolorun is their
+  // subreaper).
+  for (auto& rank : ranks_) rank->signalGroup(SIGKILL);
+  reap();
+  output_.closeAll();
+  report();
+  return exitCode();
+}
+
+bool Supervisor::launch() {
+  std::string executable;
+  try {
+    executable = resolveExecutable(options_.command.front());
+  } catch (const LaunchError& e) {
+    output_.note(e.what());
+    reason_ = EndReason::kLaunchFailed;
+    launchExitCode_ = e.exitCode();
+    return false;
+  }
+
+  JobIdentity job;
+  job.jobId = makeJobId();
+  try {
+    store_ = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
+  } catch (const std::exception& e) {
+    output_.note(std::string("cannot start the rendezvous store: ") + e.what());
+    reason_ = EndReason::kLaunchFailed;
+    launchExitCode_ = 1;
+    return false;
+  }
+  job.rendezvous = "tcp://127.0.0.1:" + std::to_string(store_->port());
+  if (options_.verbose) {
+    output_.note("job " + job.jobId + ", " + std::to_string(options_.numRanks) +
+                 " ranks, rendezvous " + job.rendezvous + ", command " + executable);
+  }
+
+  // Orphaned grandchildren become kolorun's children, so they are reaped
+  // (and are still in their rank's process group when the job is ended).
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+  const std::vector<std::string> base = currentEnvironment();
+  const std::vector<Placement> placements = planPlacement(options_);
+  exitTimes_.assign(placements.size(), std::nullopt);
+  for (const Placement& p : placements) {
+    auto rank = std::make_unique<RankProcess>(
+        p.rank, options_.command, rankEnvironment(base, options_.exports, p, job));
+    try {
+      rank->start(executable, signals_.originalMask());
+    } catch (const LaunchError& e) {
+      output_.note(e.what());
+      launchExitCode_ = e.exitCode();
+      abortJob(EndReason::kLaunchFailed, SIGTERM);
+      break;
+    }
+    output_.addStream(p.rank, StreamKind::kStdout, rank->takeStdoutFd());
+    output_.addStream(p.rank, StreamKind::kStderr, rank->takeStderrFd());
+    if (options_.verbose) {
+      output_.note("rank " + std::to_string(p.rank) + " started, pid " +
+                   std::to_string(rank->pid()));
+    }
+    ranks_.push_back(std::move(rank));
+  }
+  if (options_.timeoutSeconds > 0) {
+    jobDeadline_ = Clock::now() + seconds(options_.timeoutSeconds);
+  }
+  return true;
+}
+
+void Supervisor::loop() {
+  std::vector<pollfd> fds;
+  while (true) {
+    closeLingeringPipes();
+    if (allExited() && !output_.anyOpen()) break;
+
+    // The nearest deadline bounds the wait.
+    std::optional<Clock::time_point> next;
+    auto consider = [&next](const std::optional<Clock::time_point>& t) {
+      if (t && (!next || *t < *next)) next = t;
+    };
+    if (!killed_) consider(killDeadline_);
+    if (reason_ == EndReason::kNone) consider(jobDeadline_);
+    for (size_t r = 0; r < exitTimes_.size(); ++r) {
+      if (exitTimes_[r] && output_.rankOpen(static_cast<int>(r))) {
+        consider(*exitTimes_[r] + seconds(kDrainSeconds));
+      }
+    }
+    int timeoutMs = -1;
+    if (next) {
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now());
+      timeoutMs = static_cast<int>(std::clamp<int64_t>(left.count() + 1, 0, 60'000));
+    }
+
+    fds.clear();
+    fds.push_back({signals_.fd(), POLLIN, 0});
+    for (int fd : output_.openFds()) fds.push_back({fd, POLLIN, 0});
+    int n = poll(fds.data(), fds.size(), timeoutMs);
+    if (n < 0 && errno != EINTR) {
+      output_.note(std::string("poll failed: ") + std::strerror(errno));
+      abortJob(EndReason::kSignal, SIGKILL);
+      break;
+    }
+    if (n > 0) {
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents != 0) output_.readAvailable(fds[i].fd);
+      }
+      if (fds[0].revents != 0) {
+        for (int sig : signals_.drain()) {
+          if (sig == SIGCHLD) {
+            reap();
+          } else {
+            onSignal(sig);
+          }
+        }
+      }
+    }
+
+    const auto now = Clock::now();
+    if (reason_ == EndReason::kNone && jobDeadline_ && now >= *jobDeadline_) {
+      abortJob(EndReason::kTimeout, SIGTERM);
+    }
+    if (!killed_ && killDeadline_ && now >= *killDeadline_) escalate();
+  }
+}
+
+void Supervisor::reap() {
+  while (true) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;  // 0: none ready; -1: no children left
+    RankProcess* rank = findRank(pid);
+    if (rank == nullptr) continue;
+    ExitStatus exit = ExitStatus::fromWaitStatus(status);
+    rank->markExited(exit);
+    exitTimes_[rank->rank()] = Clock::now();
+    if (options_.verbose) {
+      output_.note("rank " + std::to_string(rank->rank()) + " (pid " +
+                   std::to_string(pid) + ") " + exit.describe());
+    }
+    if (!exit.success() && reason_ == EndReason::kNone) {
+      failedRank_ = rank->rank();
+      abortJob(EndReason::kRankFailed, SIGTERM);
+    }
+  }
+}
+
+void Supervisor::onSignal(int sig) {
+  if (reason_ == EndReason::kSignal) {
+    // A second interrupt: no more patience.
+    escalate();
+    return;
+  }
+  if (reason_ == EndReason::kNone) receivedSignal_ = sig;
+  output_.note("received " + signalName(sig) + ", ending the ranks");
+  if (reason_ == EndReason::kNone) {
+    abortJob(EndReason::kSignal, sig);
+  } else {
+    // Already ending (a rank failed, or the timeout): forward it anyway.
+    for (auto& rank : ranks_) {
+      if (rank->running()) rank->signalGroup(sig);
+    }
+  }
+}
+
+void Supervisor::abortJob(EndReason reason, int sig) {
+  if (reason_ != EndReason::kNone) return;
+  reason_ = reason;
+  if (reason == EndReason::kTimeout) {
+    std::ostringstream os;
+    os << "the job exceeded --timeout " << options_.timeoutSeconds
+       << " s, ending the ranks";
+    output_.note(os.str());
+  }
+  for (auto& rank : ranks_) {
+    if (rank->running()) rank->signalGroup(sig);
+  }
+  killDeadline_ = Clock::now() + seconds(kGraceSeconds);
+}
+
+void Supervisor::escalate() {
+  killed_ = true;
+  for (auto& rank : ranks_) {
+    if (rank->running()) {
+      if (options_.verbose) {
+        output_.note("rank " + std::to_string(rank->rank()) + " (pid " +
+                     std::to_string(rank->pid()) + ") still running, sending SIGKILL");
+      }
+      rank->signalGroup(SIGKILL);
+    }
+  }
+}
+
+void Supervisor::closeLingeringPipes() {
+  const auto now = Clock::now();
+  for (size_t r = 0; r < exitTimes_.size(); ++r) {
+    const auto& t = exitTimes_[r];
+    if (t && now >= *t + seconds(kDrainSeconds) &&
+        output_.rankOpen(static_cast<int>(r))) {
+      if (options_.verbose) {
+        output_.note("rank " + std::to_string(r) +
+                     " exited but something it started still holds its output; "
+                     "no longer reading it");
+      }
+      output_.closeRank(static_cast<int>(r));
+    }
+  }
+}
+
+bool Supervisor::allExited() const {
+  return std::none_of(ranks_.begin(), ranks_.end(),
+                      [](const auto& rank) { return rank->running(); });
+}
+
+RankProcess* Supervisor::findRank(pid_t pid) {
+  for (auto& rank : ranks_) {
+    if (rank->pid() == pid) return rank.get();
+  }
+  return nullptr;
+}
+
+int Supervisor::exitCode() const {
+  switch (reason_) {
+    case EndReason::kNone: return 0;
+    case EndReason::kRankFailed: return ranks_[failedRank_]->exitStatus()->shellCode();
+    case EndReason::kSignal:
+      return 128 + (receivedSignal_ != 0 ? receivedSignal_ : SIGKILL);
+    case EndReason::kTimeout: return 124;
+    case EndReason::kLaunchFailed: return launchExitCode_ != 0 ? launchExitCode_ : 1;
+  }
+  return 1;
+}
+
+void Supervisor::report() {
+  if (reason_ != EndReason::kRankFailed) return;
+  const RankProcess& rank = *ranks_[failedRank_];
+  output_.note("rank " + std::to_string(rank.rank()) + " (pid " +
+               std::to_string(rank.pid()) + ") " + rank.exitStatus()->describe());
+  auto lines = output_.tail(rank.rank());
+  if (lines.empty()) {
+    output_.note("rank " + std::to_string(rank.rank()) + " printed nothing");
+    return;
+  }
+  output_.note("last lines of rank " + std::to_string(rank.rank()) + ":");
+  for (const auto& line : lines) {
+    output_.note("  [" + std::to_string(rank.rank()) + "] " + line);
+  }
+}
+
+}  // namespace kolo::kolorun

@@ -1,0 +1,107 @@
+// The supervisor: hosts the rendezvous store, starts the ranks, relays their
+// output and decides how the job ends.
+//
+// Algorithm (one thread, one poll() loop over a signalfd and the ranks' pipes)
+// - SIGCHLD: reap every exited child. The first rank that exits non-zero or
+//   by a signal is the job's failure: every other rank's process group gets
+//   SIGTERM, and SIGKILL after kGraceSeconds if it is still there.
+// - SIGINT/SIGTERM/SIGHUP/SIGQUIT to kolorun: forwarded to every rank's
+//   process group, SIGKILL after the grace period (at once on a second one);
+//   kolorun then exits 128+signal.
+// - --timeout: when the job outlives it, it is ended the same way; exit 124.
+// - After a rank exits, its pipes are read to end-of-file; if something it
+//   left behind keeps them open longer than kDrainSeconds they are closed.
+// - When every rank has exited and its output is drained, whatever the ranks
+//   left running in their process groups gets SIGKILL; kolorun prints the
+//   failure (rank, pid, code or signal, its last lines) and returns the exit
+//   code: 0, the failing rank's code (128+signal for a signal), 124 or
+//   128+signal.
+//
+// Contract: construct once per job on the main thread, before any other
+// thread exists (the constructor blocks the handled signals for the whole
+// process so that they arrive on the signalfd), then call run() once.
+#pragma once
+
+#include <signal.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "options.h"
+#include "output_multiplexer.h"
+#include "rank_process.h"
+
+namespace kolo::rendezvous {
+class TcpStoreServer;
+}
+
+namespace kolo::kolorun {
+
+// Blocks the signals kolorun handles and delivers them through a signalfd.
+class SignalChannel {
+ public:
+  SignalChannel();   // throws std::runtime_error
+  ~SignalChannel();  // restores the previous mask
+  SignalChannel(const SignalChannel&) = delete;
+  SignalChannel& operator=(const SignalChannel&) = delete;
+
+  int fd() const { return fd_; }
+  // The mask from before, for children.
+  const sigset_t& originalMask() const { return originalMask_; }
+  // Signals received since the last call (non-blocking).
+  std::vector<int> drain();
+
+ private:
+  int fd_ = -1;
+  sigset_t originalMask_;
+  struct sigaction oldPipeAction_;
+};
+
+class Supervisor {
+ public:
+  static constexpr double kGraceSeconds = 3.0;
+  static constexpr double kDrainSeconds = 1.0;
+
+  Supervisor(LaunchOptions options, OutputMultiplexer& output);
+  ~Supervisor();  // ends any rank still running (SIGKILL to its group)
+
+  // Runs the job to its end; returns kolorun's exit code.
+  int run();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  enum class EndReason { kNone, kRankFailed, kSignal, kTimeout, kLaunchFailed };
+
+  bool launch();
+  void loop();
+  void reap();
+  void onSignal(int sig);
+  void abortJob(EndReason reason, int sig);
+  void escalate();
+  void closeLingeringPipes();
+  bool allExited() const;
+  int exitCode() const;
+  void report();
+  RankProcess* findRank(pid_t pid);
+
+  LaunchOptions options_;
+  OutputMultiplexer& output_;
+  SignalChannel signals_;
+  std::unique_ptr<rendezvous::TcpStoreServer> store_;
+  std::vector<std::unique_ptr<RankProcess>> ranks_;
+  std::vector<std::optional<Clock::time_point>> exitTimes_;
+
+  EndReason reason_ = EndReason::kNone;
+  int launchExitCode_ = 0;
+  int receivedSignal_ = 0;
+  int failedRank_ = -1;
+  std::optional<Clock::time_point> killDeadline_;  // SIGKILL what remains then
+  std::optional<Clock::time_point> jobDeadline_;   // --timeout
+  bool killed_ = false;
+};
+
+}  // namespace kolo::kolorun
