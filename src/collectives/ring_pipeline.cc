@@ -1,0 +1,95 @@
+#include "collectives/ring_pipeline.h"
+
+#include <algorithm>
+#include <memory>
+
+#include "collectives/reduce.h"
+#include "common/check.h"
+
+namespace kolo::collectives {
+namespace {
+
+struct Item {
+  int step;
+  size_t offset;  // elements into the step's segment
+  size_t count;
+};
+
+}  // namespace
+
+void runRing(const RingPlan& plan) {
+  transport::Transport& t = *plan.transport;
+  const size_t es = elementSize(plan.dtype);
+  const size_t chunkElems = std::max<size_t>(1, plan.chunkBytes / es);
+  const int steps = static_cast<int>(plan.steps.size());
+  if (steps == 0) return;
+
+  std::vector<transport::RequestPtr> firstSends;
+  for (size_t off = 0; off < plan.firstCount; off += chunkElems) {
+    const size_t n = std::min(chunkElems, plan.firstCount - off);
+    firstSends.push_back(
+        t.isend(plan.next, plan.steps[0].tag, plan.first + off * es, n * es));
+  }
+
+  std::vector<Item> items;
+  bool anyReduce = false;
+  for (int s = 0; s < steps; ++s) {
+    const RingStep& st = plan.steps[s];
+    if (st.local != nullptr) anyReduce = true;
+    for (size_t off = 0; off < st.count; off += chunkElems) {
+      items.push_back({s, off, std::min(chunkElems, st.count - off)});
+    }
+  }
+
+  const size_t window = kRingWindow;
+  std::unique_ptr<uint8_t[]> scratch;
+  if (anyReduce) scratch.reset(new uint8_t[window * chunkElems * es]);
+  // forwards[s]: the sends that read step s's result.
+  std::vector<std::vector<transport::RequestPtr>> forwards(steps);
+  std::vector<transport::RequestPtr> recvs(items.size());
+
+  auto waitReused = [&](int s) {
+    const int r = plan.steps[s].reuses;
+    if (r < 0) return;
+    for (auto& req : forwards[r]) t.wait(req);
+    forwards[r].clear();
+  };
+  auto post = [&](size_t j) {
+    const Item& it = items[j];
+    const RingStep& st = plan.steps[it.step];
+    uint8_t* into;
+    if (st.local != nullptr) {
+      into = scratch.get() + (j % window) * chunkElems * es;
+    } else {
+      waitReused(it.step);
+      into = st.dst + it.offset * es;
+    }
+    recvs[j] = t.irecv(plan.prev, st.tag, into, it.count * es);
+  };
+
+  size_t posted = 0;
+  for (size_t j = 0; j < items.size(); ++j) {
+    while (posted < items.size() && posted < j + window) post(posted++);
+    t.wait(recvs[j]);
+    recvs[j].reset();
+    const Item& it = items[j];
+    const RingStep& st = plan.steps[it.step];
+    uint8_t* out = st.dst + it.offset * es;
+    if (st.local != nullptr) {
+      // Items j+1 .. j+window-1 are posted: they arrive while we reduce.
+      waitReused(it.step);
+      reduce2(out, st.local + it.offset * es,
+              scratch.get() + (j % window) * chunkElems * es, it.count, plan.dtype,
+              plan.op);
+    }
+    if (it.step + 1 < steps) {
+      forwards[it.step].push_back(
+          t.isend(plan.next, plan.steps[it.step + 1].tag, out, it.count * es));
+    }
+  }
+
+  t.waitAll(firstSends);
+  for (auto& f : forwards) t.waitAll(f);
+}
+
+}  // namespace kolo::collectives
