@@ -1,0 +1,582 @@
+// Rendezvous: TcpStore (threads and a forked process), FileStore,
+// openStore addresses and launcher detection.
+#include <gtest/gtest.h>
+#include <kolo/error.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rendezvous/environment.h"
+#include "rendezvous/file_store.h"
+#include "rendezvous/store.h"
+#include "rendezvous/tcp_store.h"
+
+namespace kolo::rendezvous {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+double secondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+template <typename Fn>
+Error expectError(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e;
+  }
+  ADD_FAILURE() << "expected a kolo::Error";
+  return Error(ErrorCode::kOk, "");
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// A loopback port that nothing listens on (bound, then released).
+int unusedPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::string tempDir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("kolo_rdv_test_" + std::to_string(::getpid()) + "_" + name);
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+// ------------------------------------------------------------- TcpStore
+
+TEST(TcpStore, SetGetAddAcrossThreads) {
+  auto server = TcpStoreServer::start("127.0.0.1", 0);
+  ASSERT_GT(server->port(), 0);
+  constexpr int kThreads = 8;
+  constexpr int kAdds = 50;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  // One client shared by all threads plus one client per thread.
+  auto shared = TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000));
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        auto own = TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000));
+        own->setString("k" + std::to_string(i), "value of " + std::to_string(i));
+        for (int j = 0; j < kThreads; ++j) {
+          std::string v = own->getString("k" + std::to_string(j), milliseconds(5000));
+          if (v != "value of " + std::to_string(j)) ++failures;
+        }
+        for (int j = 0; j < kAdds; ++j) {
+          (j % 2 ? *own : *shared).add("counter", 1);
+        }
+      } catch (...) {
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(shared->add("counter", 0), kThreads * kAdds);
+  EXPECT_EQ(shared->add("counter", -5), kThreads * kAdds - 5);
+  EXPECT_EQ(shared->getString("counter", milliseconds(100)),
+            std::to_string(kThreads * kAdds - 5));
+  // Binary values and overwrites.
+  std::vector<uint8_t> bin = {0, 1, 2, 255, 0};
+  shared->set("bin", bin);
+  EXPECT_EQ(shared->get("bin", milliseconds(100)), bin);
+  shared->set("bin", {});
+  EXPECT_TRUE(shared->get("bin", milliseconds(100)).empty());
+}
+
+TEST(TcpStore, GetWaitsOnTheServerUntilTheKeyIsSet) {
+  auto server = TcpStoreServer::start("127.0.0.1", 0);
+  auto a = TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000));
+  auto b = TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000));
+  auto start = Clock::now();
+  std::thread setter([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    b->setString("late", "here");
+  });
+  EXPECT_EQ(a->getString("late", milliseconds(5000)), "here");
+  double s = secondsSince(start);
+  EXPECT_GE(s, 0.15);
+  EXPECT_LT(s, 3.0);
+  setter.join();
+}
+
+TEST(TcpStore, GetTimeoutNamesTheKey) {
+  auto server = TcpStoreServer::start("127.0.0.1", 0);
+  auto c = TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000));
+  auto start = Clock::now();
+  Error e = expectError([&] { c->get("rank7/address", milliseconds(300)); });
+  double s = secondsSince(start);
+  EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+  EXPECT_TRUE(contains(e.what(), "rank7/address")) << e.what();
+  EXPECT_GE(s, 0.25);
+  EXPECT_LT(s, 3.0);
+  // The connection is still in step afterwards.
+  c->setString("x", "1");
+  EXPECT_EQ(c->getString("x", milliseconds(100)), "1");
+}
+
+TEST(TcpStore, AddOnANonCounterIsAnError) {
+  auto server = TcpStoreServer::start("127.0.0.1", 0);
+  auto c = TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000));
+  c->setString("word", "hello");
+  Error e = expectError([&] { c->add("word", 1); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(contains(e.what(), "word")) << e.what();
+  EXPECT_EQ(c->add("fresh", 3), 3);
+}
+
+TEST(TcpStore, ConnectRetriesUntilTheServerStarts) {
+  int port = unusedPort();
+  std::unique_ptr<TcpStoreServer> server;
+  std::thread starter([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    server = TcpStoreServer::start("127.0.0.1", port);
+  });
+  auto c = TcpStore::connect("127.0.0.1", port, milliseconds(10000));
+  starter.join();
+  c->setString("a", "b");
+  EXPECT_EQ(c->getString("a", milliseconds(100)), "b");
+}
+
+TEST(TcpStore, ConnectTimeoutNamesHostAndPort) {
+  int port = unusedPort();
+  auto start = Clock::now();
+  Error e = expectError([&] { TcpStore::connect("127.0.0.1", port, milliseconds(300)); });
+  EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+  EXPECT_TRUE(contains(e.what(), "127.0.0.1:" + std::to_string(port))) << e.what();
+  EXPECT_LT(secondsSince(start), 3.0);
+}
+
+TEST(TcpStore, ServerShutdownWakesAWaitingClient) {
+  auto server = TcpStoreServer::start("127.0.0.1", 0);
+  auto c = TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000));
+  std::optional<Error> error;
+  std::thread waiter([&] {
+    try {
+      c->get("never", milliseconds(20000));
+    } catch (const Error& e) {
+      error = e;
+    }
+  });
+  std::this_thread::sleep_for(milliseconds(100));
+  auto start = Clock::now();
+  server.reset();  // must not hang on the parked client
+  waiter.join();
+  EXPECT_LT(secondsSince(start), 3.0);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->code(), ErrorCode::kIo);
+  EXPECT_TRUE(contains(error->what(), "never")) << error->what();
+}
+
+TEST(TcpStore, WorksAcrossAForkedProcess) {
+  auto server = TcpStoreServer::start("127.0.0.1", 0);
+  const int port = server->port();
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int code = 0;
+    try {
+      auto c = TcpStore::connect("127.0.0.1", port, milliseconds(5000));
+      c->setString("child/pid", std::to_string(::getpid()));
+      std::string hello = c->getString("parent/hello", milliseconds(5000));
+      c->add("both", hello == "hi child" ? 10 : 1000);
+    } catch (...) {
+      code = 1;
+    }
+    ::_exit(code);
+  }
+  auto c = TcpStore::connect("127.0.0.1", port, milliseconds(5000));
+  EXPECT_EQ(c->getString("child/pid", milliseconds(5000)), std::to_string(pid));
+  c->setString("parent/hello", "hi child");
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(c->add("both", 1), 11);
+}
+
+// ------------------------------------------------------------ FileStore
+
+TEST(FileStore, SetGetAddAndKeysWithSlashes) {
+  std::string dir = tempDir("basic");
+  FileStore s(dir + "/nested/deeper");
+  s.setString("job/rank 0/addr", "10.0.0.1:5000");
+  EXPECT_EQ(s.getString("job/rank 0/addr", milliseconds(100)), "10.0.0.1:5000");
+  s.setString("job/rank 0/addr", "overwritten");
+  EXPECT_EQ(s.getString("job/rank 0/addr", milliseconds(100)), "overwritten");
+  EXPECT_EQ(s.add("n", 5), 5);
+  EXPECT_EQ(s.add("n", -2), 3);
+  FileStore other(dir + "/nested/deeper/");
+  EXPECT_EQ(other.getString("job/rank 0/addr", milliseconds(100)), "overwritten");
+  EXPECT_EQ(other.add("n", 0), 3);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FileStore, GetTimeoutNamesKeyAndDirectory) {
+  std::string dir = tempDir("timeout");
+  FileStore s(dir);
+  auto start = Clock::now();
+  Error e = expectError([&] { s.get("missing/key", milliseconds(200)); });
+  double t = secondsSince(start);
+  EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+  EXPECT_TRUE(contains(e.what(), "missing/key")) << e.what();
+  EXPECT_TRUE(contains(e.what(), dir)) << e.what();
+  EXPECT_GE(t, 0.19);
+  EXPECT_LT(t, 2.0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FileStore, GetSeesALaterSet) {
+  std::string dir = tempDir("later");
+  FileStore a(dir), b(dir);
+  std::thread setter([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    b.setString("k", "v");
+  });
+  EXPECT_EQ(a.getString("k", milliseconds(5000)), "v");
+  setter.join();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FileStore, AddIsAtomicAcrossThreadsAndProcesses) {
+  std::string dir = tempDir("add");
+  FileStore s(dir);
+  constexpr int kEach = 100;
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int code = 0;
+    try {
+      FileStore c(dir);
+      for (int i = 0; i < kEach; ++i) c.add("count", 1);
+    } catch (...) {
+      code = 1;
+    }
+    ::_exit(code);
+  }
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&] {
+      FileStore c(dir);
+      for (int i = 0; i < kEach; ++i) c.add("count", 1);
+    });
+  }
+  for (auto& t : threads) t.join();
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(s.add("count", 0), 4 * kEach);
+  std::filesystem::remove_all(dir);
+}
+
+// ------------------------------------------------------------ openStore
+
+TEST(OpenStore, TcpHostedByThisProcess) {
+  int port = unusedPort();
+  std::string address = "tcp://127.0.0.1:" + std::to_string(port);
+  auto host = openStore(address, true, milliseconds(5000));
+  auto guest = openStore(address, false, milliseconds(5000));
+  host->setString("a", "1");
+  EXPECT_EQ(guest->getString("a", milliseconds(1000)), "1");
+  EXPECT_EQ(guest->add("c", 2), 2);
+  EXPECT_EQ(host->add("c", 2), 4);
+  PrefixStore prefixed("job", *guest);
+  prefixed.setString("x", "y");
+  EXPECT_EQ(host->getString("job/x", milliseconds(1000)), "y");
+}
+
+TEST(OpenStore, FileAddress) {
+  std::string dir = tempDir("open");
+  auto s = openStore("file://" + dir, false, milliseconds(1000));
+  s->setString("k", "v");
+  EXPECT_EQ(FileStore(dir).getString("k", milliseconds(100)), "v");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(OpenStore, MalformedAddressesNameTheAddress) {
+  for (std::string bad :
+       {"", "127.0.0.1:5000", "tcp://", "tcp://host", "tcp://host:", "tcp://host:abc",
+        "tcp://host:0", "tcp://host:70000", "tcp://:5000", "tcp://[::1]5000",
+        "file://relative/dir", "file://", "udp://host:1"}) {
+    SCOPED_TRACE(bad);
+    Error e = expectError([&] { openStore(bad, false, milliseconds(100)); });
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_TRUE(contains(e.what(), "'" + bad + "'")) << e.what();
+  }
+}
+
+// -------------------------------------------------- detectJobEnvironment
+
+// Sets the given variables and clears every other launcher variable for
+// its lifetime; restores the previous environment afterwards.
+class ScopedEnv {
+ public:
+  explicit ScopedEnv(const std::map<std::string, std::string>& vars) {
+    static const char* kAll[] = {"KOLO_RANK",
+                                 "KOLO_SIZE",
+                                 "KOLO_LOCAL_RANK",
+                                 "KOLO_LOCAL_SIZE",
+                                 "KOLO_RENDEZVOUS",
+                                 "OMPI_COMM_WORLD_RANK",
+                                 "OMPI_COMM_WORLD_SIZE",
+                                 "OMPI_COMM_WORLD_LOCAL_RANK",
+                                 "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                 "OMPI_MCA_ess_base_jobid",
+                                 "PMIX_NAMESPACE",
+                                 "PMI_RANK",
+                                 "PMI_SIZE",
+                                 "PMI_JOBID",
+                                 "MPI_LOCALRANKID",
+                                 "MPI_LOCALNRANKS",
+                                 "PMI_LOCAL_RANK",
+                                 "PMI_LOCAL_SIZE",
+                                 "SLURM_PROCID",
+                                 "SLURM_NTASKS",
+                                 "SLURM_NPROCS",
+                                 "SLURM_STEP_NUM_TASKS",
+                                 "SLURM_LOCALID",
+                                 "SLURM_NODEID",
+                                 "SLURM_JOB_ID",
+                                 "SLURM_STEP_ID",
+                                 "SLURM_STEPID",
+                                 "SLURM_TASKS_PER_NODE",
+                                 "SLURM_STEP_TASKS_PER_NODE",
+                                 "RANK",
+                                 "WORLD_SIZE",
+                                 "LOCAL_RANK",
+                                 "LOCAL_WORLD_SIZE",
+                                 "MASTER_ADDR",
+                                 "MASTER_PORT"};
+    for (const char* name : kAll) {
+      const char* v = std::getenv(name);
+      saved_.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
+      ::unsetenv(name);
+    }
+    for (const auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    for (const auto& [k, v] : saved_) {
+      if (v) {
+        ::setenv(k.c_str(), v->c_str(), 1);
+      } else {
+        ::unsetenv(k.c_str());
+      }
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST(JobEnvironment, NoLauncherIsOneRank) {
+  ScopedEnv env({});
+  JobEnvironment j = detectJobEnvironment();
+  EXPECT_EQ(j.source, "none");
+  EXPECT_EQ(j.rank, 0);
+  EXPECT_EQ(j.size, 1);
+  EXPECT_TRUE(j.rendezvous.empty());
+  EXPECT_FALSE(j.hostStore);
+}
+
+TEST(JobEnvironment, Kolo) {
+  ScopedEnv env({{"KOLO_RANK", "2"},
+                 {"KOLO_SIZE", "4"},
+                 {"KOLO_LOCAL_RANK", "0"},
+                 {"KOLO_LOCAL_SIZE", "2"},
+                 {"KOLO_RENDEZVOUS", "tcp://10.1.2.3:29400"},
+                 {"OMPI_COMM_WORLD_RANK", "9"}});  // kolo's own win
+  JobEnvironment j = detectJobEnvironment();
+  EXPECT_EQ(j.source, "kolo");
+  EXPECT_EQ(j.rank, 2);
+  EXPECT_EQ(j.size, 4);
+  EXPECT_EQ(j.localRank, 0);
+  EXPECT_EQ(j.localSize, 2);
+  EXPECT_EQ(j.rendezvous, "tcp://10.1.2.3:29400");
+  EXPECT_FALSE(j.hostStore);  // kolorun hosts it
+}
+
+TEST(JobEnvironment, KoloErrorsNameTheVariable) {
+  struct Case {
+    std::map<std::string, std::string> vars;
+    std::string expect;
+  };
+  std::vector<Case> cases = {
+      {{{"KOLO_RANK", "x1"}, {"KOLO_SIZE", "2"}, {"KOLO_RENDEZVOUS", "file:///tmp/a"}},
+       "KOLO_RANK='x1'"},
+      {{{"KOLO_RANK", "2"}, {"KOLO_SIZE", "2"}, {"KOLO_RENDEZVOUS", "file:///tmp/a"}},
+       "KOLO_RANK=2 is not below KOLO_SIZE=2"},
+      {{{"KOLO_RANK", "-1"}, {"KOLO_SIZE", "2"}}, "KOLO_RANK='-1'"},
+      {{{"KOLO_SIZE", "2"}, {"KOLO_RENDEZVOUS", "file:///tmp/a"}}, "KOLO_RANK"},
+      {{{"KOLO_RANK", "0"}, {"KOLO_SIZE", "0"}}, "KOLO_SIZE=0"},
+      {{{"KOLO_RANK", "1"}, {"KOLO_SIZE", "2"}}, "KOLO_RENDEZVOUS"},
+      {{{"KOLO_RANK", "1"}, {"KOLO_SIZE", "2"}, {"KOLO_RENDEZVOUS", "http://x:1"}},
+       "KOLO_RENDEZVOUS='http://x:1'"},
+      {{{"KOLO_RANK", "1"},
+        {"KOLO_SIZE", "4"},
+        {"KOLO_LOCAL_RANK", "3"},
+        {"KOLO_LOCAL_SIZE", "2"},
+        {"KOLO_RENDEZVOUS", "file:///tmp/a"}},
+       "KOLO_LOCAL_RANK=3"},
+  };
+  for (const auto& c : cases) {
+    ScopedEnv env(c.vars);
+    SCOPED_TRACE(c.expect);
+    Error e = expectError([] { detectJobEnvironment(); });
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_TRUE(contains(e.what(), c.expect)) << e.what();
+  }
+}
+
+TEST(JobEnvironment, OpenMpi) {
+  ScopedEnv env({{"OMPI_COMM_WORLD_RANK", "3"},
+                 {"OMPI_COMM_WORLD_SIZE", "4"},
+                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                 {"PMIX_NAMESPACE", "prterun-host-123@1"}});
+  JobEnvironment j = detectJobEnvironment();
+  EXPECT_EQ(j.source, "mpirun");
+  EXPECT_EQ(j.rank, 3);
+  EXPECT_EQ(j.size, 4);
+  EXPECT_EQ(j.localRank, 1);
+  EXPECT_EQ(j.localSize, 2);
+  EXPECT_EQ(j.rendezvous, "file:///tmp/kolo-prterun-host-123_1");
+  EXPECT_FALSE(j.hostStore);
+}
+
+TEST(JobEnvironment, OpenMpiJobIdAndRendezvousOverride) {
+  {
+    ScopedEnv env({{"OMPI_COMM_WORLD_RANK", "0"},
+                   {"OMPI_COMM_WORLD_SIZE", "2"},
+                   {"OMPI_MCA_ess_base_jobid", "4242"}});
+    EXPECT_EQ(detectJobEnvironment().rendezvous, "file:///tmp/kolo-4242");
+  }
+  {
+    ScopedEnv env({{"OMPI_COMM_WORLD_RANK", "0"},
+                   {"OMPI_COMM_WORLD_SIZE", "2"},
+                   {"KOLO_RENDEZVOUS", "tcp://node1:4000"}});
+    JobEnvironment j = detectJobEnvironment();
+    EXPECT_EQ(j.rendezvous, "tcp://node1:4000");
+    EXPECT_TRUE(j.hostStore);  // no kolorun: rank 0 hosts
+  }
+  {
+    ScopedEnv env({{"OMPI_COMM_WORLD_RANK", "5"}, {"OMPI_COMM_WORLD_SIZE", "4"}});
+    Error e = expectError([] { detectJobEnvironment(); });
+    EXPECT_TRUE(contains(e.what(), "OMPI_COMM_WORLD_RANK=5")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "OMPI_COMM_WORLD_SIZE=4")) << e.what();
+  }
+}
+
+TEST(JobEnvironment, Pmi) {
+  ScopedEnv env({{"PMI_RANK", "1"},
+                 {"PMI_SIZE", "3"},
+                 {"MPI_LOCALRANKID", "1"},
+                 {"MPI_LOCALNRANKS", "3"},
+                 {"PMI_JOBID", "77"}});
+  JobEnvironment j = detectJobEnvironment();
+  EXPECT_EQ(j.source, "pmi");
+  EXPECT_EQ(j.rank, 1);
+  EXPECT_EQ(j.size, 3);
+  EXPECT_EQ(j.localRank, 1);
+  EXPECT_EQ(j.localSize, 3);
+  EXPECT_EQ(j.rendezvous, "file:///tmp/kolo-77");
+}
+
+TEST(JobEnvironment, Slurm) {
+  ScopedEnv env({{"SLURM_PROCID", "6"},
+                 {"SLURM_NTASKS", "99"},
+                 {"SLURM_STEP_NUM_TASKS", "7"},
+                 {"SLURM_LOCALID", "0"},
+                 {"SLURM_NODEID", "3"},
+                 {"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"},
+                 {"SLURM_JOB_ID", "1234"},
+                 {"SLURM_STEP_ID", "5"}});
+  JobEnvironment j = detectJobEnvironment();
+  EXPECT_EQ(j.source, "srun");
+  EXPECT_EQ(j.rank, 6);
+  EXPECT_EQ(j.size, 7);
+  EXPECT_EQ(j.localRank, 0);
+  EXPECT_EQ(j.localSize, 1);
+  EXPECT_EQ(j.rendezvous, "file:///tmp/kolo-1234.5");
+}
+
+TEST(JobEnvironment, SlurmBadTaskList) {
+  ScopedEnv env({{"SLURM_PROCID", "0"},
+                 {"SLURM_NTASKS", "2"},
+                 {"SLURM_NODEID", "0"},
+                 {"SLURM_TASKS_PER_NODE", "2(y3)"}});
+  Error e = expectError([] { detectJobEnvironment(); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(contains(e.what(), "SLURM_TASKS_PER_NODE='2(y3)'")) << e.what();
+}
+
+TEST(JobEnvironment, Torchrun) {
+  for (int rank : {0, 2}) {
+    ScopedEnv env({{"RANK", std::to_string(rank)},
+                   {"WORLD_SIZE", "4"},
+                   {"LOCAL_RANK", std::to_string(rank % 2)},
+                   {"LOCAL_WORLD_SIZE", "2"},
+                   {"MASTER_ADDR", "10.0.0.5"},
+                   {"MASTER_PORT", "29500"}});
+    JobEnvironment j = detectJobEnvironment();
+    EXPECT_EQ(j.source, "torchrun");
+    EXPECT_EQ(j.rank, rank);
+    EXPECT_EQ(j.size, 4);
+    EXPECT_EQ(j.localRank, rank % 2);
+    EXPECT_EQ(j.localSize, 2);
+    EXPECT_EQ(j.rendezvous, "tcp://10.0.0.5:29501");  // MASTER_PORT + 1
+    EXPECT_EQ(j.hostStore, rank == 0);
+  }
+}
+
+TEST(JobEnvironment, TorchrunErrors) {
+  {
+    ScopedEnv env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29500"}});
+    Error e = expectError([] { detectJobEnvironment(); });
+    EXPECT_TRUE(contains(e.what(), "MASTER_ADDR")) << e.what();
+  }
+  {
+    ScopedEnv env({{"RANK", "0"},
+                   {"WORLD_SIZE", "2"},
+                   {"MASTER_ADDR", "h"},
+                   {"MASTER_PORT", "port"}});
+    Error e = expectError([] { detectJobEnvironment(); });
+    EXPECT_TRUE(contains(e.what(), "MASTER_PORT='port'")) << e.what();
+  }
+  {
+    ScopedEnv env({{"RANK", "two"}, {"WORLD_SIZE", "2"}});
+    Error e = expectError([] { detectJobEnvironment(); });
+    EXPECT_TRUE(contains(e.what(), "RANK='two'")) << e.what();
+  }
+  {
+    // RANK alone (set by something else) is not a torchrun launch.
+    ScopedEnv env(std::map<std::string, std::string>{{"RANK", "3"}});
+    EXPECT_EQ(detectJobEnvironment().source, "none");
+  }
+}
+
+}  // namespace
+}  // namespace kolo::rendezvous
