@@ -209,8 +209,10 @@ JobEnvironment detectJobEnvironment() {
     job.rank = requiredInt({"SLURM_PROCID"}, "srun");
     // An srun step sets SLURM_STEP_NUM_TASKS; a batch script only the
     // allocation's SLURM_NTASKS.
-    job.size =
-        requiredInt({"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS"}, "srun");
+    const char* sizeVar = present("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS"
+                          : present("SLURM_NTASKS")       ? "SLURM_NTASKS"
+                                                          : "SLURM_NPROCS";
+    job.size = requiredInt({sizeVar}, "srun");
     job.localRank = optionalInt("SLURM_LOCALID").value_or(-1);
     const char* listVar = present("SLURM_STEP_TASKS_PER_NODE")
                               ? "SLURM_STEP_TASKS_PER_NODE"
@@ -219,7 +221,7 @@ JobEnvironment detectJobEnvironment() {
       int node = optionalInt("SLURM_NODEID").value_or(0);
       job.localSize = slurmTasksOnNode(listVar, list, node);
     }
-    validate(job, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", listVar);
+    validate(job, "SLURM_PROCID", sizeVar, "SLURM_LOCALID", listVar);
   } else if (present("RANK") && present("WORLD_SIZE")) {
     job.source = "torchrun";
     job.rank = requiredInt({"RANK"}, "torchrun");

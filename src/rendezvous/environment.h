@@ -9,7 +9,8 @@
 //   torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
 //             MASTER_PORT
 // KOLO_RENDEZVOUS, when set, overrides the address of any source. Without
-// it: torchrun uses tcp://MASTER_ADDR:MASTER_PORT (rank 0 hosts the store);
+// it: torchrun uses tcp://MASTER_ADDR:MASTER_PORT+1 (rank 0 hosts the store;
+// torchrun's own c10d store may already listen on MASTER_PORT);
 // a single-host mpirun/srun job uses a file store under /tmp named after the
 // job id.
 #pragma once

@@ -45,6 +45,7 @@ using Clock = std::chrono::steady_clock;
 enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3 };
 enum Status : uint8_t { kOk = 0, kNotFound = 1, kBad = 2 };
 constexpr uint32_t kMaxFrame = 1u << 30;
+constexpr int64_t kMaxWaitMs = int64_t{1} << 40;  // ~35 years: "forever"
 
 void appendU32(std::string& s, uint32_t v) {
   s.append(reinterpret_cast<char*>(&v), 4);
@@ -232,7 +233,8 @@ class Server : public TcpStoreServer {
         }
         c.parked = true;
         c.parkedKey = key;
-        c.deadline = Clock::now() + std::chrono::milliseconds(readI64(arg.data()));
+        c.deadline = Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(
+                                        readI64(arg.data()), 0, kMaxWaitMs));
         return;
       }
       case kAdd: {
@@ -375,7 +377,7 @@ class Client : public TcpStore {
   std::vector<uint8_t> get(const std::string& key,
                            std::chrono::milliseconds timeout) override {
     std::string body = request(kGet, key);
-    appendI64(body, timeout.count());
+    appendI64(body, std::clamp<int64_t>(timeout.count(), 0, kMaxWaitMs));
     std::string reply = call(body, key, replyWait(timeout));
     if (static_cast<uint8_t>(reply[0]) == kNotFound) {
       KOLO_THROW(ErrorCode::kTimeout,
@@ -404,7 +406,8 @@ class Client : public TcpStore {
  private:
   // The server answers a GET by its timeout; allow slack for a busy host.
   static std::chrono::milliseconds replyWait(std::chrono::milliseconds t) {
-    return t + std::chrono::milliseconds(10000);
+    return std::chrono::milliseconds(std::clamp<int64_t>(t.count(), 0, kMaxWaitMs) +
+                                     10000);
   }
 
   static std::string request(Op op, const std::string& key) {

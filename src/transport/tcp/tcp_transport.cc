@@ -320,7 +320,16 @@ void TcpTransport::Impl::setup(rendezvous::Store& store) {
   // 1. Connect to every lower rank and send the handshake.
   for (int r = 0; r < rank_; ++r) {
     if (!wanted(r)) continue;
-    std::string where = store.getString(addrKey(r), remaining());
+    std::string where;
+    try {
+      where = store.getString(addrKey(r), remaining());
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kTimeout) throw;
+      KOLO_THROW_PEER(ErrorCode::kTimeout, r,
+                      "tcp transport: rank "
+                          << rank_ << " timed out waiting for rank " << r
+                          << " to publish its address (did it start?): " << e.what());
+    }
     size_t colon = where.rfind(':');
     sockaddr_in to{};
     to.sin_family = AF_INET;
@@ -929,6 +938,7 @@ void TcpTransport::Impl::rebuildPollSet() {
 void TcpTransport::Impl::shutdown() {
   if (error_) return;
   for (Peer* p : active_) {
+    if (p->goodbye) continue;  // it is closing: nothing more to tell it
     p->sendQueue.push_back(
         SendItem{nullptr, Header{0, kGoodbye}, nullptr, sizeof(Header), 0});
     ++sendsPending_;
