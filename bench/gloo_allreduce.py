@@ -115,19 +115,25 @@ def worker(rank, args, port, result_queue):
     esize = 4 if args.dtype == "float32" else 8
     factor = {"allreduce": 2.0 * (n - 1) / n, "allgather": (n - 1) / n,
               "broadcast": 1.0}[args.op]
-    golden = 0x9E3779B97F4A7C15
+    golden = torch.tensor(0x9E3779B97F4A7C15 - (1 << 64), dtype=torch.int64)
+    chunk = 1 << 18
     ok_all = True
 
-    def values(r, start, count):
-        # Small pseudo-random integers per (rank, global index), exact in the
-        # dtype; the same function as kolo-bench's and mpi-bench's.
-        idx = torch.arange(start, start + count, dtype=torch.int64)
-        # (index * golden) >> 61 in wrapping uint64 arithmetic: int64
+    def fill_values(dst, r, start, accumulate=False):
+        # Writes (or adds) small pseudo-random integers per (rank, global
+        # index), exact in the dtype: the same values as kolo-bench's and
+        # mpi-bench's, ((index * golden mod 2^64) >> 61) + rank) mod 8. int64
         # multiplication wraps like uint64, and the top 3 bits of the product
-        # are ((p >> 61) & 7) whatever its sign.
-        prod = idx * torch.tensor(golden - (1 << 64), dtype=torch.int64)
-        top = (prod >> 61) & 7
-        return ((top + r) % 8).to(dtype)
+        # are ((p >> 61) & 7) whatever its sign. Done in chunks, so that no
+        # large temporary is allocated (fresh pages are costly on some VMs).
+        for lo in range(0, dst.numel(), chunk):
+            hi = min(lo + chunk, dst.numel())
+            idx = torch.arange(start + lo, start + hi, dtype=torch.int64)
+            v = (((idx * golden) >> 61) & 7).add_(r).remainder_(8)
+            if accumulate:
+                dst[lo:hi] += v
+            else:
+                dst[lo:hi] = v
 
     for size in args.size_list:
         count = size // esize
@@ -136,24 +142,26 @@ def worker(rank, args, port, result_queue):
             per_rank = count // n
             count = per_rank * n
         nbytes = count * esize
+        recv = torch.empty(count, dtype=dtype)
         if args.op == "allreduce":
-            send = values(rank, 0, count)
-            recv = torch.empty(count, dtype=dtype)
-
-            recv = send.clone()
+            fill_values(recv, rank, 0)
 
             def run():
-                # torch.distributed reduces in place: that is gloo's natural form
-                # (kolo-bench and mpi-bench time the out-of-place form).
+                # torch.distributed reduces in place: that is gloo's natural
+                # form (kolo-bench and mpi-bench time the out-of-place form).
                 dist.all_reduce(recv)
         elif args.op == "broadcast":
-            recv = values(0, 0, count) if rank == 0 else torch.full((count,), -1.0, dtype=dtype)
+            if rank == 0:
+                fill_values(recv, 0, 0)
+            else:
+                recv.fill_(-1.0)
 
             def run():
                 dist.broadcast(recv, src=0)
         else:
-            send = values(rank, rank * per_rank, per_rank)
-            recv = torch.full((count,), -1.0, dtype=dtype)
+            send = torch.empty(per_rank, dtype=dtype)
+            fill_values(send, rank, rank * per_rank)
+            recv.fill_(-1.0)
             outs = list(recv.split(per_rank)) if per_rank > 0 else [
                 torch.empty(0, dtype=dtype) for _ in range(n)]
 
@@ -186,16 +194,22 @@ def worker(rank, args, port, result_queue):
 
         check = "-"
         if args.check:
+            expected = torch.zeros(count, dtype=dtype)
             if args.op == "allreduce":
-                recv.copy_(values(rank, 0, count))
-                expected = sum(values(r, 0, count) for r in range(n)) if n else recv
+                fill_values(recv, rank, 0)
+                for r in range(n):
+                    fill_values(expected, r, 0, accumulate=True)
             elif args.op == "broadcast":
-                recv = values(0, 0, count) if rank == 0 else torch.full((count,), -1.0,
-                                                                        dtype=dtype)
-                expected = values(0, 0, count)
+                if rank == 0:
+                    fill_values(recv, 0, 0)
+                else:
+                    recv.fill_(-1.0)
+                fill_values(expected, 0, 0)
             else:
+                fill_values(send, rank, rank * per_rank)
                 recv.fill_(-1.0)
-                expected = torch.cat([values(r, r * per_rank, per_rank) for r in range(n)])
+                for r in range(n):
+                    fill_values(expected[r * per_rank:(r + 1) * per_rank], r, r * per_rank)
             run()
             bad = (recv != expected).nonzero()
             ok = bad.numel() == 0
