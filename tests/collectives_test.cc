@@ -568,6 +568,21 @@ TEST(AllreduceRegistry, SelectionFollowsSizeAndTopology) {
   }
 }
 
+TEST(AllreduceRegistry, AverageIsLeftToTheCaller) {
+  // The Communicator reduces kAverage as kSum and divides; an algorithm
+  // handed kAverage refuses before sending anything.
+  ThreadWorld w(Kind::kHosts, 1, {0});
+  float x = 1, y = 0;
+  for (const auto& a : allreduceAlgorithms()) {
+    Context ctx = w.context(0);
+    if (!a.usable(ctx)) continue;
+    EXPECT_THROW(
+        a.run(ctx, AllreduceArgs{&x, &y, 1, DataType::kFloat32, ReduceOp::kAverage}),
+        Error)
+        << a.name;
+  }
+}
+
 // ---- GroupTransport ------------------------------------------------------
 
 TEST(GroupTransport, MapsRanksBothWays) {

@@ -29,7 +29,7 @@ void allgatherRing(Context& ctx, const AllgatherArgs& args) {
   auto* recv = static_cast<uint8_t*>(args.recv);
   uint8_t* own = recv + displs[r] * es;
   if (send != own && args.counts[r] > 0) {
-    std::memcpy(own, send, args.counts[r] * es);
+    std::memmove(own, send, args.counts[r] * es);
   }
   if (n == 1) return;
 

@@ -53,7 +53,6 @@ RequestPtr GroupTransport::isend(int dst, Tag tag, const void* data, size_t byte
   auto p = parent_.isend(parentRank(dst, "send to"), tag, data, bytes);
   auto g = std::make_shared<Request>(Request::Kind::kSend, dst, tag, bytes);
   pending_.push_back({g, std::move(p)});
-  reap();
   return g;
 }
 
@@ -62,7 +61,6 @@ RequestPtr GroupTransport::irecv(int src, Tag tag, void* data, size_t bytes) {
   auto p = parent_.irecv(psrc, tag, data, bytes);
   auto g = std::make_shared<Request>(Request::Kind::kRecv, src, tag, bytes);
   pending_.push_back({g, std::move(p)});
-  reap();
   return g;
 }
 
