@@ -35,6 +35,7 @@ WARMUP=5
 STRICT=0
 SIZES="8,1K,64K,1M,4M,16M,64M"
 OUT_DIR=""
+ONLY=""
 PYTHON=/usr/bin/python3
 RUN_TIMEOUT=600
 
@@ -49,6 +50,7 @@ Options:
   --min-time S     seconds each size runs per run ($MIN_TIME)
   --sizes LIST     sizes ($SIZES); the goals need 8, 1M, 4M and 64M
   --out DIR        keep the raw JSON and logs there (default: a temp dir)
+  --peers LIST     run only these, e.g. openmpi,gloo (the baselines alone)
   --strict         exit 3 when a goal is missed
 EOF
 }
@@ -73,6 +75,7 @@ while [ $# -gt 0 ]; do
     --min-time) MIN_TIME="$2" ;;
     --sizes) SIZES="$2" ;;
     --out) OUT_DIR="$2" ;;
+    --peers) ONLY="$2" ;;
     *) die_usage "$1: unknown option" ;;
   esac
   shift 2
@@ -101,6 +104,17 @@ if "$PYTHON" -c "import torch.distributed as d; assert d.is_gloo_available()" 2>
   PEERS+=(gloo)
 else
   echo "# note: $PYTHON lacks torch with gloo (python3-torch): the Gloo column stays empty" >&2
+fi
+
+if [ -n "$ONLY" ]; then
+  selected=()
+  for peer in ${ONLY//,/ }; do
+    case " ${PEERS[*]} " in
+      *" $peer "*) selected+=("$peer") ;;
+      *) die_usage "--peers '$ONLY': '$peer' is not one of: ${PEERS[*]}" ;;
+    esac
+  done
+  PEERS=("${selected[@]}")
 fi
 
 COMMON=(--json --sizes "$SIZES" -n "$ITERS" -w "$WARMUP" --min-time "$MIN_TIME")
