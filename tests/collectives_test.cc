@@ -625,6 +625,23 @@ TEST(GroupTransport, MapsRanksBothWays) {
   });
 }
 
+TEST(GroupTransport, TimeoutNamesGlobalRanks) {
+  auto hub = std::make_shared<test::MemHub>(3);
+  test::MemTransport parent(hub, 0, 3, std::chrono::milliseconds(200));
+  transport::GroupTransport g(parent, {2, 0});  // we are group rank 1
+  int x = 0;
+  try {
+    g.recv(0, 1, &x, sizeof x);  // group rank 0 = global rank 2 never sends
+    FAIL() << "no timeout";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+    EXPECT_EQ(e.peer(), 2);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("rank 0 timed out"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("for rank 2"), std::string::npos) << msg;
+  }
+}
+
 TEST(GroupTransport, RejectsBadMembers) {
   ThreadWorld w(Kind::kMem, 3);
   EXPECT_THROW(transport::GroupTransport(w.transport(0), {0, 3}), Error);

@@ -98,4 +98,9 @@ std::chrono::milliseconds GroupTransport::timeout() const {
   return parent_.timeout();
 }
 
+int GroupTransport::globalRank(int r) const {
+  if (r < 0 || r >= size()) return r;
+  return parent_.globalRank(members_[r]);
+}
+
 }  // namespace kolo::transport

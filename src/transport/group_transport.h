@@ -18,8 +18,9 @@
 //   its tags on the parent.
 // - Thread safety: as Transport; the group and its parent are one transport
 //   for this purpose (one thread at a time over both).
-// - Failure: the parent's errors pass through unchanged (they name parent
-//   ranks, which are the job's global ranks). The constructor throws
+// - Failure: the parent's errors pass through unchanged, and timeouts in
+//   wait() name ranks through globalRank(): both name the job's global
+//   ranks, not group ranks. The constructor throws
 //   Error(kInvalidArgument) when parent.rank() is not a member, a member is
 //   out of the parent's range or appears twice.
 #pragma once
@@ -44,6 +45,8 @@ class GroupTransport : public Transport {
   bool progress() override;
   void idle(std::chrono::microseconds max) override;
   std::chrono::milliseconds timeout() const override;
+  // The parent's global rank of group rank r (errors name global ranks).
+  int globalRank(int r) const override;
 
   const std::vector<int>& members() const { return members_; }
   Transport& parent() const { return parent_; }

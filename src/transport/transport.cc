@@ -19,11 +19,12 @@ void Transport::wait(Request& request) {
     }
     if (request.done()) break;
     if (backoff.idleFor() > timeout()) {
-      std::string who = request.peer == kAnySource
-                            ? std::string("any rank")
-                            : "rank " + std::to_string(request.peer);
-      KOLO_THROW_PEER(ErrorCode::kTimeout, request.peer,
-                      "rank " << rank() << " timed out after "
+      const int peer =
+          request.peer == kAnySource ? kAnySource : globalRank(request.peer);
+      std::string who = peer == kAnySource ? std::string("any rank")
+                                           : "rank " + std::to_string(peer);
+      KOLO_THROW_PEER(ErrorCode::kTimeout, peer,
+                      "rank " << globalRank(rank()) << " timed out after "
                               << timeout().count() / 1000.0 << " s waiting for "
                               << who << " to "
                               << (request.kind == Request::Kind::kSend ? "receive" : "send")

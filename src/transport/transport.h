@@ -87,6 +87,11 @@ class Transport {
   // The silent-peer timeout that wait() enforces.
   virtual std::chrono::milliseconds timeout() const = 0;
 
+  // The job-wide rank of `rank` (a rank of this transport), used when an
+  // error names a rank. Identity unless the transport is a view of a subset
+  // of ranks (GroupTransport).
+  virtual int globalRank(int rank) const { return rank; }
+
   // Blocks until the request is done; rethrows its error. A request that
   // stays pending for timeout() with no progress on this transport is
   // failed with Error(kTimeout) naming its peer.
