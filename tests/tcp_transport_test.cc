@@ -323,6 +323,57 @@ TEST(TcpTransport, OrderlyShutdownOfOnePeerDoesNotBreakTheOthers) {
   test::destroyInParallel(ts);
 }
 
+TEST(TcpTransport, MissingRankIsAConnectTimeoutNamingIt) {
+  auto server = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
+  for (int present : {0, 1}) {
+    SCOPED_TRACE("only rank " + std::to_string(present) + " starts");
+    auto store =
+        rendezvous::TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000));
+    TcpTransport::Options o;
+    o.rank = present;
+    o.size = 2;
+    o.connectTimeout = milliseconds(400);
+    o.keyPrefix = "alone" + std::to_string(present);
+    auto start = Clock::now();
+    Error e = expectError([&] { TcpTransport::create(o, *store); });
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+    EXPECT_EQ(e.peer(), 1 - present);
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(1 - present)),
+              std::string::npos)
+        << e.what();
+    EXPECT_LT(secondsSince(start), 3.0);
+  }
+}
+
+TEST(TcpTransport, BadArgumentsAreRejected) {
+  auto server = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
+  auto store =
+      rendezvous::TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000));
+  TcpTransport::Options o;
+  o.rank = 2;
+  o.size = 2;
+  EXPECT_EQ(expectError([&] { TcpTransport::create(o, *store); }).code(),
+            ErrorCode::kInvalidArgument);
+  o.rank = 0;
+  o.connect = {true};
+  EXPECT_EQ(expectError([&] { TcpTransport::create(o, *store); }).code(),
+            ErrorCode::kInvalidArgument);
+  o.connect.clear();
+  o.size = 1;
+  o.advertiseAddress = "not-an-ip";
+  EXPECT_EQ(expectError([&] { TcpTransport::create(o, *store); }).code(),
+            ErrorCode::kInvalidArgument);
+  o.advertiseAddress.clear();
+  auto t = TcpTransport::create(o, *store);  // a world of one
+  EXPECT_EQ(expectError([&] { t->isend(0, 1, nullptr, 4); }).code(),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(expectError([&] { t->irecv(1, 1, nullptr, 0); }).code(),
+            ErrorCode::kInvalidArgument);
+  uint32_t a = 5, b = 0;
+  t->sendRecv(0, &a, 4, 0, &b, 4, 3);
+  EXPECT_EQ(b, 5u);
+}
+
 // ------------------------------------------------------------ processes
 
 // A forked peer, killed and reaped when the test ends.

@@ -11,8 +11,9 @@
 //   buffer, or nowhere when discarded after a size mismatch).
 //
 // Receive path (readPeer): bytes come from the socket into a per-peer
-// staging buffer (kStagingBytes), which lets one recv() pick up many small
-// frames; headers are parsed from it and matched at once against the
+// staging buffer, which lets one recv() pick up many small frames (each
+// such read asks for the rest of the current small payload plus
+// kLookaheadBytes); headers are parsed from it and matched at once against the
 // posted receives (first match wins, so receives from one source with one
 // tag complete in order). A payload with at least kDirectReadBytes left is
 // read by recv() straight into its target: large messages are never
@@ -72,11 +73,12 @@ static_assert(sizeof(Header) == 16);
 
 constexpr uint64_t kControlBit = uint64_t{1} << 63;
 constexpr uint64_t kGoodbye = kControlBit | 1;
-constexpr size_t kStagingBytes = 256 << 10;
+constexpr size_t kStagingBytes = 64 << 10;
 constexpr size_t kDirectReadBytes = 32 << 10;
+constexpr size_t kLookaheadBytes = 4 << 10;
 constexpr int kMaxIov = 64;
-constexpr size_t kDirectPollPeers = 3;
-constexpr size_t kPoolMaxBytes = size_t{512} << 20;
+constexpr size_t kDirectPollPeers = 2;
+constexpr size_t kPoolMaxBytes = size_t{128} << 20;  // unexpected-message buffers kept
 
 // Handshake, sent by the connecting (higher) rank and answered by the
 // accepting one with from/to swapped.
@@ -156,8 +158,10 @@ bool ioExact(int fd, void* buf, size_t n, bool write, Clock::time_point deadline
   return true;
 }
 
+// "rank 3" or "ranks 1, 3".
 std::string rankList(const std::vector<int>& ranks) {
   std::ostringstream os;
+  os << (ranks.size() == 1 ? "rank " : "ranks ");
   for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
   return os.str();
 }
@@ -391,8 +395,7 @@ void TcpTransport::Impl::setup(rendezvous::Store& store) {
       KOLO_THROW_PEER(ErrorCode::kTimeout, missing.front(),
                       "tcp transport: rank " << rank_ << " timed out after "
                                              << options_.connectTimeout.count() / 1000.0
-                                             << " s waiting for rank(s) "
-                                             << rankList(missing)
+                                             << " s waiting for " << rankList(missing)
                                              << " to connect (did they start?)");
     }
     int fd = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -745,8 +748,11 @@ bool TcpTransport::Impl::readPeer(Peer& p) {
       into = p.target + p.offset;
       want = p.remaining;
     } else {
+      // The rest of a small payload plus a look-ahead for the next frames;
+      // no more, or the start of a large payload would be copied twice.
       into = p.staging.get() + p.stagingEnd;
-      want = kStagingBytes - p.stagingEnd;
+      want = std::min(kStagingBytes - p.stagingEnd,
+                      (p.inPayload ? p.remaining : 0) + kLookaheadBytes);
     }
     ssize_t n = ::recv(p.fd, into, want, MSG_DONTWAIT);
     if (n > 0) {
