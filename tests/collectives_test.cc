@@ -272,6 +272,9 @@ std::vector<GridParam> gridParams() {
   for (const auto& [label, hosts] : layouts) {
     params.push_back({"hier", Kind::kHosts, hosts, label});
   }
+  // The same schedule with tcp inside the pretend hosts too.
+  params.push_back({"hier", Kind::kTcpHosts, {0, 0, 1, 1, 2, 2}, "tcp_3hosts_2x3"});
+  params.push_back({"hier", Kind::kTcpHosts, {0, 1, 0, 0}, "tcp_2hosts_3_1"});
   return params;
 }
 

@@ -10,6 +10,7 @@
 //            a host and tcp between hosts, combined by a RouterTransport;
 //            with ctx.local / ctx.cross GroupTransports as the hierarchical
 //            algorithms need them
+//   kTcpHosts  pretend hosts as for kHosts, but tcp between all ranks
 //   kMem     an in-process mailbox (mem_transport.h), the cheapest
 //
 // run(fn) calls fn(rank) on n threads at once and rethrows the first
@@ -67,13 +68,14 @@ inline void runRanks(int n, const std::function<void(int)>& fn) {
 
 class ThreadWorld {
  public:
-  enum class Kind { kTcp, kShm, kHosts, kMem };
+  enum class Kind { kTcp, kShm, kHosts, kTcpHosts, kMem };
 
   static const char* name(Kind k) {
     switch (k) {
       case Kind::kTcp: return "tcp";
       case Kind::kShm: return "shm";
       case Kind::kHosts: return "hosts";
+      case Kind::kTcpHosts: return "tcphosts";
       case Kind::kMem: return "mem";
     }
     return "?";
@@ -117,7 +119,7 @@ class ThreadWorld {
       }
       me.store = rendezvous::TcpStore::connect("127.0.0.1", server->port(),
                                                std::chrono::milliseconds(20000));
-      if (kind_ == Kind::kTcp) {
+      if (kind_ == Kind::kTcp || kind_ == Kind::kTcpHosts) {
         me.world = makeTcp(r, n, {}, id, *me.store);
       } else if (kind_ == Kind::kShm) {
         std::vector<int> all(n);
@@ -152,7 +154,7 @@ class ThreadWorld {
             r, n, std::move(parts), routes, std::chrono::microseconds(5), kWorldTimeout);
       }
     });
-    if (kind_ == Kind::kHosts) {
+    if (kind_ == Kind::kHosts || kind_ == Kind::kTcpHosts) {
       for (int r = 0; r < n; ++r) {
         Rank& me = ranks_[r];
         me.local = std::make_unique<transport::GroupTransport>(
