@@ -19,8 +19,9 @@
 // of ranks with the same local rank, built for every local rank that
 // exists). Other ranks never touch their ctx.cross.
 //
-// Tags: step 1 uses ctx.tag + [0, kTagsPerOp/4), step 2 the next quarter,
-// step 3 the third (the groups share one parent transport).
+// Tags: step 1 uses ctx.tag + [0, kTagsPerOp/8), step 2 the next eighth,
+// step 3 the third (the groups share one parent transport). The upper half
+// of the block stays free for the caller's argument check.
 #include <cstring>
 #include <memory>
 
@@ -109,8 +110,8 @@ void allreduceHierarchical(Context& ctx, const AllreduceArgs& args) {
   if (bytes == 0) return;
 
   const transport::Tag localTag = ctx.tag;
-  const transport::Tag crossTag = ctx.tag + kTagsPerOp / 4;
-  const transport::Tag bcastTag = ctx.tag + kTagsPerOp / 2;
+  const transport::Tag crossTag = ctx.tag + kTagsPerOp / 8;
+  const transport::Tag bcastTag = ctx.tag + 2 * (kTagsPerOp / 8);
 
   // 1. Reduce to local rank 0.
   if (local.size() == 1 || bytes <= kLocalTreeBytes) {
