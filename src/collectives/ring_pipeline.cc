@@ -32,18 +32,20 @@ void runRing(const RingPlan& plan) {
   }
 
   std::vector<Item> items;
-  bool anyReduce = false;
+  size_t reduceChunk = 0;  // the largest chunk received for reduction
   for (int s = 0; s < steps; ++s) {
     const RingStep& st = plan.steps[s];
-    if (st.local != nullptr) anyReduce = true;
     for (size_t off = 0; off < st.count; off += chunkElems) {
       items.push_back({s, off, std::min(chunkElems, st.count - off)});
+      if (st.local != nullptr) reduceChunk = std::max(reduceChunk, items.back().count);
     }
   }
 
+  // Receive slots for chunks to reduce: item j uses slot j % window.
   const size_t window = kRingWindow;
+  const size_t slotBytes = reduceChunk * es;
   std::unique_ptr<uint8_t[]> scratch;
-  if (anyReduce) scratch.reset(new uint8_t[window * chunkElems * es]);
+  if (slotBytes > 0) scratch.reset(new uint8_t[window * slotBytes]);
   // forwards[s]: the sends that read step s's result.
   std::vector<std::vector<transport::RequestPtr>> forwards(steps);
   std::vector<transport::RequestPtr> recvs(items.size());
@@ -59,7 +61,7 @@ void runRing(const RingPlan& plan) {
     const RingStep& st = plan.steps[it.step];
     uint8_t* into;
     if (st.local != nullptr) {
-      into = scratch.get() + (j % window) * chunkElems * es;
+      into = scratch.get() + (j % window) * slotBytes;
     } else {
       waitReused(it.step);
       into = st.dst + it.offset * es;
@@ -78,9 +80,8 @@ void runRing(const RingPlan& plan) {
     if (st.local != nullptr) {
       // Items j+1 .. j+window-1 are posted: they arrive while we reduce.
       waitReused(it.step);
-      reduce2(out, st.local + it.offset * es,
-              scratch.get() + (j % window) * chunkElems * es, it.count, plan.dtype,
-              plan.op);
+      reduce2(out, st.local + it.offset * es, scratch.get() + (j % window) * slotBytes,
+              it.count, plan.dtype, plan.op);
     }
     if (it.step + 1 < steps) {
       forwards[it.step].push_back(
