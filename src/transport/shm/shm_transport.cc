@@ -29,6 +29,11 @@
 //   sleeping-flag/ring-index handshake is fenced on both sides, and futex
 //   waits are bounded, so a lost wake-up costs at most `max`).
 //
+// Memory: the ring pages are mapped at set-up (MADV_POPULATE_WRITE), and
+//   large unexpected-message buffers are recycled, because a first touch of
+//   a page costs a page fault (tens of microseconds in some virtual
+//   machines) and the same sizes recur in collectives.
+//
 // Liveness: while something is pending, at most every kLivenessPeriod the
 //   pids of the awaited peers are checked (kill(pid, 0) == ESRCH, or state Z
 //   or X in /proc/<pid>/stat: a killed process that nobody reaped yet).
@@ -65,6 +70,11 @@ constexpr uint64_t kChunk = 64 << 10;    // publish granularity
 constexpr uint64_t kBudget = 512 << 10;  // bytes moved per pump call
 constexpr size_t kMinRing = 4096;
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(100);
+// Unexpected-message buffers of at least kPoolMin bytes are kept for reuse,
+// up to kPoolCount buffers and kPoolBytes in all.
+constexpr size_t kPoolMin = 64 << 10;
+constexpr size_t kPoolCount = 4;
+constexpr size_t kPoolBytes = 128 << 20;
 
 uint64_t align16(uint64_t v) {
   return (v + 15) & ~uint64_t(15);
@@ -125,6 +135,16 @@ bool processGone(pid_t pid, std::string* how) {
     return true;
   }
   return false;
+}
+
+// Maps the pages of [offset, offset + bytes) now, in one system call:
+// touching fresh pages one fault at a time costs tens of microseconds per
+// page in some virtual machines. Best effort (needs Linux 5.14).
+void populate(void* base, size_t offset, size_t bytes) {
+#ifndef MADV_POPULATE_WRITE
+  constexpr int MADV_POPULATE_WRITE = 23;
+#endif
+  madvise(static_cast<uint8_t*>(base) + offset, bytes, MADV_POPULATE_WRITE);
 }
 
 std::string sanitize(const std::string& s, size_t max) {
@@ -255,6 +275,7 @@ void ShmTransport::connect(rendezvous::Store& store) {
                   "shm transport rank " << options_.rank << ": mapping " << own->name);
   }
   own->base = base;
+  populate(base, 0, own->bytes);
   auto* hdr = new (base) SegmentHeader;
   hdr->count = n;
   hdr->ringBytes = ringBytes_;
@@ -326,6 +347,9 @@ void ShmTransport::connect(rendezvous::Store& store) {
                        << " for rank " << local[j]
                        << " (do all ranks pass the same localRanks?)");
       }
+      // Our ring in the peer's segment, the only part we write.
+      populate(pbase, 0, dataOffset(n));
+      populate(pbase, dataOffset(n) + me_ * ph->ringBytes, ph->ringBytes);
       segments_[j] = std::move(seg);
     }
 
@@ -428,7 +452,7 @@ RequestPtr ShmTransport::irecv(int src, Tag tag, void* data, size_t bytes) {
         peer.unexpected = nullptr;
       }
     } else {
-      if (it->received > 0) std::memcpy(out, it->buffer.get(), it->received);
+      if (it->received > 0) std::memcpy(out, it->buffer.data.get(), it->received);
       if (complete) {
         r->complete();
       } else {  // the rest flows straight into the user's buffer
@@ -437,6 +461,7 @@ RequestPtr ShmTransport::irecv(int src, Tag tag, void* data, size_t bytes) {
         peer.unexpected = nullptr;
       }
     }
+    giveBuffer(std::move(it->buffer));
     unexpected_.erase(it);
     return r;
   }
@@ -546,9 +571,38 @@ void ShmTransport::startMessage(Peer& peer, int index, Tag tag, size_t bytes) {
   u.src = index;
   u.tag = tag;
   u.bytes = bytes;
-  u.buffer.reset(new uint8_t[std::max<size_t>(bytes, 1)]);
-  peer.dst = u.buffer.get();
+  u.buffer = takeBuffer(bytes);
+  peer.dst = u.buffer.data.get();
   peer.unexpected = &u;
+}
+
+ShmTransport::Buffer ShmTransport::takeBuffer(size_t bytes) {
+  if (bytes >= kPoolMin) {
+    for (auto it = spareBuffers_.begin(); it != spareBuffers_.end(); ++it) {
+      if (it->capacity >= bytes && it->capacity / 2 <= bytes) {
+        Buffer b = std::move(*it);
+        spareBuffers_.erase(it);
+        spareBytes_ -= b.capacity;
+        return b;
+      }
+    }
+  }
+  Buffer b;
+  b.capacity = std::max<size_t>(bytes, 1);
+  b.data.reset(new uint8_t[b.capacity]);
+  return b;
+}
+
+void ShmTransport::giveBuffer(Buffer buffer) {
+  if (buffer.capacity < kPoolMin || buffer.capacity > kPoolBytes) return;
+  // Make room by dropping the oldest spares.
+  while (!spareBuffers_.empty() && (spareBuffers_.size() >= kPoolCount ||
+                                    spareBytes_ + buffer.capacity > kPoolBytes)) {
+    spareBytes_ -= spareBuffers_.front().capacity;
+    spareBuffers_.erase(spareBuffers_.begin());
+  }
+  spareBytes_ += buffer.capacity;
+  spareBuffers_.push_back(std::move(buffer));
 }
 
 void ShmTransport::finishMessage(Peer& peer) {

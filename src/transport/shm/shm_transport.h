@@ -114,11 +114,18 @@ class ShmTransport : public Transport {
     uint64_t offset = 0;  // bytes of this message's wire form written
   };
 
+  // Heap memory for unexpected messages; large ones are recycled (page
+  // faults are expensive, and collectives see the same sizes again).
+  struct Buffer {
+    std::unique_ptr<uint8_t[]> data;
+    size_t capacity = 0;
+  };
+
   struct Unexpected {
     int src;  // local index
     Tag tag;
     size_t bytes;
-    std::unique_ptr<uint8_t[]> buffer;
+    Buffer buffer;
     size_t received = 0;
   };
 
@@ -160,6 +167,8 @@ class ShmTransport : public Transport {
   bool anythingReady();
   void checkPeers();
   [[noreturn]] void breakWith(std::exception_ptr error);
+  Buffer takeBuffer(size_t bytes);
+  void giveBuffer(Buffer buffer);
   RequestPtr failedRequest(Request::Kind kind, int peer, Tag tag, size_t bytes);
 
   Options options_;
@@ -169,6 +178,8 @@ class ShmTransport : public Transport {
   std::vector<Peer> peers_;                         // by local index
   std::list<PostedRecv> posted_;                    // in posting order
   std::list<Unexpected> unexpected_;                // in arrival order
+  std::vector<Buffer> spareBuffers_;
+  size_t spareBytes_ = 0;
   std::exception_ptr broken_;
   size_t pendingSends_ = 0;
   uint32_t progressCalls_ = 0;
