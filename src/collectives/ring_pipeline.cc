@@ -71,7 +71,14 @@ void runRing(const RingPlan& plan) {
 
   size_t posted = 0;
   for (size_t j = 0; j < items.size(); ++j) {
-    while (posted < items.size() && posted < j + window) post(posted++);
+    // Receives of chunks to reduce are limited by the slots; those that
+    // land straight in place are posted as early as possible, so they
+    // never arrive before their receive (which would cost the transport a
+    // copy through a staging buffer).
+    while (posted < items.size() &&
+           (posted < j + window || plan.steps[items[posted].step].local == nullptr)) {
+      post(posted++);
+    }
     t.wait(recvs[j]);
     recvs[j].reset();
     const Item& it = items[j];

@@ -6,7 +6,8 @@
 // messages with the step's tag, so the work on chunk k (a reduction, or
 // nothing for a copy step) overlaps the arrival of chunk k+1: the receives
 // of the next chunks are always posted before the current one is reduced
-// (a window of kRingWindow receives). A chunk is forwarded to the next rank
+// (a window of kRingWindow receive slots; receives that land in place, the
+// allgather's, are all posted up front). A chunk is forwarded to the next rank
 // (as part of the next step) the moment it is produced, so successive steps
 // overlap too and the ring runs as one continuous pipeline.
 //
@@ -48,7 +49,7 @@ struct RingPlan {
   size_t chunkBytes = 128 * 1024;
 };
 
-inline constexpr int kRingWindow = 4;
+inline constexpr int kRingWindow = 8;
 
 // Runs the plan; returns when every receive landed and every send is done.
 void runRing(const RingPlan& plan);
