@@ -103,7 +103,7 @@ class ShmTransportTest : public ::testing::Test {
   // and its own client of a TcpStore, and rethrows the first failure.
   void runRanks(int n, const std::function<void(ShmTransport&)>& body,
                 const std::function<void(ShmTransport::Options&)>& tweak = nullptr) {
-    auto server = TcpStoreServer::start("127.0.0.1", 0);
+    if (!server_) server_ = TcpStoreServer::start("127.0.0.1", 0);
     std::vector<std::exception_ptr> errors(n);
     std::vector<std::thread> threads;
     for (int r = 0; r < n; ++r) {
@@ -111,7 +111,7 @@ class ShmTransportTest : public ::testing::Test {
         try {
           auto o = optionsFor(r, n, job_);
           if (tweak) tweak(o);
-          auto store = TcpStore::connect("127.0.0.1", server->port(), 10s);
+          auto store = TcpStore::connect("127.0.0.1", server_->port(), 10s);
           auto t = ShmTransport::create(o, *store);
           // The set-up barrier unlinked every segment of the group already.
           if (!segmentsOf(job_).empty()) {
@@ -131,6 +131,7 @@ class ShmTransportTest : public ::testing::Test {
   }
 
   std::string job_ = uniqueJob();
+  std::unique_ptr<TcpStoreServer> server_;  // shared by the runRanks of one test
 };
 
 TEST_F(ShmTransportTest, PingPong) {
@@ -148,6 +149,20 @@ TEST_F(ShmTransportTest, PingPong) {
       ASSERT_EQ(in, i * 2 + other);
     }
   });
+}
+
+// The ranks create their transports again on the same store and prefix
+// (as a re-initialised job would): the second set must not pick up the
+// first set's store entries.
+TEST_F(ShmTransportTest, RecreateOnSameStore) {
+  for (int generation = 0; generation < 3; ++generation) {
+    runRanks(3, [&](ShmTransport& t) {
+      uint64_t out = t.rank() * 10 + generation, in = 0;
+      int next = (t.rank() + 1) % 3, prev = (t.rank() + 2) % 3;
+      t.sendRecv(next, &out, 8, prev, &in, 8, 1);
+      ASSERT_EQ(in, static_cast<uint64_t>(prev * 10 + generation));
+    });
+  }
 }
 
 TEST_F(ShmTransportTest, SelfAndZeroByteMessages) {

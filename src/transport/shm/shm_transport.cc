@@ -296,7 +296,14 @@ void ShmTransport::connect(rendezvous::Store& store) {
       if (s) s->unlink();
   };
   try {
-    store.setString(prefix + "/seg/" + std::to_string(options_.rank),
+    // Keys of the n-th transport a rank creates under this prefix carry
+    // generation n, so a job may create its transports again (re-init) on a
+    // store that still holds the previous generation's keys.
+    const std::string gen =
+        prefix + "/g" +
+        std::to_string(
+            store.add(prefix + "/generation/" + std::to_string(options_.rank), 1));
+    store.setString(gen + "/seg/" + std::to_string(options_.rank),
                     std::to_string(getpid()) + " " + segments_[me_]->name);
 
     // Map every peer's segment.
@@ -306,7 +313,7 @@ void ShmTransport::connect(rendezvous::Store& store) {
         peers_[j].pid = getpid();
         continue;
       }
-      std::string value = store.getString(prefix + "/seg/" + std::to_string(local[j]),
+      std::string value = store.getString(gen + "/seg/" + std::to_string(local[j]),
                                           options_.connectTimeout);
       std::istringstream is(value);
       long pid = 0;
@@ -354,8 +361,8 @@ void ShmTransport::connect(rendezvous::Store& store) {
     }
 
     // Barrier: once every local rank mapped every segment, all can go.
-    const std::string counterKey = prefix + "/mapped/" + std::to_string(local.front());
-    const std::string doneKey = prefix + "/mapped-all/" + std::to_string(local.front());
+    const std::string counterKey = gen + "/mapped/" + std::to_string(local.front());
+    const std::string doneKey = gen + "/mapped-all/" + std::to_string(local.front());
     int64_t arrived = store.add(counterKey, 1);
     if (arrived == static_cast<int64_t>(n)) store.setString(doneKey, "1");
     try {

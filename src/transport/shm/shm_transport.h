@@ -14,11 +14,14 @@
 //
 // Set-up (create) is collective over the ranks in `localRanks`: each rank
 // creates its segment, publishes "<pid> <name>" under
-// "<keyPrefix>/seg/<rank>" in the store, maps every local peer's segment,
-// then joins a store counter barrier ("<keyPrefix>/mapped/<first local
-// rank>"); past the barrier every segment is shm_unlink'ed, so nothing is
-// left in /dev/shm even when processes are killed later. keyPrefix must be
-// unique per set of transports sharing one store.
+// "<keyPrefix>/g<n>/seg/<rank>" in the store (n: how many transports this
+// rank has created under keyPrefix, counted in the store, so ranks that
+// re-create their transports together can reuse a store), maps every local
+// peer's segment, then joins a store counter barrier
+// ("<keyPrefix>/g<n>/mapped/<first local rank>"); past the barrier every
+// segment is shm_unlink'ed, so nothing is left in /dev/shm even when
+// processes are killed later. Transports created at the same time on one
+// store need distinct keyPrefixes.
 //
 // Contract
 // - Semantics are those of Transport (transport.h): tagged messages, exact
