@@ -21,7 +21,6 @@ namespace kolo::collectives {
 namespace {
 
 constexpr size_t kChunkBytes = 256 * 1024;
-constexpr size_t kWindow = 4;
 
 }  // namespace
 
@@ -62,13 +61,13 @@ void broadcastBinomial(Context& ctx, const BroadcastArgs& args) {
         sends.push_back(t.isend(c, ctx.tag, buf + k * chunk, span(k)));
     }
   } else {
+    // All receives land in place: post them up front so no chunk arrives
+    // before its receive.
     std::vector<transport::RequestPtr> recvs(chunks);
-    size_t posted = 0;
     for (size_t k = 0; k < chunks; ++k) {
-      while (posted < chunks && posted < k + kWindow) {
-        recvs[posted] = t.irecv(parent, ctx.tag, buf + posted * chunk, span(posted));
-        ++posted;
-      }
+      recvs[k] = t.irecv(parent, ctx.tag, buf + k * chunk, span(k));
+    }
+    for (size_t k = 0; k < chunks; ++k) {
       t.wait(recvs[k]);
       for (int c : children)
         sends.push_back(t.isend(c, ctx.tag, buf + k * chunk, span(k)));
