@@ -36,6 +36,7 @@ STRICT=0
 SIZES="8,1K,64K,1M,4M,16M,64M"
 OUT_DIR=""
 ONLY=""
+NICE=0
 PYTHON=/usr/bin/python3
 RUN_TIMEOUT=600
 
@@ -51,6 +52,8 @@ Options:
   --sizes LIST     sizes ($SIZES); the goals need 8, 1M, 4M and 64M
   --out DIR        keep the raw JSON and logs there (default: a temp dir)
   --peers LIST     run only these, e.g. openmpi,gloo (the baselines alone)
+  --nice N         run every peer under 'nice -n N' (e.g. -20 as root, to keep
+                   other work on a shared machine from disturbing the figures)
   --strict         exit 3 when a goal is missed
 EOF
 }
@@ -76,6 +79,7 @@ while [ $# -gt 0 ]; do
     --sizes) SIZES="$2" ;;
     --out) OUT_DIR="$2" ;;
     --peers) ONLY="$2" ;;
+    --nice) NICE="$2" ;;
     *) die_usage "$1: unknown option" ;;
   esac
   shift 2
@@ -83,6 +87,7 @@ done
 [[ "$NP" =~ ^[1-9][0-9]*$ ]] || die_usage "--np '$NP': expected a positive integer"
 [[ "$REPEATS" =~ ^[1-9][0-9]*$ ]] || die_usage "--repeats '$REPEATS': expected a positive integer"
 [[ "$STAT" == best || "$STAT" == median ]] || die_usage "--stat '$STAT': expected best or median"
+[[ "$NICE" =~ ^-?[0-9]+$ ]] || die_usage "--nice '$NICE': expected an integer"
 [[ "$MIN_TIME" =~ ^[0-9]*\.?[0-9]+$ ]] || die_usage "--min-time '$MIN_TIME': expected seconds"
 
 BIN="$BUILD_DIR/bin"
@@ -117,32 +122,34 @@ if [ -n "$ONLY" ]; then
   PEERS=("${selected[@]}")
 fi
 
+# Every peer's command starts with RUN: the time limit, and nice when asked
+# (the ranks inherit it).
+RUN=(timeout "$RUN_TIMEOUT")
+[ "$NICE" -ne 0 ] && RUN=(nice -n "$NICE" timeout "$RUN_TIMEOUT")
+
 COMMON=(--json --sizes "$SIZES" -n "$ITERS" -w "$WARMUP" --min-time "$MIN_TIME")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN=(mpirun -np "$NP" --oversubscribe)
+NO_PAGE_FAULTS=(-x MALLOC_MMAP_THRESHOLD_=1073741824 -x MALLOC_TRIM_THRESHOLD_=4294967296)
 
 run_peer() {  # peer, output file
   local peer="$1" out="$2"
   case "$peer" in
-    kolo-shm)
-      timeout "$RUN_TIMEOUT" "$BIN/kolorun" -np "$NP" "$BIN/kolo-bench" "${COMMON[@]}" ;;
+    kolo-shm) "${RUN[@]}" "$BIN/kolorun" -np "$NP" "$BIN/kolo-bench" "${COMMON[@]}" ;;
     kolo-tcp)
-      KOLO_TRANSPORT=tcp timeout "$RUN_TIMEOUT" "$BIN/kolorun" -np "$NP" "$BIN/kolo-bench" \
-        "${COMMON[@]}" ;;
-    openmpi)
-      timeout "$RUN_TIMEOUT" mpirun -np "$NP" --oversubscribe "$BIN/mpi-bench" "${COMMON[@]}" ;;
-    ompi-nopf)
-      timeout "$RUN_TIMEOUT" mpirun -np "$NP" --oversubscribe \
-        -x MALLOC_MMAP_THRESHOLD_=1073741824 -x MALLOC_TRIM_THRESHOLD_=4294967296 \
-        "$BIN/mpi-bench" "${COMMON[@]}" ;;
-    gloo)
-      timeout "$RUN_TIMEOUT" "$PYTHON" "$ROOT/bench/gloo_allreduce.py" -np "$NP" "${COMMON[@]}" ;;
+      KOLO_TRANSPORT=tcp "${RUN[@]}" "$BIN/kolorun" -np "$NP" "$BIN/kolo-bench" "${COMMON[@]}" ;;
+    openmpi) "${RUN[@]}" "${MPIRUN[@]}" "$BIN/mpi-bench" "${COMMON[@]}" ;;
+    ompi-nopf) "${RUN[@]}" "${MPIRUN[@]}" "${NO_PAGE_FAULTS[@]}" "$BIN/mpi-bench" "${COMMON[@]}" ;;
+    gloo) "${RUN[@]}" "$PYTHON" "$ROOT/bench/gloo_allreduce.py" -np "$NP" "${COMMON[@]}" ;;
   esac > "$out" 2> "${out%.jsonl}.stderr"
 }
 
 echo "# compare_allreduce: $NP ranks, float32 sum allreduce, sizes $SIZES"
-echo "# machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -1), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# each peer runs $REPEATS times (interleaved), each size at least $ITERS iterations and ${MIN_TIME} s; kept per size: $STAT of the runs"
-echo "# raw output: $OUT_DIR"
+cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+echo "# machine: $(nproc) cores, $cpu, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# each peer runs $REPEATS times (interleaved), each size at least $ITERS iterations" \
+  "and ${MIN_TIME} s; kept per size: $STAT of the runs"
+echo "# raw output: $OUT_DIR$([ "$NICE" -ne 0 ] && echo ", peers run under nice -n $NICE")"
 failed=0
 for rep in $(seq 1 "$REPEATS"); do
   for peer in "${PEERS[@]}"; do
