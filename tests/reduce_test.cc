@@ -341,6 +341,36 @@ TEST_P(ReduceGridTest, DeterministicAcrossPaths) {
   EXPECT_TRUE(sameElements(dtype, generic, onIsa, count));
 }
 
+// Outputs of several MiB (large enough for the non-temporal store path) at
+// every alignment: dst at 0, 1 element, and 1 byte (not even element
+// aligned) past an aligned base, for reduce2 and reduceMany.
+TEST_P(ReduceGridTest, LargeOutputsAtAnyAlignment) {
+  auto [dtype, op, isa] = GetParam();
+  if (!isSupported(isa)) GTEST_SKIP() << toString(isa) << " not supported here";
+  if (op != ReduceOp::kSum && op != ReduceOp::kMax) GTEST_SKIP() << "sum and max suffice";
+  size_t size = elementSize(dtype);
+  size_t count = (size_t{5} << 20) / size + 29;
+  auto a = randomBuffer(dtype, count, 41);
+  auto b = randomBuffer(dtype, count, 42);
+  auto want = refReduce(dtype, op, {&a, &b}, count);
+  std::vector<uint8_t> storage(count * size + 128);
+  uint8_t* base =
+      storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64);
+  for (size_t offset : {size_t{0}, size, size_t{1}}) {
+    if (offset == 1 && size == 1) continue;
+    SCOPED_TRACE("dst offset " + std::to_string(offset));
+    uint8_t* dst = base + offset;
+    reduce2(dst, a.data(), b.data(), count, dtype, op, isa);
+    ASSERT_TRUE(
+        sameElements(dtype, want, std::vector<uint8_t>(dst, dst + count * size), count));
+    std::memset(dst, 0, count * size);
+    const void* srcs[2] = {a.data(), b.data()};
+    reduceMany(dst, srcs, 2, count, dtype, op, isa);
+    ASSERT_TRUE(
+        sameElements(dtype, want, std::vector<uint8_t>(dst, dst + count * size), count));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTypesOpsIsas, ReduceGridTest,
                          ::testing::Combine(::testing::ValuesIn(kAllTypes),
                                             ::testing::ValuesIn(kAllOps),
@@ -818,7 +848,7 @@ double bestSeconds(int reps, F&& f) {
 // Every buffer is 64 MiB; pages are touched before timing.
 TEST(ReduceBench, DISABLED_Bandwidth) {
   constexpr size_t kBytes = size_t{64} << 20;
-  constexpr int kReps = 10;
+  constexpr int kReps = 20;
   std::vector<uint8_t> a(kBytes), b(kBytes), c(kBytes, 0);
   // Ordinary values of each type (no NaN, no subnormals).
   auto fill = [&](DataType dtype) {

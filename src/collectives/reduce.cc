@@ -40,11 +40,20 @@
 // wide vectors in functions compiled without AVX; no such call survives.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
+// For the kernels' small helpers: a call per vector would cost more than the
+// work (GCC declines to inline the larger software float16 conversions).
+#define KOLO_REDUCE_INLINE inline __attribute__((always_inline))
+
 namespace kolo::collectives {
 namespace {
 
 // The op a kernel runs: kAverage is kSum followed by divideInPlace.
 enum class OpKind : uint8_t { kSum, kMin, kMax, kProduct };
+
+// Out-of-place results at least this large are written with non-temporal
+// stores (see useStreaming in reduce_kernels.inc). The collectives' pipeline
+// chunks are far smaller and stay in cache for the next hop.
+constexpr size_t kStreamingStoreBytes = size_t{4} << 20;
 
 template <class T, size_t kBytes>
 struct VecOf {

@@ -7,15 +7,17 @@
 // divideInPlace(n).
 //
 // Semantics, the same on every instruction-set path (same inputs give the
-// same bits whichever KernelIsa runs them):
-// - float32 / float64: IEEE arithmetic in the type (no FMA, no reassociation).
+// same bits whichever KernelIsa runs them, except which NaN payload comes out
+// of an op on two different NaNs):
+// - float32 / float64: IEEE arithmetic in the type (no FMA, no reassociation,
+//   round to nearest even under the default MXCSR).
 //   kMin / kMax propagate NaN like torch.minimum / torch.maximum: if either
-//   operand is NaN the result is NaN. -0.0 and +0.0 compare equal; which one
-//   comes out of min/max of a signed-zero pair is unspecified (but fixed).
+//   operand is NaN the result is NaN. For equal operands (e.g. -0.0 and +0.0)
+//   the second operand is returned.
 // - float16 / bfloat16: each operand is widened to float32 exactly, the op is
 //   done in float32, the result rounded to nearest even once. NaN stays NaN
-//   (quieted, sign and upper payload kept); a float16 result above 65504
-//   (after rounding) becomes +-inf.
+//   (quieted, sign and upper payload kept); a float32 result that rounds
+//   beyond float16's largest value 65504 (magnitude >= 65520) becomes +-inf.
 // - int32 / int64: two's complement wrap on overflow for kSum and kProduct
 //   (computed in unsigned arithmetic internally, so no undefined behaviour);
 //   kMin / kMax compare as signed.
@@ -25,9 +27,15 @@
 // Aliasing: dst may be exactly equal to a source; partially overlapping
 // ranges are not supported.
 //
+// Memory: outputs of 4 MiB or more that alias no source are written with
+// non-temporal stores (not read first, not kept in cache) followed by a
+// store fence, so on return the results are ordered before any later store
+// (e.g. a flag telling another process they are ready), as plain stores are.
+//
 // Thread-safety: the functions are pure apart from writing dst; concurrent
-// calls on disjoint outputs are safe. Failure: an unknown dtype or op (e.g. a
-// bad cast from C), a null pointer with count > 0, or an unusable divisor
+// calls on disjoint outputs are safe. Blocking: none, CPU only. Failure: an
+// unknown dtype or op (e.g. a bad cast from C), a null pointer with
+// count > 0, a count whose byte size overflows, or an unusable divisor
 // throws kolo::Error(kInvalidArgument); nothing is written then.
 #pragma once
 
