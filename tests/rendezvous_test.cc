@@ -236,6 +236,19 @@ TEST(FileStore, SetGetAddAndKeysWithSlashes) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(FileStore, KeysNeverCollideWithLockOrTemporaryFiles) {
+  std::string dir = tempDir("collide");
+  FileStore s(dir);
+  s.setString("a.lock", "x");
+  s.setString("la", "y");
+  EXPECT_EQ(s.add("a", 1), 1);
+  EXPECT_EQ(s.add("a", 1), 2);
+  EXPECT_EQ(s.getString("a.lock", milliseconds(100)), "x");
+  EXPECT_EQ(s.getString("la", milliseconds(100)), "y");
+  EXPECT_EQ(s.getString("a", milliseconds(100)), "2");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(FileStore, GetTimeoutNamesKeyAndDirectory) {
   std::string dir = tempDir("timeout");
   FileStore s(dir);

@@ -66,7 +66,11 @@ bool readFile(const std::string& path, std::vector<uint8_t>* out) {
 // renames it over `path` (atomic on POSIX file systems).
 void writeFileAtomically(const std::string& path, const std::vector<uint8_t>& value) {
   static std::atomic<uint64_t> counter{0};
-  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+  // Named ".t<entry>.<pid>.<n>" beside it: a leading dot never starts the
+  // name of an entry, so no key can collide with a temporary file.
+  size_t slash = path.rfind('/');
+  std::string tmp = path.substr(0, slash + 1) + ".t" + path.substr(slash + 1) + "." +
+                    std::to_string(::getpid()) + "." +
                     std::to_string(counter.fetch_add(1));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   if (fd < 0) {
@@ -105,11 +109,11 @@ FileStore::FileStore(std::string directory) : directory_(std::move(directory)) {
   makeDirectories(directory_);
 }
 
-std::string FileStore::pathOf(const std::string& key) const {
+std::string FileStore::pathOf(const std::string& key, char kind) const {
   static const char* kHex = "0123456789ABCDEF";
   std::string name;
   name.reserve(key.size() + 4);
-  name.push_back('k');  // never empty, never "." or "..", never hidden
+  name.push_back(kind);  // never empty, never "." or "..", never hidden
   for (unsigned char c : key) {
     bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                  (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
@@ -151,7 +155,7 @@ std::vector<uint8_t> FileStore::get(const std::string& key,
 
 int64_t FileStore::add(const std::string& key, int64_t delta) {
   const std::string path = pathOf(key);
-  const std::string lockPath = path + ".lock";
+  const std::string lockPath = pathOf(key, 'l');
   int fd = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0) {
     KOLO_THROW(ErrorCode::kIo,

@@ -1,12 +1,13 @@
 // A Store kept in a directory: for jobs whose ranks share a file system
 // (one host, or a cluster file system) and have no TCP store.
 //
-// Layout: one file per key, named by the key with every byte outside
-// [A-Za-z0-9._-] written as %XX. set() writes a temporary file and renames
-// it over the key's file, so a reader sees the old value or the new one,
-// never half of it. get() polls for the file with growing sleeps (1 ms up
-// to 50 ms). add() holds an exclusive flock() on "<key file>.lock" while it
-// reads, adds and rewrites the decimal counter.
+// Layout: one file per key, "k" followed by the key with every byte
+// outside [A-Za-z0-9._-] written as %XX. set() writes a temporary file
+// (".t..." beside it) and renames it over the key's file, so a reader sees
+// the old value or the new one, never half of it. get() polls for the file
+// with growing sleeps (1 ms up to 50 ms). add() holds an exclusive flock()
+// on the key's lock file ("l" + encoded key) while it reads, adds and
+// rewrites the decimal counter.
 //
 // Contract
 // - Thread safety: any number of threads and processes may use the same
@@ -40,7 +41,8 @@ class FileStore : public Store {
   const std::string& directory() const { return directory_; }
 
  private:
-  std::string pathOf(const std::string& key) const;
+  // The file of `key`: kind 'k' holds the value, 'l' is add()'s lock.
+  std::string pathOf(const std::string& key, char kind = 'k') const;
 
   std::string directory_;
 };
