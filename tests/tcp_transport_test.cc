@@ -123,6 +123,35 @@ TEST(TcpTransport, SameTagMessagesArriveInOrderPerTag) {
   });
 }
 
+TEST(TcpTransport, ManyQueuedSendsOfMixedSizes) {
+  constexpr int kMessages = 1500;
+  auto sizeOf = [](int i) -> size_t { return (i * 7919) % 20011; };
+  test::runTcpRanks(2, [&](int r, TcpTransport& t) {
+    std::vector<std::vector<uint8_t>> bufs(kMessages);
+    std::vector<RequestPtr> reqs;
+    if (r == 0) {
+      for (int i = 0; i < kMessages; ++i) {
+        bufs[i] = pattern(0, 1, i, sizeOf(i));
+        reqs.push_back(t.isend(1, i % 3, bufs[i].data(), bufs[i].size()));
+      }
+    } else {
+      std::this_thread::sleep_for(milliseconds(50));  // let some arrive first
+      for (int tag = 2; tag >= 0; --tag) {
+        for (int i = tag; i < kMessages; i += 3) {
+          bufs[i].resize(sizeOf(i));
+          reqs.push_back(t.irecv(0, tag, bufs[i].data(), bufs[i].size()));
+        }
+      }
+    }
+    t.waitAll(reqs);
+    if (r == 1) {
+      for (int i = 0; i < kMessages; ++i) {
+        ASSERT_TRUE(bufs[i] == pattern(0, 1, i, sizeOf(i))) << "message " << i;
+      }
+    }
+  });
+}
+
 TEST(TcpTransport, ReceiveFromAnySourceReportsTheSender) {
   constexpr int kRanks = 5;
   test::runTcpRanks(kRanks, [&](int r, TcpTransport& t) {
