@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <kolo/error.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -113,6 +114,19 @@ struct BadValue {
   const char* value;
 };
 
+void PrintTo(const BadValue& bad, std::ostream* os) {
+  *os << bad.env << "='" << bad.value << "'";
+}
+
+// "KOLO_TIMEOUT_soon": the test name's suffix, letters, digits and '_' only.
+std::string badValueName(const ::testing::TestParamInfo<BadValue>& info) {
+  std::string name = std::string(info.param.env) + "_";
+  for (const char* c = info.param.value; *c != '\0'; ++c) {
+    name += std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_';
+  }
+  return name + "_" + std::to_string(info.index);
+}
+
 class SettingsBadValueTest : public SettingsTest,
                              public ::testing::WithParamInterface<BadValue> {};
 
@@ -137,7 +151,8 @@ INSTANTIATE_TEST_SUITE_P(Numbers, SettingsBadValueTest,
                                            BadValue{"KOLO_SHM_CHUNK_BYTES", "1.5"},
                                            BadValue{"KOLO_SHM_CHUNK_BYTES", "-4096"},
                                            BadValue{"KOLO_SPIN_US", "abc"},
-                                           BadValue{"KOLO_TCP_BUFFER_BYTES", "4M"}));
+                                           BadValue{"KOLO_TCP_BUFFER_BYTES", "4M"}),
+                         badValueName);
 
 // docs/env.md, found from this source file's location (tests/ -> docs/).
 std::string readEnvDoc() {

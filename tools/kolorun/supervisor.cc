@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -125,6 +126,16 @@ bool Supervisor::launch() {
   if (options_.verbose) {
     output_.note("job " + job.jobId + ", " + std::to_string(options_.numRanks) +
                  " ranks, rendezvous " + job.rendezvous + ", command " + executable);
+  }
+
+  // Two pipes per rank: when the soft descriptor limit is too low for them,
+  // raise it (towards the hard limit); the ranks inherit the raised limit.
+  if (rlimit limit{}; getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    const rlim_t needed = 2 * static_cast<rlim_t>(options_.numRanks) + 64;
+    if (limit.rlim_cur < needed && limit.rlim_cur < limit.rlim_max) {
+      limit.rlim_cur = std::min(needed, limit.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &limit);
+    }
   }
 
   // Orphaned grandchildren become kolorun's children, so they are reaped
