@@ -249,21 +249,16 @@ void Supervisor::reap() {
 }
 
 void Supervisor::onSignal(int sig) {
-  if (reason_ == EndReason::kSignal) {
-    // A second interrupt: no more patience.
+  if (reason_ != EndReason::kNone) {
+    // Already ending (an earlier interrupt, a failed rank, the timeout):
+    // no more patience, SIGKILL what is left.
+    output_.note("received " + signalName(sig) + " again, killing the ranks");
     escalate();
     return;
   }
-  if (reason_ == EndReason::kNone) receivedSignal_ = sig;
+  receivedSignal_ = sig;
   output_.note("received " + signalName(sig) + ", ending the ranks");
-  if (reason_ == EndReason::kNone) {
-    abortJob(EndReason::kSignal, sig);
-  } else {
-    // Already ending (a rank failed, or the timeout): forward it anyway.
-    for (auto& rank : ranks_) {
-      if (rank->running()) rank->signalGroup(sig);
-    }
-  }
+  abortJob(EndReason::kSignal, sig);
 }
 
 void Supervisor::abortJob(EndReason reason, int sig) {

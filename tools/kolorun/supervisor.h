@@ -6,8 +6,8 @@
 //   by a signal is the job's failure: every other rank's process group gets
 //   SIGTERM, and SIGKILL after kGraceSeconds if it is still there.
 // - SIGINT/SIGTERM/SIGHUP/SIGQUIT to kolorun: forwarded to every rank's
-//   process group, SIGKILL after the grace period (at once on a second one);
-//   kolorun then exits 128+signal.
+//   process group, SIGKILL after the grace period (at once when a signal
+//   arrives while the job is already ending); kolorun then exits 128+signal.
 // - --timeout: when the job outlives it, it is ended the same way; exit 124.
 // - After a rank exits, its pipes are read to end-of-file; if something it
 //   left behind keeps them open longer than kDrainSeconds they are closed.
