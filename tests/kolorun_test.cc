@@ -451,6 +451,27 @@ TEST(KolorunTest, CtrlCEndsEveryRank) {
   expectAllGone(sleeps);
 }
 
+TEST(KolorunTest, SecondCtrlCKillsAtOnce) {
+  // The ranks ignore SIGINT and SIGTERM; without the second interrupt they
+  // would last the whole grace period.
+  int sent = 0;
+  auto r = runKolorun({"-np", "2", "sh", "-c",
+                       "trap '' INT TERM; echo ready; while :; do sleep 0.05; done"},
+                      30, [&](pid_t pid, const RunResult& sofar) {
+                        if (sent == 0 && lines(sofar.out).size() == 2) {
+                          sent = 1;
+                          kill(pid, SIGINT);
+                        } else if (sent == 1 && contains(sofar.err, "received SIGINT")) {
+                          sent = 2;
+                          kill(pid, SIGINT);
+                        }
+                      });
+  EXPECT_EQ(sent, 2) << describe(r);
+  EXPECT_EQ(r.exitCode, 128 + SIGINT) << describe(r);
+  EXPECT_LT(r.seconds, 2.5) << describe(r);
+  EXPECT_TRUE(contains(r.err, "again")) << describe(r);
+}
+
 TEST(KolorunTest, SigtermIsForwardedToRanks) {
   // The ranks see the SIGTERM themselves (their trap prints), then kolorun
   // exits 128+SIGTERM.
