@@ -236,6 +236,11 @@ void CommunicatorImpl::guarded(const std::function<void()>& op) {
     if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout ||
         e.code() == ErrorCode::kIo || e.code() == ErrorCode::kInternal) {
       broken_ = std::current_exception();
+      // Tell the others why, so they name the rank really lost.
+      try {
+        world_->abort(e);
+      } catch (...) {
+      }
     }
     throw;
   }

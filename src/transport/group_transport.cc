@@ -98,6 +98,16 @@ std::chrono::milliseconds GroupTransport::timeout() const {
   return parent_.timeout();
 }
 
+std::optional<bool> GroupTransport::silentFor(int peer,
+                                              std::chrono::milliseconds d) const {
+  if (peer < 0 || peer >= size()) return std::nullopt;
+  return parent_.silentFor(members_[peer], d);
+}
+
+void GroupTransport::abort(const Error& cause) {
+  parent_.abort(cause);
+}
+
 int GroupTransport::globalRank(int r) const {
   if (r < 0 || r >= size()) return r;
   return parent_.globalRank(members_[r]);

@@ -47,6 +47,8 @@ class GroupTransport : public Transport {
   std::chrono::milliseconds timeout() const override;
   // The parent's global rank of group rank r (errors name global ranks).
   int globalRank(int r) const override;
+  std::optional<bool> silentFor(int peer, std::chrono::milliseconds d) const override;
+  void abort(const Error& cause) override;
 
   const std::vector<int>& members() const { return members_; }
   Transport& parent() const { return parent_; }

@@ -74,6 +74,22 @@ void RouterTransport::idle(std::chrono::microseconds max) {
   for (auto& p : parts_) p->idle(std::min(max, std::chrono::microseconds(50)));
 }
 
+std::optional<bool> RouterTransport::silentFor(int peer,
+                                               std::chrono::milliseconds d) const {
+  if (parts_.empty() || peer < 0 || peer >= size_) return std::nullopt;
+  return parts_[routes_[peer]]->silentFor(peer, d);
+}
+
+void RouterTransport::abort(const Error& cause) {
+  for (auto& p : parts_) {
+    try {
+      p->abort(cause);
+    } catch (...) {
+      // best effort: the other parts still get told
+    }
+  }
+}
+
 std::chrono::milliseconds RouterTransport::timeout() const {
   auto t = timeout_;
   for (auto& p : parts_) t = std::min(t, p->timeout());

@@ -30,6 +30,8 @@ class RouterTransport : public Transport {
   bool progress() override;
   void idle(std::chrono::microseconds max) override;
   std::chrono::milliseconds timeout() const override;
+  std::optional<bool> silentFor(int peer, std::chrono::milliseconds d) const override;
+  void abort(const Error& cause) override;
 
  private:
   Transport& partFor(int peer);

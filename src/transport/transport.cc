@@ -12,24 +12,30 @@ void Transport::idle(std::chrono::microseconds max) {
 
 void Transport::wait(Request& request) {
   Backoff backoff(spin_);
+  const auto started = Backoff::Clock::now();
   while (!request.done()) {
     if (progress()) {
       backoff.reset();
       continue;
     }
     if (request.done()) break;
-    if (backoff.idleFor() > timeout()) {
-      const int peer =
-          request.peer == kAnySource ? kAnySource : globalRank(request.peer);
-      std::string who = peer == kAnySource ? std::string("any rank")
-                                           : "rank " + std::to_string(peer);
-      KOLO_THROW_PEER(ErrorCode::kTimeout, peer,
-                      "rank " << globalRank(rank()) << " timed out after "
-                              << timeout().count() / 1000.0 << " s waiting for "
-                              << who << " to "
-                              << (request.kind == Request::Kind::kSend ? "receive" : "send")
-                              << " " << request.bytes << " bytes (tag " << request.tag
-                              << "); the peer is alive but not answering (KOLO_TIMEOUT)");
+    // With heartbeats the peer's own silence decides; without, a wait with
+    // no progress at all on this transport for the timeout.
+    std::optional<bool> silent;
+    if (request.peer != kAnySource) silent = silentFor(request.peer, timeout());
+    const bool timedOut = silent ? *silent && Backoff::Clock::now() - started > timeout()
+                                 : backoff.idleFor() > timeout();
+    if (timedOut) {
+      const int peer = request.peer == kAnySource ? kAnySource : globalRank(request.peer);
+      std::string who =
+          peer == kAnySource ? std::string("any rank") : "rank " + std::to_string(peer);
+      KOLO_THROW_PEER(
+          ErrorCode::kTimeout, peer,
+          "rank " << globalRank(rank()) << " timed out after "
+                  << timeout().count() / 1000.0 << " s waiting for " << who << " to "
+                  << (request.kind == Request::Kind::kSend ? "receive" : "send") << " "
+                  << request.bytes << " bytes (tag " << request.tag
+                  << "); the peer is alive but not answering (KOLO_TIMEOUT)");
     }
     if (backoff.idle()) idle(backoff.sleepHint());
   }

@@ -30,8 +30,11 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+
+#include <kolo/error.h>
 
 #include "common/backoff.h"
 
@@ -55,7 +58,7 @@ struct Request {
   }
 
   const Kind kind;
-  int peer;    // for a receive from kAnySource: the actual source once done
+  int peer;  // for a receive from kAnySource: the actual source once done
   const Tag tag;
   const size_t bytes;
   std::exception_ptr error;  // set when the operation failed
@@ -87,6 +90,22 @@ class Transport {
   // The silent-peer timeout that wait() enforces.
   virtual std::chrono::milliseconds timeout() const = 0;
 
+  // Whether nothing at all (data or heartbeat) has come from `peer` for at
+  // least `d`. wait() fails a request with kTimeout only when its peer is
+  // silent: a peer that is itself blocked waiting on a third rank keeps
+  // sending heartbeats, so only the ranks next to the stopped one time out,
+  // and they name it. Transports without heartbeats answer nullopt: wait()
+  // then times out after `timeout` without progress on the transport.
+  virtual std::optional<bool> silentFor(int peer, std::chrono::milliseconds d) const {
+    return std::nullopt;
+  }
+
+  // Best effort and bounded (well under a second): tells every peer that
+  // this rank fails with `cause`, so they fail with the same diagnosis
+  // (naming the rank really lost) rather than only seeing this rank go. The
+  // transport is broken afterwards. Default: nothing to tell.
+  virtual void abort(const Error& cause) {}
+
   // The job-wide rank of `rank` (a rank of this transport), used when an
   // error names a rank. Identity unless the transport is a view of a subset
   // of ranks (GroupTransport).
@@ -104,8 +123,8 @@ class Transport {
   void recv(int src, Tag tag, void* data, size_t bytes);
   // Sends to dst and receives from src at once (no deadlock when both
   // sides call it); the ring step of most algorithms.
-  void sendRecv(int dst, const void* sendData, size_t sendBytes, int src,
-                void* recvData, size_t recvBytes, Tag tag);
+  void sendRecv(int dst, const void* sendData, size_t sendBytes, int src, void* recvData,
+                size_t recvBytes, Tag tag);
 
  protected:
   // Spin budget of wait loops; transports set it from settings and the

@@ -73,6 +73,17 @@ static_assert(sizeof(Header) == 16);
 
 constexpr uint64_t kControlBit = uint64_t{1} << 63;
 constexpr uint64_t kGoodbye = kControlBit | 1;
+// A rank that fails tells its peers why (payload: AbortNotice + message,
+// its length in the header's tag), so they name the rank really lost.
+constexpr uint64_t kAbort = kControlBit | 2;
+// Sent while a rank waits, so peers blocked on it know it is alive.
+constexpr uint64_t kHeartbeat = kControlBit | 3;
+constexpr size_t kMaxAbortBytes = 16 << 10;
+
+struct AbortNotice {
+  int32_t code;
+  int32_t blamed;  // the rank the failure names, -1 for none
+};
 constexpr size_t kStagingBytes = 64 << 10;
 constexpr size_t kDirectReadBytes = 32 << 10;
 constexpr size_t kLookaheadBytes = 4 << 10;
@@ -190,6 +201,8 @@ class TcpTransport::Impl {
   int rank() const { return rank_; }
   int size() const { return size_; }
   std::chrono::milliseconds timeout() const { return options_.timeout; }
+  std::optional<bool> silentFor(int peer, std::chrono::milliseconds d) const;
+  void abort(const Error& cause);
   bool connected(int peer) const {
     return peer == rank_ || (peer >= 0 && peer < size_ && peers_[peer].linked);
   }
@@ -232,6 +245,12 @@ class TcpTransport::Impl {
     bool linked = false;   // selected by Options::connect and connected
     bool goodbye = false;  // the peer announced an orderly close
     bool closed = false;   // its socket reached EOF after goodbye
+    // Our stream to it stopped in the middle of a frame when the transport
+    // broke: nothing more can be framed on it.
+    bool midFrame = false;
+    Clock::time_point lastHeard = Clock::now();
+    bool abortFrame = false;  // the payload being read is an abort notice
+    std::vector<uint8_t> abortPayload;
     std::deque<SendItem> sendQueue;
     // Receive side.
     std::unique_ptr<uint8_t[]> staging;
@@ -257,6 +276,8 @@ class TcpTransport::Impl {
   void deliver(Peer& p, const uint8_t* src, size_t n);
   void finishPayload(Peer& p);
   void onEof(Peer& p);
+  void onAbortNotice(Peer& p);
+  void sendHeartbeats();
 
   [[noreturn]] void peerLost(Peer& p, const std::string& why);
   void breakWith(std::exception_ptr error);
@@ -280,6 +301,7 @@ class TcpTransport::Impl {
   size_t recvsPending_ = 0;  // receives not yet done
   size_t sendsPending_ = 0;  // frames in send queues
   std::exception_ptr error_;
+  Clock::time_point lastHeartbeat_ = Clock::now();
 };
 
 // ---------------------------------------------------------------- setup
@@ -641,6 +663,7 @@ void TcpTransport::Impl::idle(std::chrono::microseconds max) {
     std::this_thread::sleep_for(max);
     return;
   }
+  sendHeartbeats();
   for (size_t i = 0; i < active_.size(); ++i) {
     pollSet_[i].events =
         static_cast<short>(POLLIN | (active_[i]->sendQueue.empty() ? 0 : POLLOUT));
@@ -757,6 +780,7 @@ bool TcpTransport::Impl::readPeer(Peer& p) {
     ssize_t n = ::recv(p.fd, into, want, MSG_DONTWAIT);
     if (n > 0) {
       moved = true;
+      p.lastHeard = Clock::now();
       if (direct) {
         deliver(p, nullptr, static_cast<size_t>(n));
       } else {
@@ -796,6 +820,18 @@ void TcpTransport::Impl::onHeader(Peer& p) {
   if (h.bytes & kControlBit) {
     if (h.bytes == kGoodbye) {
       p.goodbye = true;
+      return;
+    }
+    if (h.bytes == kHeartbeat) return;
+    if (h.bytes == kAbort && h.tag >= sizeof(AbortNotice) && h.tag <= kMaxAbortBytes) {
+      p.inPayload = true;
+      p.offset = 0;
+      p.remaining = h.tag;
+      p.request.reset();
+      p.toUnexpected = false;
+      p.abortFrame = true;
+      p.abortPayload.assign(h.tag, 0);
+      p.target = p.abortPayload.data();
       return;
     }
     peerLost(p, "rank " + std::to_string(p.rank) + " sent a malformed frame to rank " +
@@ -844,6 +880,10 @@ void TcpTransport::Impl::deliver(Peer& p, const uint8_t* src, size_t n) {
 }
 
 void TcpTransport::Impl::finishPayload(Peer& p) {
+  if (p.abortFrame) {
+    onAbortNotice(p);
+    return;
+  }
   if (p.request) {
     p.request->complete();
     p.request.reset();
@@ -875,6 +915,89 @@ void TcpTransport::Impl::onEof(Peer& p) {
   rebuildPollSet();
 }
 
+void TcpTransport::Impl::onAbortNotice(Peer& p) {
+  p.abortFrame = false;
+  p.inPayload = false;
+  p.target = nullptr;
+  AbortNotice notice;
+  std::memcpy(&notice, p.abortPayload.data(), sizeof(notice));
+  std::string message(p.abortPayload.begin() + sizeof(notice), p.abortPayload.end());
+  auto code = static_cast<ErrorCode>(notice.code);
+  if (code != ErrorCode::kTimeout && code != ErrorCode::kPeerLost)
+    code = ErrorCode::kPeerLost;
+  breakWith(std::make_exception_ptr(
+      Error(code, message + " (reported by rank " + std::to_string(p.rank) + ")",
+            notice.blamed >= 0 ? notice.blamed : p.rank)));
+  std::rethrow_exception(error_);
+}
+
+// Heartbeats go out only while this rank waits (idle), which is exactly
+// when a peer may be blocked on it.
+void TcpTransport::Impl::sendHeartbeats() {
+  const auto now = Clock::now();
+  const auto interval =
+      std::clamp<Clock::duration>(options_.timeout / 4, std::chrono::milliseconds(50),
+                                  std::chrono::milliseconds(1000));
+  if (now - lastHeartbeat_ < interval) return;
+  lastHeartbeat_ = now;
+  for (Peer* p : active_) {
+    // A peer we are still streaming to hears from us anyway.
+    if (!p->sendQueue.empty() || p->goodbye) continue;
+    Header h{0, kHeartbeat};
+    // With an empty queue the stream is at a frame boundary; a partial write
+    // is finished through the queue like any frame.
+    ssize_t n = ::send(p->fd, &h, sizeof(h), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0 && static_cast<size_t>(n) < sizeof(h)) {
+      p->sendQueue.push_back(
+          SendItem{nullptr, h, nullptr, sizeof(Header), static_cast<size_t>(n)});
+      ++sendsPending_;
+    }
+  }
+}
+
+std::optional<bool> TcpTransport::Impl::silentFor(int peer,
+                                                  std::chrono::milliseconds d) const {
+  if (peer < 0 || peer >= size_ || peer == rank_ || !peers_[peer].linked) {
+    return std::nullopt;
+  }
+  return Clock::now() - peers_[peer].lastHeard >= d;
+}
+
+void TcpTransport::Impl::abort(const Error& cause) {
+  if (!error_) breakWith(std::make_exception_ptr(cause));
+  std::string message = cause.what();
+  if (message.size() > kMaxAbortBytes - sizeof(AbortNotice)) {
+    message.resize(kMaxAbortBytes - sizeof(AbortNotice));
+  }
+  std::vector<uint8_t> frame(sizeof(Header) + sizeof(AbortNotice) + message.size());
+  Header h{sizeof(AbortNotice) + message.size(), kAbort};
+  AbortNotice notice{static_cast<int32_t>(cause.code()), cause.peer()};
+  std::memcpy(frame.data(), &h, sizeof(h));
+  std::memcpy(frame.data() + sizeof(h), &notice, sizeof(notice));
+  std::memcpy(frame.data() + sizeof(h) + sizeof(notice), message.data(), message.size());
+  // Bounded: a peer that does not drain its socket is not waited for.
+  const auto deadline = Clock::now() + std::chrono::milliseconds(200);
+  for (Peer* p : active_) {
+    if (p->midFrame || p->goodbye || p->fd < 0) continue;
+    size_t done = 0;
+    while (done < frame.size() && Clock::now() < deadline) {
+      ssize_t n = ::send(p->fd, frame.data() + done, frame.size() - done,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        pollfd pfd{p->fd, POLLOUT, 0};
+        ::poll(&pfd, 1, 10);
+        continue;
+      }
+      break;  // the peer is gone: nothing to tell it
+    }
+    if (done > 0 && done < frame.size()) p->midFrame = true;
+  }
+}
+
 void TcpTransport::Impl::peerLost(Peer& p, const std::string& why) {
   breakWith(std::make_exception_ptr(Error(ErrorCode::kPeerLost, why, p.rank)));
   std::rethrow_exception(error_);
@@ -886,6 +1009,7 @@ void TcpTransport::Impl::breakWith(std::exception_ptr error) {
   for (auto& x : posted_) x.request->fail(error_);
   posted_.clear();
   for (Peer& p : peers_) {
+    p.midFrame = !p.sendQueue.empty() && p.sendQueue.front().done > 0;
     for (auto& item : p.sendQueue) {
       if (item.request) item.request->fail(error_);
     }
@@ -961,6 +1085,14 @@ void TcpTransport::Impl::shutdown() {
 }
 
 // ---------------------------------------------------------------- facade
+
+std::optional<bool> TcpTransport::silentFor(int peer, std::chrono::milliseconds d) const {
+  return impl_->silentFor(peer, d);
+}
+
+void TcpTransport::abort(const Error& cause) {
+  impl_->abort(cause);
+}
 
 std::unique_ptr<TcpTransport> TcpTransport::create(const Options& options,
                                                    rendezvous::Store& store) {

@@ -9,8 +9,15 @@
 // result is a full mesh among the peers selected by Options::connect.
 //
 // Wire format per message: a 16-byte header (tag, byte count; the top bit of
-// the count marks control frames such as the goodbye sent on destruction)
+// the count marks control frames: the goodbye sent on destruction, the
+// heartbeat sent while waiting, the abort notice sent by a failing rank)
 // followed by the payload.
+//
+// Liveness: while a rank waits (idle()), it sends a heartbeat to every peer
+// it is not already streaming to, every timeout/4 (50 ms..1 s). A peer is
+// silent when nothing came from it for the timeout; only then does a wait
+// on it time out. A rank that fails (abort()) sends each peer an abort
+// notice carrying its error, so the peers fail naming the rank really lost.
 //
 // Contract (see transport.h for the shared semantics)
 // - Ownership: the transport owns its sockets; buffers passed to isend/irecv
@@ -75,6 +82,8 @@ class TcpTransport : public Transport {
   bool progress() override;
   void idle(std::chrono::microseconds max) override;
   std::chrono::milliseconds timeout() const override;
+  std::optional<bool> silentFor(int peer, std::chrono::milliseconds d) const override;
+  void abort(const Error& cause) override;
 
   // Whether this rank has a link to `peer` (itself included).
   bool connected(int peer) const;
