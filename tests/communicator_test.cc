@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <kolo/communicator.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -321,6 +322,48 @@ INSTANTIATE_TEST_SUITE_P(Worlds, CommunicatorTest,
                            return std::string(info.param.transport) + "_" +
                                   std::to_string(info.param.ranks);
                          });
+
+// Ranks on pretend hosts (KOLO_HOST_ID): layout facts, and the allreduce
+// algorithms that span hosts, hierarchical included, even and uneven.
+TEST(CommunicatorHosts, LayoutAndHierarchicalAllreduce) {
+  struct Case {
+    int n;
+    std::vector<int> host;  // host of each rank
+  };
+  for (const Case& k :
+       {Case{4, {0, 0, 1, 1}}, Case{6, {0, 1, 2, 0, 1, 2}}, Case{5, {0, 0, 0, 1, 1}}}) {
+    test::withCommunicators(
+        k.n, test::testSettings(),
+        [&](Communicator& c) {
+          const Layout& l = c.layout();
+          int hosts = *std::max_element(k.host.begin(), k.host.end()) + 1;
+          EXPECT_EQ(l.crossSize, hosts);
+          EXPECT_EQ(l.crossRank, k.host[l.rank]);
+          EXPECT_EQ(l.localSize,
+                    std::count(k.host.begin(), k.host.end(), k.host[l.rank]));
+          for (const char* algo : {"hier", "ring", "rhd", "tree", ""}) {
+            for (size_t count : {size_t{0}, size_t{5}, size_t{(1 << 20) + 11}}) {
+              std::vector<float> buf(count);
+              for (size_t i = 0; i < count; ++i) buf[i] = float(l.rank + 1 + i % 3);
+              AllreduceOptions o;
+              o.send = o.recv = buf.data();
+              o.count = count;
+              o.op = ReduceOp::kAverage;
+              o.algorithm = algo;
+              c.allreduce(o);
+              for (size_t i = 0; i < count; ++i) {
+                float expect = (k.n + 1) / 2.0f + float(i % 3);
+                ASSERT_NEAR(buf[i], expect, 1e-5)
+                    << algo << " count " << count << " i " << i;
+              }
+            }
+          }
+          EXPECT_EQ(c.allreduceAlgorithm(64 << 20), "hier");
+          c.barrier();
+        },
+        [&](int r) { return "host" + std::to_string(k.host[r]); });
+  }
+}
 
 TEST(CommunicatorSingle, OneRankWorksWithoutRendezvous) {
   CommunicatorConfig config;

@@ -191,7 +191,7 @@ CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
     go.slotBytes = static_cast<size_t>(settings_.shmChunkBytes);
     go.timeout = timeout;
     go.spin = spin;
-    go.name = config.name;
+    go.name = config.name + "/host" + std::to_string(l.crossRank);
     shm_ = shm::ShmGroup::create(go, store);
     allLocalShm_ = l.crossSize == 1;
   }

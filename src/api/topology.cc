@@ -23,8 +23,9 @@ bool Topology::uniform() const {
 
 std::vector<int> Topology::crossRanks() const {
   std::vector<int> out;
-  if (!uniform()) return out;
-  for (const auto& h : hosts) out.push_back(h[layout.localRank]);
+  for (const auto& h : hosts) {
+    if (static_cast<int>(h.size()) > layout.localRank) out.push_back(h[layout.localRank]);
+  }
   return out;
 }
 

@@ -22,8 +22,9 @@ struct Topology {
   std::vector<int> hostOf;              // rank -> host index
 
   const std::vector<int>& localRanks() const { return hosts[layout.crossRank]; }
-  // Ranks with this rank's local rank, one per host (host order); empty
-  // unless every host has the same number of ranks.
+  // Ranks with this rank's local rank, one per host that has one (host
+  // order). With uneven hosts the groups of higher local ranks are smaller;
+  // every host has a local rank 0, whose group spans all hosts.
   std::vector<int> crossRanks() const;
   bool uniform() const;
 

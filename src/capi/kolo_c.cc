@@ -5,6 +5,7 @@
 #include <kolo/communicator.h>
 #include <kolo/kolo.h>
 
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,9 +45,22 @@ int call(const char* name, Fn&& fn) {
   }
 }
 
+// A C caller may pass any int as an enum; reading it as the C++ enum type
+// would be undefined for values outside the enumerators, so look at the
+// bytes.
 template <typename T>
-bool validEnum(T v, int count) {
-  return static_cast<int>(v) >= 0 && static_cast<int>(v) < count;
+bool validEnum(const T& v, int count) {
+  static_assert(sizeof(T) == sizeof(int));
+  int raw;
+  std::memcpy(&raw, &v, sizeof(raw));
+  return raw >= 0 && raw < count;
+}
+
+template <typename T>
+int rawValue(const T& v) {
+  int raw;
+  std::memcpy(&raw, &v, sizeof(raw));
+  return raw;
 }
 
 int badDtype(const char* name, int v) {
@@ -125,8 +139,9 @@ int kolo_cross_size(void) {
 
 int kolo_allreduce(const void* send, void* recv, size_t count, kolo_dtype dtype,
                    kolo_op op) {
-  if (!validEnum(dtype, kolo::kNumDataTypes)) return badDtype("kolo_allreduce", dtype);
-  if (!validEnum(op, kolo::kNumReduceOps)) return badOp("kolo_allreduce", op);
+  if (!validEnum(dtype, kolo::kNumDataTypes))
+    return badDtype("kolo_allreduce", rawValue(dtype));
+  if (!validEnum(op, kolo::kNumReduceOps)) return badOp("kolo_allreduce", rawValue(op));
   return call("kolo_allreduce", [&](kolo::Communicator& c) {
     kolo::AllreduceOptions o;
     o.send = send;
@@ -139,7 +154,8 @@ int kolo_allreduce(const void* send, void* recv, size_t count, kolo_dtype dtype,
 }
 
 int kolo_broadcast(void* buf, size_t count, kolo_dtype dtype, int root) {
-  if (!validEnum(dtype, kolo::kNumDataTypes)) return badDtype("kolo_broadcast", dtype);
+  if (!validEnum(dtype, kolo::kNumDataTypes))
+    return badDtype("kolo_broadcast", rawValue(dtype));
   return call("kolo_broadcast", [&](kolo::Communicator& c) {
     kolo::BroadcastOptions o;
     o.buffer = buf;
@@ -151,7 +167,8 @@ int kolo_broadcast(void* buf, size_t count, kolo_dtype dtype, int root) {
 }
 
 int kolo_allgather(const void* send, void* recv, size_t count, kolo_dtype dtype) {
-  if (!validEnum(dtype, kolo::kNumDataTypes)) return badDtype("kolo_allgather", dtype);
+  if (!validEnum(dtype, kolo::kNumDataTypes))
+    return badDtype("kolo_allgather", rawValue(dtype));
   return call("kolo_allgather", [&](kolo::Communicator& c) {
     kolo::AllgatherOptions o;
     o.send = send;
@@ -164,7 +181,8 @@ int kolo_allgather(const void* send, void* recv, size_t count, kolo_dtype dtype)
 
 int kolo_allgatherv(const void* send, void* recv, const size_t* counts,
                     kolo_dtype dtype) {
-  if (!validEnum(dtype, kolo::kNumDataTypes)) return badDtype("kolo_allgatherv", dtype);
+  if (!validEnum(dtype, kolo::kNumDataTypes))
+    return badDtype("kolo_allgatherv", rawValue(dtype));
   if (counts == nullptr) {
     return fail(KOLO_ERR_INVALID_ARGUMENT, "kolo_allgatherv: counts is null");
   }
@@ -181,8 +199,9 @@ int kolo_allgatherv(const void* send, void* recv, const size_t* counts,
 int kolo_reduce_scatter(const void* send, void* recv, size_t recv_count, kolo_dtype dtype,
                         kolo_op op) {
   if (!validEnum(dtype, kolo::kNumDataTypes))
-    return badDtype("kolo_reduce_scatter", dtype);
-  if (!validEnum(op, kolo::kNumReduceOps)) return badOp("kolo_reduce_scatter", op);
+    return badDtype("kolo_reduce_scatter", rawValue(dtype));
+  if (!validEnum(op, kolo::kNumReduceOps))
+    return badOp("kolo_reduce_scatter", rawValue(op));
   return call("kolo_reduce_scatter", [&](kolo::Communicator& c) {
     kolo::ReduceScatterOptions o;
     o.send = send;
@@ -195,7 +214,8 @@ int kolo_reduce_scatter(const void* send, void* recv, size_t recv_count, kolo_dt
 }
 
 int kolo_alltoall(const void* send, void* recv, size_t count_per_rank, kolo_dtype dtype) {
-  if (!validEnum(dtype, kolo::kNumDataTypes)) return badDtype("kolo_alltoall", dtype);
+  if (!validEnum(dtype, kolo::kNumDataTypes))
+    return badDtype("kolo_alltoall", rawValue(dtype));
   return call("kolo_alltoall", [&](kolo::Communicator& c) {
     kolo::AlltoallOptions o;
     o.send = send;

@@ -27,8 +27,11 @@ inline Settings testSettings(const std::string& transport = "auto") {
 
 // Runs fn(comm) on n threads, each with its own communicator; rethrows the
 // first exception after all threads finished.
+// hostOf(rank), when given, names each rank's pretend host (as KOLO_HOST_ID
+// does): shared memory inside a host, tcp between hosts.
 inline void withCommunicators(int n, const Settings& settings,
-                              const std::function<void(Communicator&)>& fn) {
+                              const std::function<void(Communicator&)>& fn,
+                              const std::function<std::string(int)>& hostOf = nullptr) {
   static int counter = 0;
   auto server = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
   const std::string address = "tcp://127.0.0.1:" + std::to_string(server->port());
@@ -44,6 +47,7 @@ inline void withCommunicators(int n, const Settings& settings,
         config.rendezvous = address;
         config.hostStore = false;
         config.name = name;
+        if (hostOf) config.hostId = hostOf(r);
         api::CommunicatorImpl comm(config, settings);
         fn(comm);
       } catch (...) {
@@ -52,9 +56,17 @@ inline void withCommunicators(int n, const Settings& settings,
     });
   }
   for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
+  // Report every rank's failure: the first one is usually the cause.
+  std::string all;
+  for (int r = 0; r < n; ++r) {
+    if (!errors[r]) continue;
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const std::exception& e) {
+      all += "\n  rank " + std::to_string(r) + ": " + e.what();
+    }
   }
+  if (!all.empty()) throw std::runtime_error("ranks failed:" + all);
 }
 
 }  // namespace kolo::test
