@@ -441,6 +441,35 @@ INSTANTIATE_TEST_SUITE_P(AllTypesIsas, DivideTest,
                                   isaName(std::get<1>(info.param));
                          });
 
+// The in-place kernels align to the vector width first: same results at
+// every byte offset, and nothing outside the buffer touched.
+TEST(DivideInPlace, AnyAlignment) {
+  for (KernelIsa isa : supportedIsas()) {
+    for (DataType dtype : kAllTypes) {
+      SCOPED_TRACE(isaName(isa) + " " + std::string(toString(dtype)));
+      size_t size = elementSize(dtype);
+      size_t count = 1000;
+      auto data = randomBuffer(dtype, count, 3);
+      auto want = data;
+      divideInPlace(want.data(), count, dtype, 3.0, KernelIsa::kGeneric);
+      for (size_t offset = 0; offset < 64; offset += (offset < 8 ? 1 : 8)) {
+        std::vector<uint8_t> storage(count * size + 128, 0x5a);
+        uint8_t* base = storage.data() +
+                        (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) + offset;
+        std::memcpy(base, data.data(), data.size());
+        divideInPlace(base, count, dtype, 3.0, isa);
+        ASSERT_TRUE(sameElements(dtype, want,
+                                 std::vector<uint8_t>(base, base + data.size()), count))
+            << "offset " << offset;
+        for (uint8_t* p = storage.data(); p < base; ++p) ASSERT_EQ(*p, 0x5a);
+        for (uint8_t* p = base + data.size(); p < storage.data() + storage.size(); ++p) {
+          ASSERT_EQ(*p, 0x5a);
+        }
+      }
+    }
+  }
+}
+
 TEST(DivideInPlace, IntegerTruncatesTowardZero) {
   int32_t v32[] = {-7, 7, -1, std::numeric_limits<int32_t>::min(),
                    std::numeric_limits<int32_t>::max()};
