@@ -67,17 +67,25 @@ void verifyDescriptors(std::span<const OpDescriptor> all, int self) {
 
 void exchangeAndVerify(shm::ShmGroup& group, const OpDescriptor& mine,
                        const std::vector<int>& globalRanks) {
-  static_assert(sizeof(OpDescriptor) <= shm::ShmGroup::kMetaBytes);
+  static_assert(sizeof(OpDescriptor) <= shm::ShmGroup::kInlineBytes);
+  // One inline step: descriptor and step number share a cache line.
   const uint64_t step = group.nextSequence();
-  const int slot = static_cast<int>(step & 1);
-  std::memcpy(group.meta(group.localRank(), slot), &mine, sizeof(mine));
+  const int parity = static_cast<int>(step & 1);
+  std::memcpy(group.inlinePayload(group.localRank(), parity), &mine, sizeof(mine));
+  group.publishInline(parity, step);
   group.publish(0, step);
-  group.waitForAll(0, step);
+  bool agree = true;
+  for (int r = 0; r < group.localSize(); ++r) {
+    if (r == group.localRank()) continue;
+    group.waitInline(r, parity, step);
+    agree &= std::memcmp(group.inlinePayload(r, parity), &mine, sizeof(mine)) == 0;
+  }
+  if (agree) return;
   std::vector<OpDescriptor> all(group.localSize());
   for (int r = 0; r < group.localSize(); ++r) {
-    std::memcpy(&all[r], group.meta(r, slot), sizeof(OpDescriptor));
+    std::memcpy(&all[r], group.inlinePayload(r, parity), sizeof(OpDescriptor));
   }
-  // The group is the whole world here, so local rank == global rank order.
+  // The group is the whole world here, so local rank order is rank order.
   (void)globalRanks;
   verifyDescriptors(all, group.localRank());
 }

@@ -26,7 +26,7 @@ bool Backoff::idle() {
     for (int i = 0; i < 32; ++i) KOLO_PAUSE();
     return false;
   }
-  if (waited < spin_ + std::chrono::microseconds(2000)) {
+  if (waited < spin_ + yield_) {
     sched_yield();
     return false;
   }
@@ -39,8 +39,7 @@ std::chrono::microseconds Backoff::sleepHint() const {
   return std::chrono::microseconds(20 * std::max<uint32_t>(sleeps_, 1));
 }
 
-std::chrono::microseconds Backoff::spinFor(int64_t configuredMicros,
-                                           int ranksOnHost) {
+std::chrono::microseconds Backoff::spinFor(int64_t configuredMicros, int ranksOnHost) {
   static const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
   if (ranksOnHost > cores) return std::chrono::microseconds(2);
   return std::chrono::microseconds(configuredMicros);

@@ -16,8 +16,11 @@ class Backoff {
  public:
   using Clock = std::chrono::steady_clock;
 
-  explicit Backoff(std::chrono::microseconds spin = std::chrono::microseconds(100))
-      : spin_(spin) {}
+  // yield: how long the yield phase lasts; zero for callers whose own wait
+  // (poll on sockets) wakes up on the event anyway.
+  explicit Backoff(std::chrono::microseconds spin = std::chrono::microseconds(100),
+                   std::chrono::microseconds yield = std::chrono::microseconds(2000))
+      : spin_(spin), yield_(yield) {}
 
   void reset() { started_ = false; }
 
@@ -34,11 +37,11 @@ class Backoff {
 
   // The spin budget for a host with `ranksOnHost` ranks: the configured
   // value when ranks fit on the cores, else a short one.
-  static std::chrono::microseconds spinFor(int64_t configuredMicros,
-                                           int ranksOnHost);
+  static std::chrono::microseconds spinFor(int64_t configuredMicros, int ranksOnHost);
 
  private:
   std::chrono::microseconds spin_;
+  std::chrono::microseconds yield_;
   bool started_ = false;
   Clock::time_point start_;
   uint32_t sleeps_ = 0;

@@ -45,6 +45,7 @@ class GroupTransport : public Transport {
   bool progress() override;
   void idle(std::chrono::microseconds max) override;
   std::chrono::milliseconds timeout() const override;
+  bool blocksInIdle() const override { return parent_.blocksInIdle(); }
   // The parent's global rank of group rank r (errors name global ranks).
   int globalRank(int r) const override;
   std::optional<bool> silentFor(int peer, std::chrono::milliseconds d) const override;

@@ -30,6 +30,9 @@ class RouterTransport : public Transport {
   bool progress() override;
   void idle(std::chrono::microseconds max) override;
   std::chrono::milliseconds timeout() const override;
+  bool blocksInIdle() const override {
+    return parts_.size() == 1 && parts_[0]->blocksInIdle();
+  }
   std::optional<bool> silentFor(int peer, std::chrono::milliseconds d) const override;
   void abort(const Error& cause) override;
 

@@ -11,7 +11,8 @@ void Transport::idle(std::chrono::microseconds max) {
 }
 
 void Transport::wait(Request& request) {
-  Backoff backoff(spin_);
+  Backoff backoff(spin_, blocksInIdle() ? std::chrono::microseconds(0)
+                                        : std::chrono::microseconds(2000));
   const auto started = Backoff::Clock::now();
   while (!request.done()) {
     if (progress()) {

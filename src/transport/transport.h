@@ -87,6 +87,11 @@ class Transport {
   // to `max` (e.g. in poll()) for an event that could make progress.
   virtual void idle(std::chrono::microseconds max);
 
+  // True when idle() sleeps until an event that can make progress (poll on
+  // sockets), so wait loops go to it straight after spinning instead of
+  // yielding the core repeatedly first.
+  virtual bool blocksInIdle() const { return false; }
+
   // The silent-peer timeout that wait() enforces.
   virtual std::chrono::milliseconds timeout() const = 0;
 

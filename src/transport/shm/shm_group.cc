@@ -34,6 +34,10 @@ struct Header {
   // pids[localSize] follow, one per local rank, written by each rank.
 };
 
+static_assert(ShmGroup::kCounters * kLine + 2 * ShmGroup::kMetaBytes <= 512,
+              "counters and meta slots overlap the inline lines");
+static_assert(512 + 2 * kLine <= kControlBytes, "inline lines outside the control area");
+
 size_t roundUp(size_t v, size_t to) {
   return (v + to - 1) / to * to;
 }
@@ -168,7 +172,31 @@ uint64_t ShmGroup::counter(int r, int which) const {
 }
 
 void ShmGroup::waitFor(int r, int which, uint64_t value) {
-  auto* c = counterAt(base_, options_.slotBytes, r, which);
+  waitOn(counterAt(base_, options_.slotBytes, r, which), r, value);
+}
+
+// Inline lines start after the counters and meta slots of the control area.
+static std::atomic<uint64_t>* inlineLine(void* base, size_t slotBytes, int r,
+                                         int parity) {
+  auto* area = static_cast<uint8_t*>(base) + kHeaderBytes +
+               static_cast<size_t>(r) * rankAreaBytes(slotBytes);
+  return reinterpret_cast<std::atomic<uint64_t>*>(area + 512 + parity * kLine);
+}
+
+uint8_t* ShmGroup::inlinePayload(int r, int parity) const {
+  return reinterpret_cast<uint8_t*>(inlineLine(base_, options_.slotBytes, r, parity) + 1);
+}
+
+void ShmGroup::publishInline(int parity, uint64_t step) {
+  inlineLine(base_, options_.slotBytes, options_.localRank, parity)
+      ->store(step, std::memory_order_release);
+}
+
+void ShmGroup::waitInline(int r, int parity, uint64_t step) {
+  waitOn(inlineLine(base_, options_.slotBytes, r, parity), r, step);
+}
+
+void ShmGroup::waitOn(const std::atomic<uint64_t>* c, int r, uint64_t value) {
   if (c->load(std::memory_order_acquire) >= value) return;
   Backoff backoff(options_.spin);
   auto lastCheck = Backoff::Clock::now();

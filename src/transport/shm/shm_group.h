@@ -80,12 +80,26 @@ class ShmGroup {
 
   static constexpr int kCounters = 4;
 
+  // Inline lines: for tiny operations, data and descriptor travel in the
+  // same cache line as the step number that publishes them, so a peer pays
+  // one cache-line transfer per step (the idea of NCCL's LL protocol). Two
+  // lines per rank, by step parity; a line is rewritten two steps later,
+  // after every rank has arrived at the step in between.
+  static constexpr size_t kInlineBytes = 56;
+  // The payload of rank r's inline line for `parity`.
+  uint8_t* inlinePayload(int r, int parity) const;
+  // Publishes this rank's inline line (payload already written) as `step`.
+  void publishInline(int parity, uint64_t step);
+  // Waits until rank r published its inline line for `step`.
+  void waitInline(int r, int parity, uint64_t step);
+
   // Monotonic step numbers owned by the algorithms using this group.
   uint64_t nextSequence() { return ++sequence_; }
 
  private:
   ShmGroup(const Options& options, void* base, size_t bytes);
   void checkPeers(int r, const char* what) const;
+  void waitOn(const std::atomic<uint64_t>* c, int r, uint64_t value);
 
   Options options_;
   void* base_;

@@ -82,6 +82,7 @@ class TcpTransport : public Transport {
   bool progress() override;
   void idle(std::chrono::microseconds max) override;
   std::chrono::milliseconds timeout() const override;
+  bool blocksInIdle() const override { return true; }
   std::optional<bool> silentFor(int peer, std::chrono::milliseconds d) const override;
   void abort(const Error& cause) override;
 
