@@ -25,7 +25,7 @@
 // reading everything of step s, and every rank waits for all "arrived = s+1"
 // before it may write slot (s+2)&1 == s&1.
 //
-// The first step also carries the operation descriptor in the meta area, so
+// The first step also carries the operation descriptor in the inline line, so
 // mismatched arguments are detected without an extra exchange.
 //
 // Tiny vectors (up to kInlineDataBytes) take the latency path: data and
@@ -48,10 +48,19 @@ namespace {
 // Below this many bytes per step every rank reduces the whole chunk.
 constexpr size_t kReduceAllBytes = 16 * 1024;
 
-void verifyFromMeta(shm::ShmGroup& g, int slot) {
+// Every rank's descriptor is in its inline line for `parity`, published for
+// `step` before its data step (agreement steps of other kinds look the same).
+void verifyInline(shm::ShmGroup& g, int parity, uint64_t step, const OpDescriptor& mine) {
+  bool agree = true;
+  for (int r = 0; r < g.localSize(); ++r) {
+    if (r == g.localRank()) continue;
+    g.waitInline(r, parity, step);
+    agree &= std::memcmp(g.inlinePayload(r, parity), &mine, sizeof(mine)) == 0;
+  }
+  if (agree) return;
   std::vector<OpDescriptor> all(g.localSize());
   for (int r = 0; r < g.localSize(); ++r) {
-    std::memcpy(&all[r], g.meta(r, slot), sizeof(OpDescriptor));
+    std::memcpy(&all[r], g.inlinePayload(r, parity), sizeof(OpDescriptor));
   }
   verifyDescriptors(all, g.localRank());
 }
@@ -123,12 +132,13 @@ void allreduceShm(Context& ctx, const AllreduceArgs& args) {
     const uint64_t step = g.nextSequence();
     const int slot = static_cast<int>(step & 1);
     if (first && ctx.check != nullptr) {
-      std::memcpy(g.meta(me, slot), ctx.check, sizeof(OpDescriptor));
+      std::memcpy(g.inlinePayload(me, slot), ctx.check, sizeof(OpDescriptor));
+      g.publishInline(slot, step);
     }
     if (elems > 0) std::memcpy(g.staging(me, slot), send + offset * es, elems * es);
     g.publish(0, step);
     g.waitForAll(0, step);
-    if (first && ctx.check != nullptr) verifyFromMeta(g, slot);
+    if (first && ctx.check != nullptr) verifyInline(g, slot, step, *ctx.check);
     first = false;
 
     uint8_t* out = recv + offset * es;

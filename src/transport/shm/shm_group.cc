@@ -24,7 +24,7 @@ constexpr size_t kLine = 64;
 constexpr size_t kHeaderBytes = 4096;
 
 // Control area of one rank: kCounters counters, each alone on a cache line
-// (written only by its owner), then two meta slots.
+// (written only by its owner), then at byte 512 the two inline lines.
 constexpr size_t kControlBytes = 4096;
 
 struct Header {
@@ -34,8 +34,7 @@ struct Header {
   // pids[localSize] follow, one per local rank, written by each rank.
 };
 
-static_assert(ShmGroup::kCounters * kLine + 2 * ShmGroup::kMetaBytes <= 512,
-              "counters and meta slots overlap the inline lines");
+static_assert(ShmGroup::kCounters * kLine <= 512, "counters overlap the inline lines");
 static_assert(512 + 2 * kLine <= kControlBytes, "inline lines outside the control area");
 
 size_t roundUp(size_t v, size_t to) {
@@ -150,11 +149,6 @@ uint8_t* ShmGroup::staging(int r, int slot) const {
          static_cast<size_t>(slot) * roundUp(options_.slotBytes, 4096);
 }
 
-uint8_t* ShmGroup::meta(int r, int slot) const {
-  auto* area = static_cast<uint8_t*>(base_) + kHeaderBytes +
-               static_cast<size_t>(r) * rankAreaBytes(options_.slotBytes);
-  return area + kCounters * kLine + static_cast<size_t>(slot) * kMetaBytes;
-}
 
 static std::atomic<uint64_t>* counterAt(void* base, size_t slotBytes, int r, int which) {
   auto* area = static_cast<uint8_t*>(base) + kHeaderBytes +

@@ -8,7 +8,7 @@
 //   [Header]                        magic, localSize, slot bytes, pids
 //   [RankArea 0] ... [RankArea n-1] one per local rank, cache-line aligned:
 //       control: monotonically increasing sequence counters, each on its own
-//                cache line, written only by the owner
+//                cache line, written only by the owner; two inline lines
 //       staging: two slots of slotBytes (double buffering by step parity)
 //
 // Synchronisation is by per-rank sequence counters: a rank publishes
@@ -72,11 +72,6 @@ class ShmGroup {
   // Waits until every local rank's counter `which` >= value.
   void waitForAll(int which, uint64_t value);
   uint64_t counter(int r, int which) const;
-
-  // A small per-rank area (kMetaBytes) published with the counters, used to
-  // exchange operation descriptors (for mismatch checks) at no extra cost.
-  static constexpr size_t kMetaBytes = 64;
-  uint8_t* meta(int r, int slot) const;
 
   static constexpr int kCounters = 4;
 
