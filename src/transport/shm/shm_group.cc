@@ -169,7 +169,7 @@ void ShmGroup::waitFor(int r, int which, uint64_t value) {
   waitOn(counterAt(base_, options_.slotBytes, r, which), r, value);
 }
 
-// Inline lines start after the counters and meta slots of the control area.
+// Inline lines start at byte 512 of the control area, after the counters.
 static std::atomic<uint64_t>* inlineLine(void* base, size_t slotBytes, int r,
                                          int parity) {
   auto* area = static_cast<uint8_t*>(base) + kHeaderBytes +
