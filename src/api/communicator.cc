@@ -88,7 +88,8 @@ uint64_t hashCounts(const std::vector<size_t>& counts) {
 
 // Runs validation; returns the error instead of throwing, so the rank still
 // takes part in the agreement step.
-std::exception_ptr validate(const std::function<void()>& checks) {
+template <typename Checks>
+std::exception_ptr validate(const Checks& checks) {
   try {
     checks();
   } catch (const Error&) {

@@ -23,7 +23,9 @@ bool Backoff::idle() {
   }
   auto waited = Clock::now() - start_;
   if (waited < spin_) {
-    for (int i = 0; i < 32; ++i) KOLO_PAUSE();
+    // A few pauses only: on recent cores one pause is ~60 cycles, and the
+    // condition should be re-checked soon after the peer's write lands.
+    for (int i = 0; i < 2; ++i) KOLO_PAUSE();
     return false;
   }
   if (waited < spin_ + yield_) {
