@@ -516,7 +516,7 @@ INSTANTIATE_TEST_SUITE_P(Collectives, CollectiveWorld, ::testing::ValuesIn(world
 // ---- registry and selection ----------------------------------------------
 
 TEST(AllreduceRegistry, UnknownNameListsTheValidOnes) {
-  ThreadWorld w(Kind::kMem, 1);
+  ThreadWorld w(Kind::kTcp, 1);
   Context ctx = w.context(0);
   try {
     findAllreduce("ringg", ctx);
@@ -532,7 +532,7 @@ TEST(AllreduceRegistry, UnknownNameListsTheValidOnes) {
 }
 
 TEST(AllreduceRegistry, UnusableAlgorithmSaysWhy) {
-  ThreadWorld w(Kind::kMem, 2);
+  ThreadWorld w(Kind::kTcp, 2);
   Context ctx = w.context(0);
   for (const char* name : {"hier", "shm"}) {
     try {
@@ -551,7 +551,7 @@ TEST(AllreduceRegistry, UnusableAlgorithmSaysWhy) {
 
 TEST(AllreduceRegistry, SelectionFollowsSizeAndTopology) {
   {
-    ThreadWorld flat(Kind::kMem, 4);
+    ThreadWorld flat(Kind::kTcp, 4);
     Context ctx = flat.context(0);
     EXPECT_EQ(selectAllreduce(8, ctx).name, "tree");
     EXPECT_EQ(selectAllreduce(64 * 1024, ctx).name, "rhd");
@@ -629,9 +629,10 @@ TEST(GroupTransport, MapsRanksBothWays) {
 }
 
 TEST(GroupTransport, TimeoutNamesGlobalRanks) {
-  auto hub = std::make_shared<test::MemHub>(3);
-  test::MemTransport parent(hub, 0, 3, std::chrono::milliseconds(200));
-  transport::GroupTransport g(parent, {2, 0});  // we are group rank 1
+  auto ranks = test::makeTcpTransports(3, [](transport::TcpTransport::Options& o) {
+    o.timeout = std::chrono::milliseconds(300);
+  });
+  transport::GroupTransport g(*ranks[0], {2, 0});  // we are group rank 1
   int x = 0;
   try {
     g.recv(0, 1, &x, sizeof x);  // group rank 0 = global rank 2 never sends
@@ -646,7 +647,7 @@ TEST(GroupTransport, TimeoutNamesGlobalRanks) {
 }
 
 TEST(GroupTransport, RejectsBadMembers) {
-  ThreadWorld w(Kind::kMem, 3);
+  ThreadWorld w(Kind::kTcp, 3);
   EXPECT_THROW(transport::GroupTransport(w.transport(0), {0, 3}), Error);
   EXPECT_THROW(transport::GroupTransport(w.transport(0), {0, 1, 0}), Error);
   EXPECT_THROW(transport::GroupTransport(w.transport(0), {1, 2}), Error);

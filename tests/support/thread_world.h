@@ -11,7 +11,6 @@
 //            with ctx.local / ctx.cross GroupTransports as the hierarchical
 //            algorithms need them
 //   kTcpHosts  pretend hosts as for kHosts, but tcp between all ranks
-//   kMem     an in-process mailbox (mem_transport.h), the cheapest
 //
 // run(fn) calls fn(rank) on n threads at once and rethrows the first
 // exception once all have returned. A failing rank usually makes its peers
@@ -34,8 +33,8 @@
 #include <vector>
 
 #include "collectives/context.h"
-#include "mem_transport.h"
 #include "rendezvous/tcp_store.h"
+#include "support/tcp_ranks.h"
 #include "transport/group_transport.h"
 #include "transport/router_transport.h"
 #include "transport/shm/shm_group.h"
@@ -48,27 +47,12 @@ inline constexpr std::chrono::milliseconds kWorldTimeout{20000};
 
 // Calls fn(rank) for rank 0..n-1 on n threads; rethrows the first failure.
 inline void runRanks(int n, const std::function<void(int)>& fn) {
-  std::vector<std::exception_ptr> errors(n);
-  std::vector<std::thread> threads;
-  threads.reserve(n);
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  runOnThreads(n, fn);
 }
 
 class ThreadWorld {
  public:
-  enum class Kind { kTcp, kShm, kHosts, kTcpHosts, kMem };
+  enum class Kind { kTcp, kShm, kHosts, kTcpHosts };
 
   static const char* name(Kind k) {
     switch (k) {
@@ -76,7 +60,6 @@ class ThreadWorld {
       case Kind::kShm: return "shm";
       case Kind::kHosts: return "hosts";
       case Kind::kTcpHosts: return "tcphosts";
-      case Kind::kMem: return "mem";
     }
     return "?";
   }
@@ -89,10 +72,7 @@ class ThreadWorld {
     static std::atomic<int> worlds{0};
     const std::string id =
         "w" + std::to_string(getpid()) + "_" + std::to_string(worlds.fetch_add(1));
-    std::unique_ptr<rendezvous::TcpStoreServer> server;
-    if (kind_ != Kind::kMem) server = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
-    std::shared_ptr<MemHub> hub;
-    if (kind_ == Kind::kMem) hub = std::make_shared<MemHub>(n);
+    auto server = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
 
     // Hosts in order of their first rank; local and cross rank orders.
     std::map<int, std::vector<int>> members;
@@ -113,10 +93,6 @@ class ThreadWorld {
           std::find(hostOrder.begin(), hostOrder.end(), hostOf_[r]) - hostOrder.begin());
       me.layout.crossSize = static_cast<int>(hostOrder.size());
       me.layout.hostId = "host" + std::to_string(hostOf_[r]);
-      if (kind_ == Kind::kMem) {
-        me.world = std::make_unique<MemTransport>(hub, r, n, kWorldTimeout);
-        return;
-      }
       me.store = rendezvous::TcpStore::connect("127.0.0.1", server->port(),
                                                std::chrono::milliseconds(20000));
       if (kind_ == Kind::kTcp || kind_ == Kind::kTcpHosts) {
