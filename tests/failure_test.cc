@@ -53,12 +53,11 @@ int allreduceForever(int rank, int size, const std::string& rendezvous,
   return 0;
 }
 
-void waitRunning(test::ProcessRanks& ranks, int n) {
-  // The victim's first allreduce completed on every rank once all printed;
-  // the output is only visible through waitAll, so give them a moment.
-  (void)ranks;
-  (void)n;
-  std::this_thread::sleep_for(milliseconds(1500));
+// Every rank finished its first allreduce (and so its set-up): slow
+// builds (sanitizers) and loaded machines take longer.
+void waitRunning(test::ProcessRanks& ranks) {
+  ASSERT_TRUE(ranks.waitForOutput("running", milliseconds(60000)))
+      << "the ranks did not start their allreduce loop";
 }
 
 class FailureTest : public ::testing::TestWithParam<const char*> {};
@@ -69,7 +68,7 @@ TEST_P(FailureTest, KilledRankIsNamedOnEveryOtherRankWithinTwoSeconds) {
   test::ProcessRanks ranks(n, [&](int rank, const std::string& address) {
     return allreduceForever(rank, n, address, transport, 30);
   });
-  waitRunning(ranks, n);
+  waitRunning(ranks);
   const double killedAt = ranks.elapsed();
   ranks.signal(1, SIGKILL);
   auto outcomes = ranks.waitAll(milliseconds(10000));
@@ -92,7 +91,7 @@ TEST_P(FailureTest, StoppedRankTimesOutNamingIt) {
   test::ProcessRanks ranks(n, [&](int rank, const std::string& address) {
     return allreduceForever(rank, n, address, transport, timeout);
   });
-  waitRunning(ranks, n);
+  waitRunning(ranks);
   const double stoppedAt = ranks.elapsed();
   ranks.signal(2, SIGSTOP);
   auto outcomes = ranks.waitAll(milliseconds(static_cast<int>((timeout + 4) * 1000)));

@@ -84,6 +84,23 @@ void ProcessRanks::drainOutput(bool block) {
   (void)block;
 }
 
+bool ProcessRanks::waitForOutput(const std::string& text,
+                                 std::chrono::milliseconds deadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  for (;;) {
+    drainOutput(false);
+    bool all = true;
+    for (size_t r = 0; r < outcomes_.size(); ++r) {
+      if (outcomes_[r].output.find(text) != std::string::npos) continue;
+      all = false;
+      if (pipes_[r] < 0) return false;  // it ended (closed its output) without it
+    }
+    if (all) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 std::vector<RankOutcome> ProcessRanks::waitAll(std::chrono::milliseconds deadline) {
   const auto until = std::chrono::steady_clock::now() + deadline;
   size_t left = 0;

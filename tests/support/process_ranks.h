@@ -41,6 +41,10 @@ class ProcessRanks {
   // Seconds since the children were started.
   double elapsed() const;
 
+  // Waits until every rank printed `text` (true), or until `deadline`
+  // passed or a rank ended without printing it (false).
+  bool waitForOutput(const std::string& text, std::chrono::milliseconds deadline);
+
   // Reaps all children, waiting at most `deadline` from now for the rest.
   std::vector<RankOutcome> waitAll(std::chrono::milliseconds deadline);
 
