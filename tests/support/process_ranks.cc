@@ -7,13 +7,17 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 namespace kolo::test {
 
 ProcessRanks::ProcessRanks(int n, Body body) {
-  server_ = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
-  const std::string address = "tcp://127.0.0.1:" + std::to_string(server_->port());
+  char tmpl[] = "/tmp/kolo-ranks-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) std::abort();
+  dir_ = tmpl;
+  const std::string address = "file://" + dir_;
   start_ = std::chrono::steady_clock::now();
   outcomes_.resize(n);
   std::fflush(stdout);
@@ -54,6 +58,7 @@ ProcessRanks::~ProcessRanks() {
     }
     if (pipes_[r] >= 0) close(pipes_[r]);
   }
+  std::filesystem::remove_all(dir_);
 }
 
 void ProcessRanks::signal(int rank, int sig) {

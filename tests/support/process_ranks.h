@@ -1,8 +1,10 @@
 // A job of n ranks as n forked processes of the test, for tests that kill,
 // stop or crash ranks.
 //
-// The parent hosts the rendezvous (a real TcpStoreServer on loopback) and
-// forks one child per rank; each child runs body(rank, rendezvous) and
+// The rendezvous is a file store in a fresh temporary directory (a store
+// server thread in the parent would be unsafe to fork: a child can inherit
+// a lock that thread held, e.g. the allocator's), and the parent forks one
+// child per rank; each child runs body(rank, rendezvous) and
 // exits with its return value. Children's stdout and stderr are captured
 // through one pipe each. waitAll() reaps every child, killing (and
 // reporting as hung) any that is still running at the deadline, so a test
@@ -15,7 +17,6 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/tcp_store.h"
 
 namespace kolo::test {
 
@@ -51,7 +52,7 @@ class ProcessRanks {
  private:
   void drainOutput(bool block);
 
-  std::unique_ptr<rendezvous::TcpStoreServer> server_;
+  std::string dir_;  // the file store's directory
   std::vector<int> pids_;
   std::vector<int> pipes_;
   std::vector<RankOutcome> outcomes_;
