@@ -21,6 +21,7 @@
 #include "rendezvous/file_store.h"
 #include "rendezvous/store.h"
 #include "rendezvous/tcp_store.h"
+#include "support/tcp_ranks.h"
 
 namespace kolo::rendezvous {
 namespace {
@@ -194,8 +195,8 @@ TEST(TcpStore, ServerShutdownWakesAWaitingClient) {
 }
 
 TEST(TcpStore, WorksAcrossAForkedProcess) {
-  auto server = TcpStoreServer::start("127.0.0.1", 0);
-  const int port = server->port();
+  // The server starts after the fork: forking while its thread runs is unsafe.
+  const int port = test::freeLoopbackPort();
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
@@ -210,6 +211,7 @@ TEST(TcpStore, WorksAcrossAForkedProcess) {
     }
     ::_exit(code);
   }
+  auto server = TcpStoreServer::start("127.0.0.1", port);
   auto c = TcpStore::connect("127.0.0.1", port, milliseconds(5000));
   EXPECT_EQ(c->getString("child/pid", milliseconds(5000)), std::to_string(pid));
   c->setString("parent/hello", "hi child");

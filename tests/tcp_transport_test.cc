@@ -2,9 +2,12 @@
 // ranks as forked processes for the failure cases (SIGKILL, SIGSTOP).
 #include "transport/tcp/tcp_transport.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <kolo/error.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -458,12 +461,14 @@ std::unique_ptr<TcpTransport> makeRank0(int storePort, milliseconds timeout) {
 // Both ranks exchange 1 MiB blocks forever (the child) or until an error
 // (the parent): returns the parent's error and when it came.
 TEST(TcpTransportProcess, KilledPeerIsReportedWithinTwoSeconds) {
-  auto server = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
-  Child child(forkRank1(server->port(), milliseconds(30000), [](TcpTransport& t) {
+  const int port = test::freeLoopbackPort();
+  Child child(forkRank1(port, milliseconds(30000), [](TcpTransport& t) {
     std::vector<uint8_t> a(1 << 20, 1), b(1 << 20);
     for (;;) t.sendRecv(0, a.data(), a.size(), 0, b.data(), b.size(), 1);
   }));
-  auto t = makeRank0(server->port(), milliseconds(30000));
+  // Started after the fork: forking while its thread runs is unsafe.
+  auto server = rendezvous::TcpStoreServer::start("127.0.0.1", port);
+  auto t = makeRank0(port, milliseconds(30000));
   std::vector<uint8_t> a(1 << 20, 2), b(1 << 20);
   for (int i = 0; i < 20; ++i)
     t->sendRecv(1, a.data(), a.size(), 1, b.data(), b.size(), 1);
@@ -486,12 +491,14 @@ TEST(TcpTransportProcess, KilledPeerIsReportedWithinTwoSeconds) {
 
 TEST(TcpTransportProcess, StoppedPeerTimesOutNamingIt) {
   const milliseconds kTimeout(1000);
-  auto server = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
-  Child child(forkRank1(server->port(), kTimeout, [](TcpTransport& t) {
+  const int port = test::freeLoopbackPort();
+  Child child(forkRank1(port, kTimeout, [](TcpTransport& t) {
     std::vector<uint8_t> a(64 << 10, 1), b(64 << 10);
     for (;;) t.sendRecv(0, a.data(), a.size(), 0, b.data(), b.size(), 1);
   }));
-  auto t = makeRank0(server->port(), kTimeout);
+  // Started after the fork: forking while its thread runs is unsafe.
+  auto server = rendezvous::TcpStoreServer::start("127.0.0.1", port);
+  auto t = makeRank0(port, kTimeout);
   std::vector<uint8_t> a(64 << 10, 2), b(64 << 10);
   for (int i = 0; i < 20; ++i)
     t->sendRecv(1, a.data(), a.size(), 1, b.data(), b.size(), 1);
@@ -511,13 +518,15 @@ TEST(TcpTransportProcess, StoppedPeerTimesOutNamingIt) {
 }
 
 TEST(TcpTransportProcess, PeerExitingNormallyMidJobIsPeerLost) {
-  auto server = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
-  Child child(forkRank1(server->port(), milliseconds(30000), [](TcpTransport& t) {
+  const int port = test::freeLoopbackPort();
+  Child child(forkRank1(port, milliseconds(30000), [](TcpTransport& t) {
     uint32_t v = 0;
     t.recv(0, 1, &v, 4);
     ::_exit(3);  // gone without closing the transport
   }));
-  auto t = makeRank0(server->port(), milliseconds(30000));
+  // Started after the fork: forking while its thread runs is unsafe.
+  auto server = rendezvous::TcpStoreServer::start("127.0.0.1", port);
+  auto t = makeRank0(port, milliseconds(30000));
   uint32_t v = 1;
   t->send(1, 1, &v, 4);
   auto start = Clock::now();

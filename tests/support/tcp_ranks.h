@@ -13,6 +13,11 @@
 // parallel too (each flushes a goodbye to its peers, bounded in time).
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -28,6 +33,21 @@
 namespace kolo::test {
 
 using TcpOptionsTweak = std::function<void(transport::TcpTransport::Options&)>;
+
+// A loopback port free right now, for a store server started only after a
+// fork (forking while a server thread runs is unsafe: the child can inherit
+// a lock that thread held).
+inline int freeLoopbackPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
 
 // Calls fn(rank) for rank 0..n-1 on n threads; rethrows the first failure
 // (lowest rank) once all have returned.
