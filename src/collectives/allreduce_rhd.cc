@@ -24,6 +24,7 @@
 #include "collectives/partition.h"
 #include "collectives/reduce.h"
 #include "collectives/registry.h"
+#include "collectives/scratch.h"
 #include "common/check.h"
 
 namespace kolo::collectives {
@@ -55,10 +56,10 @@ void allreduceHalvingDoubling(Context& ctx, const AllreduceArgs& args) {
   // else half of it (rounded up to whole blocks).
   const size_t tmpBytes =
       partner >= 0 ? bytes : blockRange(count, fold.p, 0, fold.p / 2).count * es;
-  std::unique_ptr<uint8_t[]> tmp(new uint8_t[tmpBytes + 1]);
+  uint8_t* tmp = scratch(ScratchUse::kHalvingDoubling, tmpBytes + 1);
   if (partner >= 0) {
-    t.recv(partner, foldTag, tmp.get(), bytes);
-    reduce2(buf, tmp.get(), buf, count, args.dtype, args.op);  // partner is lower
+    t.recv(partner, foldTag, tmp, bytes);
+    reduce2(buf, tmp, buf, count, args.dtype, args.op);  // partner is lower
   }
 
   const int q = fold.newRank;
@@ -74,14 +75,13 @@ void allreduceHalvingDoubling(Context& ctx, const AllreduceArgs& args) {
         keepLower ? blockRange(count, p, lo, mid) : blockRange(count, p, mid, hi);
     const Block give =
         keepLower ? blockRange(count, p, mid, hi) : blockRange(count, p, lo, mid);
-    exchange(t, peer, buf + give.offset * es, give.count * es, tmp.get(), keep.count * es,
-             tag);
+    exchange(t, peer, buf + give.offset * es, give.count * es, tmp, keep.count * es, tag);
     uint8_t* mine = buf + keep.offset * es;
     if (keep.count > 0) {
       if (peerNew < q) {
-        reduce2(mine, tmp.get(), mine, keep.count, args.dtype, args.op);
+        reduce2(mine, tmp, mine, keep.count, args.dtype, args.op);
       } else {
-        reduce2(mine, mine, tmp.get(), keep.count, args.dtype, args.op);
+        reduce2(mine, mine, tmp, keep.count, args.dtype, args.op);
       }
     }
     if (keepLower) {

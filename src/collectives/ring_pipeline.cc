@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "collectives/reduce.h"
+#include "collectives/scratch.h"
 #include "common/check.h"
 
 namespace kolo::collectives {
@@ -44,8 +45,8 @@ void runRing(const RingPlan& plan) {
   // Receive slots for chunks to reduce: item j uses slot j % window.
   const size_t window = kRingWindow;
   const size_t slotBytes = reduceChunk * es;
-  std::unique_ptr<uint8_t[]> scratch;
-  if (slotBytes > 0) scratch.reset(new uint8_t[window * slotBytes]);
+  uint8_t* slots =
+      slotBytes > 0 ? scratch(ScratchUse::kRingSlots, window * slotBytes) : nullptr;
   // forwards[s]: the sends that read step s's result.
   std::vector<std::vector<transport::RequestPtr>> forwards(steps);
   std::vector<transport::RequestPtr> recvs(items.size());
@@ -61,7 +62,7 @@ void runRing(const RingPlan& plan) {
     const RingStep& st = plan.steps[it.step];
     uint8_t* into;
     if (st.local != nullptr) {
-      into = scratch.get() + (j % window) * slotBytes;
+      into = slots + (j % window) * slotBytes;
     } else {
       waitReused(it.step);
       into = st.dst + it.offset * es;
@@ -87,8 +88,8 @@ void runRing(const RingPlan& plan) {
     if (st.local != nullptr) {
       // Items j+1 .. j+window-1 are posted: they arrive while we reduce.
       waitReused(it.step);
-      reduce2(out, st.local + it.offset * es, scratch.get() + (j % window) * slotBytes,
-              it.count, plan.dtype, plan.op);
+      reduce2(out, st.local + it.offset * es, slots + (j % window) * slotBytes, it.count,
+              plan.dtype, plan.op);
     }
     if (it.step + 1 < steps) {
       forwards[it.step].push_back(

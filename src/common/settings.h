@@ -31,7 +31,7 @@ namespace kolo {
   X(std::string, networkInterface, "KOLO_IFACE", "",                         \
     "Network interface (or IP address) to listen on and advertise for tcp; " \
     "empty: the address that reaches the rendezvous.")                      \
-  X(int64_t, shmChunkBytes, "KOLO_SHM_CHUNK_BYTES", 262144,                  \
+  X(int64_t, shmChunkBytes, "KOLO_SHM_CHUNK_BYTES", 131072,                  \
     "Pipeline chunk of the shared-memory collectives, per rank.")            \
   X(int64_t, spinMicros, "KOLO_SPIN_US", 100,                                \
     "Microseconds a waiting rank busy-polls before yielding the core "       \
