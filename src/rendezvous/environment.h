@@ -25,8 +25,8 @@ struct JobEnvironment {
   int size = 1;
   int localRank = -1;  // -1 when the launcher does not say
   int localSize = -1;
-  std::string rendezvous;   // store address, may be empty when size == 1
-  bool hostStore = false;   // this process must start the store server
+  std::string rendezvous;  // store address, may be empty when size == 1
+  bool hostStore = false;  // this process must start the store server
 };
 
 // Throws Error(kInvalidArgument) naming the variable for malformed values

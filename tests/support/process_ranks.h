@@ -17,7 +17,6 @@
 #include <string>
 #include <vector>
 
-
 namespace kolo::test {
 
 struct RankOutcome {

@@ -149,7 +149,6 @@ uint8_t* ShmGroup::staging(int r, int slot) const {
          static_cast<size_t>(slot) * roundUp(options_.slotBytes, 4096);
 }
 
-
 static std::atomic<uint64_t>* counterAt(void* base, size_t slotBytes, int r, int which) {
   auto* area = static_cast<uint8_t*>(base) + kHeaderBytes +
                static_cast<size_t>(r) * rankAreaBytes(slotBytes);
