@@ -54,6 +54,22 @@ size_t checkedBytes(size_t count, DataType dtype, const char* what) {
   return count * es;
 }
 
+// `count` elements for each of `ranks` ranks must be addressable.
+void checkedPerRank(size_t count, int ranks, DataType dtype, const char* what,
+                    const char* name) {
+  if (count > (size_t{1} << 62) / ranks) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, what << ": " << name << " " << count
+                                                 << " times " << ranks
+                                                 << " ranks overflows");
+  }
+  checkedBytes(count * ranks, dtype, what);
+}
+
+// With one rank the result is the input.
+void copyIfDistinct(const void* send, void* recv, size_t count, DataType dtype) {
+  if (count > 0 && recv != send) std::memmove(recv, send, count * elementSize(dtype));
+}
+
 void checkDtype(DataType dtype, const char* what) {
   if (!isValid(dtype)) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
@@ -313,11 +329,7 @@ void CommunicatorImpl::doAllreduce(const AllreduceOptions& o) {
   } else {
     ctx.check = &d;
   }
-  if (o.count == 0 && layout().size == 1) return;
-  if (layout().size == 1) {
-    if (o.recv != o.send) std::memcpy(o.recv, o.send, bytes);
-    return;
-  }
+  if (size() == 1) return copyIfDistinct(o.send, o.recv, o.count, o.dtype);
   collectives::AllreduceArgs args{o.send, o.recv, o.count, o.dtype,
                                   o.op == ReduceOp::kAverage ? ReduceOp::kSum : o.op};
   algo->run(ctx, args);
@@ -393,11 +405,7 @@ void CommunicatorImpl::doAllgather(const AllgatherOptions& o) {
   d.extra = varying ? hashCounts(counts) : 0;
   collectives::Context ctx = nextContext();
   agree(ctx, d, error);
-  if (size() == 1) {
-    if (total > 0 && o.recv != o.send)
-      std::memmove(o.recv, o.send, total * elementSize(o.dtype));
-    return;
-  }
+  if (size() == 1) return copyIfDistinct(o.send, o.recv, total, o.dtype);
   collectives::allgatherRing(ctx, {o.send, o.recv, std::move(counts), o.dtype});
 }
 
@@ -408,12 +416,7 @@ void CommunicatorImpl::doReduceScatter(const ReduceScatterOptions& o) {
   auto error = validate([&] {
     checkDtype(o.dtype, what);
     checkOp(o.op, what);
-    if (o.recvCount > (size_t{1} << 62) / size()) {
-      KOLO_THROW(ErrorCode::kInvalidArgument, what << ": recv count " << o.recvCount
-                                                   << " times " << size()
-                                                   << " ranks overflows");
-    }
-    checkedBytes(o.recvCount * size(), o.dtype, what);
+    checkedPerRank(o.recvCount, size(), o.dtype, what, "recv count");
     checkBuffer(o.send, o.recvCount, what, "send");
     checkBuffer(o.recv, o.recvCount, what, "recv");
   });
@@ -424,12 +427,7 @@ void CommunicatorImpl::doReduceScatter(const ReduceScatterOptions& o) {
   d.count = o.recvCount;
   collectives::Context ctx = nextContext();
   agree(ctx, d, error);
-  if (size() == 1) {
-    if (o.recvCount > 0 && o.recv != o.send) {
-      std::memmove(o.recv, o.send, o.recvCount * elementSize(o.dtype));
-    }
-    return;
-  }
+  if (size() == 1) return copyIfDistinct(o.send, o.recv, o.recvCount, o.dtype);
   collectives::reduceScatterRing(ctx,
                                  {o.send, o.recv, o.recvCount, o.dtype,
                                   o.op == ReduceOp::kAverage ? ReduceOp::kSum : o.op});
@@ -444,12 +442,7 @@ void CommunicatorImpl::doAlltoall(const AlltoallOptions& o) {
   const char* what = "alltoall";
   auto error = validate([&] {
     checkDtype(o.dtype, what);
-    if (o.countPerRank > (size_t{1} << 62) / size()) {
-      KOLO_THROW(ErrorCode::kInvalidArgument, what << ": count per rank "
-                                                   << o.countPerRank << " times "
-                                                   << size() << " ranks overflows");
-    }
-    checkedBytes(o.countPerRank * size(), o.dtype, what);
+    checkedPerRank(o.countPerRank, size(), o.dtype, what, "count per rank");
     checkBuffer(o.send, o.countPerRank, what, "send");
     checkBuffer(o.recv, o.countPerRank, what, "recv");
   });
@@ -459,12 +452,7 @@ void CommunicatorImpl::doAlltoall(const AlltoallOptions& o) {
   d.count = o.countPerRank;
   collectives::Context ctx = nextContext();
   agree(ctx, d, error);
-  if (size() == 1) {
-    if (o.countPerRank > 0 && o.recv != o.send) {
-      std::memmove(o.recv, o.send, o.countPerRank * elementSize(o.dtype));
-    }
-    return;
-  }
+  if (size() == 1) return copyIfDistinct(o.send, o.recv, o.countPerRank, o.dtype);
   collectives::alltoallPairwise(ctx, {o.send, o.recv, o.countPerRank, o.dtype});
 }
 

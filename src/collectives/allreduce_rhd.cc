@@ -43,15 +43,10 @@ void allreduceHalvingDoubling(Context& ctx, const AllreduceArgs& args) {
 
   const Fold fold = makeFold(r, n);
   const int partner = fold.partner(r);
-  const transport::Tag foldTag = ctx.tag;
-  const transport::Tag unfoldTag = ctx.tag + 1;
-  const transport::Tag stepTag = ctx.tag + 2;
-
-  if (fold.newRank < 0) {
-    t.send(partner, foldTag, buf, bytes);
-    t.recv(partner, unfoldTag, buf, bytes);
-    return;
-  }
+  const transport::Tag foldTag = ctx.tag + kFoldInTag;
+  const transport::Tag unfoldTag = ctx.tag + kFoldBackTag;
+  const transport::Tag stepTag = ctx.tag + kFoldStepTag;
+  if (sitOut(t, fold, ctx.tag, buf, bytes)) return;
   // The largest amount received at once: the whole vector when folding,
   // else half of it (rounded up to whole blocks).
   const size_t tmpBytes =

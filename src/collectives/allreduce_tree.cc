@@ -17,6 +17,7 @@
 #include "collectives/partition.h"
 #include "collectives/reduce.h"
 #include "collectives/registry.h"
+#include "collectives/scratch.h"
 #include "common/check.h"
 
 namespace kolo::collectives {
@@ -31,32 +32,27 @@ void allreduceTree(Context& ctx, const AllreduceArgs& args) {
   if (args.send != args.recv && bytes > 0) std::memcpy(args.recv, args.send, bytes);
   if (n == 1 || bytes == 0) return;
   auto* buf = static_cast<uint8_t*>(args.recv);
-  std::unique_ptr<uint8_t[]> tmp(new uint8_t[bytes]);
+  uint8_t* tmp = scratch(ScratchUse::kTree, bytes);
 
   const Fold fold = makeFold(r, n);
   const int partner = fold.partner(r);
-  const transport::Tag foldTag = ctx.tag;
-  const transport::Tag unfoldTag = ctx.tag + 1;
-  const transport::Tag stepTag = ctx.tag + 2;
-
-  if (fold.newRank < 0) {
-    t.send(partner, foldTag, buf, bytes);
-    t.recv(partner, unfoldTag, buf, bytes);
-    return;
-  }
+  const transport::Tag foldTag = ctx.tag + kFoldInTag;
+  const transport::Tag unfoldTag = ctx.tag + kFoldBackTag;
+  const transport::Tag stepTag = ctx.tag + kFoldStepTag;
+  if (sitOut(t, fold, ctx.tag, buf, bytes)) return;
   if (partner >= 0) {
-    t.recv(partner, foldTag, tmp.get(), bytes);
-    reduce2(buf, tmp.get(), buf, args.count, args.dtype, args.op);  // partner is lower
+    t.recv(partner, foldTag, tmp, bytes);
+    reduce2(buf, tmp, buf, args.count, args.dtype, args.op);  // partner is lower
   }
   for (int mask = 1, j = 0; mask < fold.p; mask <<= 1, ++j) {
     const int peerNew = fold.newRank ^ mask;
     const int peer = fold.realRank(peerNew);
-    t.sendRecv(peer, buf, bytes, peer, tmp.get(), bytes,
+    t.sendRecv(peer, buf, bytes, peer, tmp, bytes,
                stepTag + static_cast<transport::Tag>(j));
     if (peerNew < fold.newRank) {
-      reduce2(buf, tmp.get(), buf, args.count, args.dtype, args.op);
+      reduce2(buf, tmp, buf, args.count, args.dtype, args.op);
     } else {
-      reduce2(buf, buf, tmp.get(), args.count, args.dtype, args.op);
+      reduce2(buf, buf, tmp, args.count, args.dtype, args.op);
     }
   }
   if (partner >= 0) t.send(partner, unfoldTag, buf, bytes);

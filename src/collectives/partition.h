@@ -77,6 +77,24 @@ inline Fold makeFold(int rank, int n) {
   return f;
 }
 
+// Tags of the fold inside an operation's block: fold-in, hand-back, then
+// the power-of-two steps from kFoldStepTag on.
+inline constexpr transport::Tag kFoldInTag = 0;
+inline constexpr transport::Tag kFoldBackTag = 1;
+inline constexpr transport::Tag kFoldStepTag = 2;
+
+// The whole part of a rank that sits out of the fold: hands its vector
+// (`bytes` at buf) to its partner and receives the result into buf.
+// Returns true when this rank sat out (and is done).
+inline bool sitOut(transport::Transport& t, const Fold& fold, transport::Tag base,
+                   uint8_t* buf, size_t bytes) {
+  if (fold.newRank >= 0) return false;
+  const int partner = fold.partner(t.rank());
+  t.send(partner, base + kFoldInTag, buf, bytes);
+  t.recv(partner, base + kFoldBackTag, buf, bytes);
+  return true;
+}
+
 inline int log2Exact(int p) {
   int k = 0;
   while ((1 << k) < p) ++k;

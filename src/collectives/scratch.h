@@ -14,7 +14,7 @@
 
 namespace kolo::collectives {
 
-enum class ScratchUse { kRingSlots, kHalvingDoubling, kCount };
+enum class ScratchUse { kRingSlots, kHalvingDoubling, kTree, kCount };
 
 // At least `bytes` bytes, valid until the next call with the same use on
 // this thread.
