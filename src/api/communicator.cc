@@ -1,7 +1,10 @@
+#include <kolo/config.h>
+
 #include <cstring>
 #include <limits>
 
 #include "api/communicator_impl.h"
+#include "api/mpi_engine.h"
 #include "api/network_address.h"
 #include "collectives/reduce.h"
 #include "collectives/registry.h"
@@ -13,12 +16,23 @@
 #include "transport/router_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
+#if KOLO_HAVE_MPI
+#include "transport/mpi/mpi_transport.h"
+#endif
 
 namespace kolo {
 
 std::shared_ptr<Communicator> Communicator::fromEnvironment() {
   Settings settings = Settings::fromEnvironment();
   rendezvous::JobEnvironment env = rendezvous::detectJobEnvironment();
+  if (api::mpiEngineWanted(env, settings)) {
+    api::MpiEngineStart start = api::startMpiEngine(env, settings);
+    api::EngineOptions engine;
+    engine.mpi = true;
+    engine.store = std::move(start.store);
+    return std::make_shared<api::CommunicatorImpl>(start.config, settings,
+                                                   std::move(engine));
+  }
   CommunicatorConfig config;
   config.rank = env.rank;
   config.size = env.size;
@@ -117,7 +131,7 @@ std::exception_ptr validate(const Checks& checks) {
 }  // namespace
 
 CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
-                                   const Settings& settings)
+                                   const Settings& settings, EngineOptions engine)
     : settings_(settings) {
   setLogLevel(parseLogLevel(settings_.logLevel));
   if (config.size < 1 || config.rank < 0 || config.rank >= config.size) {
@@ -126,11 +140,14 @@ CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
                                                     << config.size << " ranks");
   }
   setLogRank(config.rank);
-  if (settings_.transport != "auto" && settings_.transport != "tcp" &&
-      settings_.transport != "shm") {
-    KOLO_THROW(ErrorCode::kInvalidArgument, "KOLO_TRANSPORT='"
-                                                << settings_.transport
-                                                << "' (expected auto, shm or tcp)");
+  const std::string& mode = settings_.transport;
+  if (mode != "auto" && mode != "tcp" && mode != "shm" && mode != "mpi") {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "KOLO_TRANSPORT='" << mode << "' (expected auto, shm, tcp or mpi)");
+  }
+  if (mode == "mpi" && !KOLO_HAVE_MPI) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "KOLO_TRANSPORT=mpi but this kolo was built without MPI");
   }
   const milliseconds timeout = toMillis(settings_.timeoutSeconds);
   const milliseconds connectTimeout = toMillis(settings_.connectTimeoutSeconds);
@@ -147,21 +164,29 @@ CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
         std::chrono::microseconds(0), timeout);
     return;
   }
-  if (config.rendezvous.empty()) {
+  if (config.rendezvous.empty() && !engine.store) {
     KOLO_THROW(ErrorCode::kInvalidArgument, "no rendezvous address for a job of "
                                                 << config.size
                                                 << " ranks: set KOLO_RENDEZVOUS or "
                                                    "start the job with kolorun");
   }
-  store_ = rendezvous::openStore(config.rendezvous, config.hostStore && config.rank == 0,
-                                 connectTimeout);
+  store_ = engine.store ? std::move(engine.store)
+                        : rendezvous::openStore(config.rendezvous,
+                                                config.hostStore && config.rank == 0,
+                                                connectTimeout);
   rendezvous::PrefixStore store(config.name, *store_);
   topology_ = Topology::discover(config.rank, config.size, hostId, store, connectTimeout);
   const Layout& l = topology_.layout;
   const auto& localRanks = topology_.localRanks();
   const auto spin = Backoff::spinFor(settings_.spinMicros, l.localSize);
 
-  const bool useShm = settings_.transport != "tcp" && l.localSize > 1;
+  // Peers on this host: shm unless KOLO_TRANSPORT names one transport for
+  // all. Peers elsewhere: mpi under the MPI engine (or when asked for), else
+  // tcp. Whether the mpi transport exists is the same on every rank (its
+  // creation is collective over MPI_COMM_WORLD): with mpi, any job of more
+  // than one rank; with auto, any job across more than one host.
+  const bool useShm = (mode == "auto" || mode == "shm") && l.localSize > 1;
+  const bool remoteOverMpi = mode == "mpi" || (engine.mpi && mode != "tcp");
   std::vector<std::unique_ptr<transport::Transport>> parts;
   std::vector<int> routes(l.size, 0);
   if (useShm) {
@@ -181,7 +206,24 @@ CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
     remote[r] = r != l.rank && !(useShm && topology_.hostOf[r] == l.crossRank);
     anyRemote |= remote[r];
   }
-  if (anyRemote) {
+  const bool useMpi = remoteOverMpi && (mode == "mpi" || l.crossSize > 1);
+  if (useMpi) {
+#if KOLO_HAVE_MPI
+    transport::MpiTransport::Options mo;
+    mo.rank = l.rank;
+    mo.size = l.size;
+    mo.connect = remote;
+    mo.timeout = timeout;
+    mo.spin = spin;
+    const int mpiIndex = static_cast<int>(parts.size());
+    parts.push_back(transport::MpiTransport::create(mo));
+    for (int r = 0; r < l.size; ++r) {
+      if (remote[r]) routes[r] = mpiIndex;
+    }
+#else
+    KOLO_THROW(ErrorCode::kInternal, "the mpi transport is not built in");
+#endif
+  } else if (anyRemote) {
     transport::TcpTransport::Options to;
     to.rank = l.rank;
     to.size = l.size;
@@ -223,7 +265,10 @@ CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
                   << "' (local " << l.localRank << "/" << l.localSize << ", host "
                   << l.crossRank << "/" << l.crossSize << "), transport "
                   << (useShm ? "shm" : "") << (useShm && anyRemote ? "+" : "")
-                  << (anyRemote ? "tcp" : "");
+                  << (!anyRemote ? ""
+                      : useMpi   ? "mpi"
+                                 : "tcp")
+                  << (engine.mpi ? ", engine mpi" : "");
   // Everyone connected before the first user operation.
   barrier();
 }

@@ -21,10 +21,25 @@
 
 namespace kolo::api {
 
+// What Communicator::fromEnvironment adds to a CommunicatorConfig when the
+// MPI engine started the job (mpi_engine.h).
+struct EngineOptions {
+  // MPI_COMM_WORLD ranks are this job's ranks: with KOLO_TRANSPORT=auto,
+  // peers on other hosts are reached over the mpi transport, not tcp.
+  bool mpi = false;
+  // The rendezvous store, already open; null: open config.rendezvous.
+  std::unique_ptr<rendezvous::Store> store;
+};
+
 class CommunicatorImpl : public Communicator {
  public:
   // Collective over all ranks: rendezvous, topology, transports, shm group.
-  CommunicatorImpl(const CommunicatorConfig& config, const Settings& settings);
+  // Transports by KOLO_TRANSPORT: auto/shm = shm within a host, and between
+  // hosts mpi when engine.mpi, else tcp; tcp = tcp to every peer; mpi = the
+  // mpi transport to every peer (needs a build with MPI and ranks that are
+  // MPI_COMM_WORLD's).
+  CommunicatorImpl(const CommunicatorConfig& config, const Settings& settings,
+                   EngineOptions engine = {});
   ~CommunicatorImpl() override;
 
   const Layout& layout() const override { return topology_.layout; }

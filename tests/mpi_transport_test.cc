@@ -1,0 +1,179 @@
+// The MPI engine end to end: real `mpirun` jobs of kolo-mpi-ranks
+// (tests/mpi/mpi_ranks.cc) with KOLO_TRANSPORT=mpi (every peer over the mpi
+// transport) and auto (shm within a host, mpi between hosts), hosts forced
+// on one machine through KOLO_HOST_ID per rank (OpenMPI's MPMD syntax), the
+// hierarchical allreduce across them, the transport's own cases (pieces,
+// tags, mismatches, abort), and MPI owned by the program. Skipped when kolo
+// was built without MPI.
+#include <gtest/gtest.h>
+#include <kolo/communicator.h>
+#include <kolo/config.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <regex>
+#include <string>
+
+namespace {
+
+struct JobResult {
+  int exitCode = -1;
+  std::string output;  // stdout and stderr of mpirun and every rank
+};
+
+std::string binDir() {
+  const char* d = std::getenv("KOLO_BIN_DIR");
+  return d != nullptr ? d : "bin";
+}
+
+// Runs `mpirun ARGS` (at most 120 s) with `env` (NAME=VALUE ...) added to
+// the environment; ARGS include -np.
+JobResult mpirun(const std::string& env, const std::string& args) {
+  // As root OpenMPI refuses to start without these; harmless otherwise.
+  std::string cmd = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " +
+                    env + " timeout -k 5 120 mpirun --oversubscribe " + args + " 2>&1";
+  JobResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  int status = pclose(p);
+  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+int count(const std::string& text, const std::string& what) {
+  int c = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+    ++c;
+  return c;
+}
+
+std::string ranks() {
+  return binDir() + "/kolo-mpi-ranks";
+}
+
+class MpiEngine : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!KOLO_HAVE_MPI) GTEST_SKIP() << "kolo was built without MPI";
+  }
+};
+
+// KOLO_TRANSPORT=mpi: every collective over the mpi transport.
+TEST_F(MpiEngine, CollectivesOverMpiTransport) {
+  for (int np : {2, 3, 4}) {
+    SCOPED_TRACE("np " + std::to_string(np));
+    JobResult r = mpirun("KOLO_TRANSPORT=mpi KOLO_LOG_LEVEL=info",
+                         "-np " + std::to_string(np) + " " + ranks() + " collectives");
+    EXPECT_EQ(r.exitCode, 0) << r.output;
+    EXPECT_EQ(count(r.output, "collectives ok"), np) << r.output;
+    EXPECT_EQ(count(r.output, "transport mpi, engine mpi"), np) << r.output;
+    EXPECT_EQ(count(r.output, "FAIL"), 0) << r.output;
+  }
+}
+
+// auto on one machine: one node, so shm carries everything; MPI found the
+// ranks and the store (127.0.0.1).
+TEST_F(MpiEngine, AutoOnOneNodeUsesShm) {
+  JobResult r = mpirun("KOLO_TRANSPORT=auto KOLO_LOG_LEVEL=debug",
+                       "-np 3 " + ranks() + " collectives");
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(count(r.output, "collectives ok"), 3) << r.output;
+  EXPECT_EQ(count(r.output, "transport shm, engine mpi"), 3) << r.output;
+  EXPECT_EQ(count(r.output, "rendezvous tcp://127.0.0.1:"), 3) << r.output;
+  // The host id comes from MPI_Comm_split_type: one node led by rank 0.
+  EXPECT_EQ(count(r.output, "host mpi-node-0 "), 3) << r.output;
+}
+
+// Two pretend hosts of two ranks: shm inside each, mpi between them, and
+// the hierarchical allreduce over both.
+TEST_F(MpiEngine, HierarchicalAcrossHostsOverMpi) {
+  const std::string env = "KOLO_LOG_LEVEL=info KOLO_ALLREDUCE_ALGO=hier";
+  const std::string app = "-np 2 env KOLO_HOST_ID=hostA " + ranks() +
+                          " collectives : -np 2 env KOLO_HOST_ID=hostB " + ranks() +
+                          " collectives";
+  JobResult r = mpirun(env, app);
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(count(r.output, "collectives ok"), 4) << r.output;
+  EXPECT_EQ(count(r.output, "transport shm+mpi, engine mpi"), 4) << r.output;
+  EXPECT_EQ(count(r.output, "cross 0/2 host hostA algo4M hier"), 2) << r.output;
+  EXPECT_EQ(count(r.output, "cross 1/2 host hostB algo4M hier"), 2) << r.output;
+}
+
+// Uneven pretend hosts (2 + 1) and the selection table (no forced
+// algorithm); and KOLO_TRANSPORT=tcp still works under the MPI engine.
+TEST_F(MpiEngine, UnevenHostsAndTcpUnderMpiEngine) {
+  const std::string app = "-np 2 env KOLO_HOST_ID=hostA " + ranks() +
+                          " collectives : -np 1 env KOLO_HOST_ID=hostB " + ranks() +
+                          " collectives";
+  JobResult r = mpirun("KOLO_LOG_LEVEL=info", app);
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(count(r.output, "collectives ok"), 3) << r.output;
+  EXPECT_EQ(count(r.output, "transport shm+mpi, engine mpi"), 2) << r.output;
+  EXPECT_EQ(count(r.output, "transport mpi, engine mpi"), 1) << r.output;
+
+  r = mpirun("KOLO_TRANSPORT=tcp KOLO_LOG_LEVEL=info",
+             "-np 2 " + ranks() + " collectives");
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(count(r.output, "collectives ok"), 2) << r.output;
+  EXPECT_EQ(count(r.output, "transport tcp, engine mpi"), 2) << r.output;
+}
+
+// The transport itself: multi-piece messages, tags, mismatches, abort.
+TEST_F(MpiEngine, TransportCases) {
+  for (int np : {2, 3}) {
+    SCOPED_TRACE("np " + std::to_string(np));
+    JobResult r = mpirun("", "-np " + std::to_string(np) + " " + ranks() + " transport");
+    EXPECT_EQ(r.exitCode, 0) << r.output;
+    EXPECT_EQ(count(r.output, "transport ok"), np) << r.output;
+    EXPECT_EQ(count(r.output, "FAIL"), 0) << r.output;
+  }
+}
+
+// A program that initialized MPI itself keeps it: kolo runs on it and
+// leaves it initialized; the program's MPI_Finalize is the only one.
+TEST_F(MpiEngine, ProgramOwnsMpi) {
+  JobResult r = mpirun("KOLO_TRANSPORT=mpi", "-np 2 " + ranks() + " own-init");
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(count(r.output, "own-init ok"), 2) << r.output;
+  EXPECT_EQ(count(r.output, "FAIL"), 0) << r.output;
+}
+
+// Below MPI_THREAD_SERIALIZED kolo refuses, naming the level.
+TEST_F(MpiEngine, ThreadLevelTooLow) {
+  JobResult r = mpirun("", "-np 2 " + ranks() + " own-init-single");
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(count(r.output, "own-init-single ok"), 2) << r.output;
+}
+
+// Launcher variables that disagree with MPI_COMM_WORLD: an error naming
+// both, on every rank.
+TEST_F(MpiEngine, LauncherDisagreesWithMpi) {
+  // kolorun-style variables for a job of 3 while mpirun starts 2.
+  JobResult r =
+      mpirun("KOLO_RANK=1 KOLO_SIZE=3 KOLO_RENDEZVOUS=file:///nowhere KOLO_TRANSPORT=mpi",
+             "-np 2 " + ranks() + " collectives");
+  EXPECT_NE(r.exitCode, 0) << r.output;
+  EXPECT_GE(count(r.output, "but KOLO_RANK/KOLO_SIZE say rank 1 of 3"), 1) << r.output;
+  EXPECT_EQ(count(r.output, "collectives ok"), 0) << r.output;
+}
+
+// Without MPI built, asking for it is a clear error.
+TEST(MpiEngineAbsent, TransportMpiIsAnError) {
+  if (KOLO_HAVE_MPI) GTEST_SKIP() << "kolo was built with MPI";
+  setenv("KOLO_TRANSPORT", "mpi", 1);
+  kolo::CommunicatorConfig c;
+  c.size = 2;
+  c.rendezvous = "file:///tmp/kolo-mpi-absent-test";
+  try {
+    kolo::Communicator::create(c);
+    ADD_FAILURE() << "no error";
+  } catch (const kolo::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("without MPI"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
