@@ -36,8 +36,9 @@ std::string interfaceAddress(const std::string& name) {
   return found;
 }
 
-// Source address the kernel would use to reach host (no packet is sent:
-// connect() on a UDP socket only selects the route).
+}  // namespace
+
+// connect() on a UDP socket only selects the route; nothing is sent.
 std::string routeSourceAddress(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_INET;
@@ -59,8 +60,6 @@ std::string routeSourceAddress(const std::string& host) {
   freeaddrinfo(res);
   return out;
 }
-
-}  // namespace
 
 std::string pickAdvertiseAddress(const std::string& iface,
                                  const std::string& rendezvous) {

@@ -11,4 +11,9 @@ namespace kolo::api {
 // naming an interface that does not exist or has no IPv4 address.
 std::string pickAdvertiseAddress(const std::string& iface, const std::string& rendezvous);
 
+// The IPv4 source address the kernel would use to reach `host` (a name or an
+// address; no packet is sent), or "" when the host does not resolve or has
+// no route.
+std::string routeSourceAddress(const std::string& host);
+
 }  // namespace kolo::api

@@ -1,8 +1,14 @@
-// kolorun: starts the ranks of a kolo job on this host (see usageText()).
+// kolorun: starts the ranks of a kolo job on this host or across hosts (see
+// usageText()), or hands the launch to mpirun (--mpi).
+#include <unistd.h>
+
 #include <cstdio>
 #include <exception>
+#include <string>
+#include <vector>
 
 #include "kolo/config.h"
+#include "mpi_launch.h"
 #include "options.h"
 #include "output_multiplexer.h"
 #include "supervisor.h"
@@ -23,6 +29,12 @@ int main(int argc, char** argv) {
   if (options.showVersion) {
     std::printf("kolorun (kolo) %s\n", KOLO_VERSION);
     return 0;
+  }
+  if (options.mpi) {
+    extern char** environ;
+    std::vector<std::string> env;
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.emplace_back(*e);
+    return execMpirun(mpirunCommand(options, env, geteuid() == 0), options.verbose);
   }
   try {
     OutputMultiplexer::Config config;

@@ -87,6 +87,35 @@ LaunchOptions parseArguments(int argc, const char* const* argv) {
       if (options.outputDir.empty()) throw UsageError("--output-dir needs a directory");
     } else if (flag == "--verbose" || flag == "-v") {
       options.verbose = true;
+    } else if (flag == "-H" || flag == "--hosts" || flag == "-host" || flag == "--host") {
+      if (!options.hostfile.empty())
+        throw UsageError("give either -H or --hostfile, not both");
+      options.hosts = parseHostList(value(flag, inlineValue));
+    } else if (flag == "--hostfile" || flag == "-hostfile") {
+      if (!options.hosts.empty())
+        throw UsageError("give either -H or --hostfile, not both");
+      options.hostfile = value(flag, inlineValue);
+      options.hosts = parseHostfile(options.hostfile);
+    } else if (flag == "--ssh-command") {
+      options.sshCommand = value(flag, inlineValue);
+      if (options.sshCommand.find_first_not_of(" \t") == std::string::npos) {
+        throw UsageError("--ssh-command needs a command");
+      }
+      options.sshCommandGiven = true;
+    } else if (flag == "--network-interface") {
+      options.networkInterface = value(flag, inlineValue);
+      if (options.networkInterface.empty()) {
+        throw UsageError("--network-interface needs an interface name or address");
+      }
+    } else if (flag == "--oversubscribe") {
+      options.oversubscribe = true;
+    } else if (flag == "--start-timeout") {
+      options.startTimeoutSeconds = parseSeconds(flag, value(flag, inlineValue));
+      if (options.startTimeoutSeconds <= 0) {
+        throw UsageError("--start-timeout expects a positive number of seconds");
+      }
+    } else if (flag == "--mpi") {
+      options.mpi = true;
     } else if (flag == "-x") {
       std::string spec = value(flag, inlineValue);
       checkExport(spec);
@@ -104,18 +133,39 @@ LaunchOptions parseArguments(int argc, const char* const* argv) {
   for (; i < argc; ++i) options.command.emplace_back(argv[i]);
   if (!haveRanks) throw UsageError("missing -np N (the number of ranks)");
   if (options.command.empty()) throw UsageError("missing the command to run");
+  if (!options.hosts.empty() && !options.oversubscribe && !options.mpi) {
+    long slots = 0;
+    for (const auto& h : options.hosts) slots += h.slots;
+    if (options.numRanks > slots) {
+      throw UsageError("-np " + std::to_string(options.numRanks) +
+                       " is more ranks than the " + std::to_string(slots) + " slots of " +
+                       std::to_string(options.hosts.size()) +
+                       " host(s); add hosts or slots, or pass --oversubscribe");
+    }
+  }
   return options;
 }
 
 std::string usageText() {
   return "usage: kolorun -np N [options] CMD [ARGS...]\n"
          "\n"
-         "Starts N ranks of CMD on this host, with the kolo rendezvous set up.\n"
-         "Each output line is prefixed with [rank]. When one rank fails the\n"
-         "others are ended and kolorun exits with the failing rank's code.\n"
+         "Starts N ranks of CMD on this host or on the hosts given, with the kolo\n"
+         "rendezvous set up. Each output line is prefixed with [rank]. When one\n"
+         "rank fails the others are ended and kolorun exits with its code.\n"
          "\n"
          "options:\n"
          "  -np N, -n N         number of ranks (required, >= 1)\n"
+         "  -H HOST[:SLOTS],... hosts and their slots (default 1); ranks fill\n"
+         "                      them in order. Without -H: all ranks here\n"
+         "  --hostfile FILE     hosts from FILE: 'HOST slots=N' or 'HOST:N' lines\n"
+         "  --ssh-command CMD   how remote ranks start: CMD HOST 'COMMAND LINE'\n"
+         "                      (default: ssh -o BatchMode=yes)\n"
+         "  --network-interface IF  interface (or IPv4 address) for kolo's\n"
+         "                      traffic between hosts (sets KOLO_IFACE)\n"
+         "  --oversubscribe     allow more ranks than slots\n"
+         "  --start-timeout S   how long a remote host may take to answer the\n"
+         "                      probe before the launch (default 30)\n"
+         "  --mpi               launch through mpirun instead (same options)\n"
          "  --timeout S         end the job after S seconds (exit 124); 0: no limit\n"
          "  --output-dir DIR    also write each rank's output to\n"
          "                      DIR/rank.R.stdout and DIR/rank.R.stderr\n"
@@ -125,7 +175,9 @@ std::string usageText() {
          "  --version           print the version\n"
          "\n"
          "Each rank gets KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE,\n"
-         "KOLO_CROSS_RANK, KOLO_CROSS_SIZE, KOLO_RENDEZVOUS and KOLO_JOB_ID.\n";
+         "KOLO_CROSS_RANK, KOLO_CROSS_SIZE, KOLO_HOST_ID, KOLO_RENDEZVOUS and\n"
+         "KOLO_JOB_ID. Remote ranks also get the caller's KOLO_* variables and\n"
+         "those named by -x.\n";
 }
 
 }  // namespace kolo::kolorun

@@ -29,11 +29,16 @@ bool writeAll(int fd, const char* data, size_t size) {
   return true;
 }
 
-std::string prefix(int rank) {
-  return "[" + std::to_string(rank) + "] ";
+}  // namespace
+
+std::string OutputMultiplexer::prefix(int rank) const {
+  auto it = labels_.find(rank);
+  return "[" + (it != labels_.end() ? it->second : std::to_string(rank)) + "] ";
 }
 
-}  // namespace
+void OutputMultiplexer::setLabel(int rank, std::string label) {
+  labels_[rank] = std::move(label);
+}
 
 OutputMultiplexer::OutputMultiplexer(Config config) : config_(std::move(config)) {
   if (!config_.outputDir.empty()) {

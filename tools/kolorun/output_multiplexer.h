@@ -1,4 +1,5 @@
-// Re-emits the ranks' output, line by line, prefixed with "[rank] ".
+// Re-emits the ranks' output, line by line, prefixed with "[rank] " (or
+// "[label] " for a rank given a label, e.g. "[host:rank] ").
 //
 // Contract
 // - Each stream (a rank's stdout or stderr pipe) is read without blocking
@@ -42,6 +43,9 @@ class OutputMultiplexer {
   OutputMultiplexer(const OutputMultiplexer&) = delete;
   OutputMultiplexer& operator=(const OutputMultiplexer&) = delete;
 
+  // The prefix of `rank`'s lines becomes "[label] ".
+  void setLabel(int rank, std::string label);
+
   // Takes ownership of `fd`, a non-blocking read end.
   void addStream(int rank, StreamKind kind, int fd);
 
@@ -72,6 +76,7 @@ class OutputMultiplexer {
     int fileFd = -1;      // raw copy in outputDir, or -1
   };
 
+  std::string prefix(int rank) const;
   void emitLines(Stream& stream, const char* data, size_t size);
   void flushPartial(Stream& stream);
   void closeStream(int fd);
@@ -81,6 +86,7 @@ class OutputMultiplexer {
   Config config_;
   std::map<int, Stream> streams_;  // by fd
   std::map<int, std::deque<std::string>> tails_;
+  std::map<int, std::string> labels_;
   bool stdoutBroken_ = false;  // EPIPE or the like: stop writing there
   bool stderrBroken_ = false;
 };

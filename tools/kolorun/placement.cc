@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +35,37 @@ void setVariable(std::vector<std::string>& env, std::string_view name,
 std::vector<Placement> planPlacement(const LaunchOptions& options) {
   std::vector<Placement> out;
   out.reserve(options.numRanks);
+  if (!options.hosts.empty()) {
+    // Ranks per host: slots in order, then the excess one per host in turn.
+    const size_t n = options.hosts.size();
+    std::vector<int> count(n, 0);
+    int left = options.numRanks;
+    for (size_t h = 0; h < n && left > 0; ++h) {
+      count[h] = std::min(left, options.hosts[h].slots);
+      left -= count[h];
+    }
+    for (size_t h = 0; left > 0; h = (h + 1) % n, --left) ++count[h];
+    const int used = static_cast<int>(
+        std::count_if(count.begin(), count.end(), [](int c) { return c > 0; }));
+    int rank = 0;
+    int crossRank = 0;
+    for (size_t h = 0; h < n; ++h) {
+      if (count[h] == 0) continue;
+      for (int l = 0; l < count[h]; ++l) {
+        Placement p;
+        p.rank = rank++;
+        p.size = options.numRanks;
+        p.host = options.hosts[h].host;
+        p.localRank = l;
+        p.localSize = count[h];
+        p.crossRank = crossRank;
+        p.crossSize = used;
+        out.push_back(p);
+      }
+      ++crossRank;
+    }
+    return out;
+  }
   for (int r = 0; r < options.numRanks; ++r) {
     Placement p;
     p.rank = r;
@@ -78,6 +110,8 @@ std::vector<std::string> rankEnvironment(const std::vector<std::string>& base,
   setVariable(env, "KOLO_CROSS_RANK", std::to_string(placement.crossRank));
   setVariable(env, "KOLO_CROSS_SIZE", std::to_string(placement.crossSize));
   setVariable(env, "KOLO_RENDEZVOUS", job.rendezvous);
+  if (!placement.host.empty()) setVariable(env, "KOLO_HOST_ID", placement.host);
+  if (!job.networkInterface.empty()) setVariable(env, "KOLO_IFACE", job.networkInterface);
   setVariable(env, "KOLO_JOB_ID", job.jobId);
   return env;
 }

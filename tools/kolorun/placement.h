@@ -1,12 +1,15 @@
 // Where each rank runs and what it is told about the job.
 //
-// planPlacement() maps ranks to hosts; for now every rank is on this host
-// (local rank == rank, one "cross" group). Multi-host launching (-H,
-// --hostfile) will fill hosts from the options and assign ranks host by
-// host; the rest of kolorun only reads the Placement.
+// planPlacement() maps ranks to hosts. Without a host list every rank is on
+// this host (local rank == rank, one host). With one, ranks fill the hosts in
+// the order listed, each up to its slots; with --oversubscribe the ranks
+// beyond the slots are dealt one per host in turn. Ranks of one host are
+// consecutive, so local rank = rank - first rank of the host. Hosts left
+// without a rank are not part of the job (cross size counts hosts in use).
 //
-// rankEnvironment() is the environment a rank starts with: kolorun's own,
-// then the -x exports, then the KOLO_* layout variables (which always win).
+// rankEnvironment() is the environment a rank starts with: `base` (kolorun's
+// own for a local rank; for a remote rank only the KOLO_* variables of the
+// caller), then the -x exports, then the layout variables (which always win).
 #pragma once
 
 #include <string>
@@ -19,7 +22,7 @@ namespace kolo::kolorun {
 struct Placement {
   int rank = 0;
   int size = 1;
-  std::string host;  // "" = this host
+  std::string host;  // as given with -H / --hostfile; "" without a host list
   int localRank = 0;
   int localSize = 1;
   int crossRank = 0;  // index of the host among the job's hosts
@@ -29,15 +32,18 @@ struct Placement {
 std::vector<Placement> planPlacement(const LaunchOptions& options);
 
 struct JobIdentity {
-  std::string rendezvous;  // tcp://HOST:PORT of the store kolorun hosts
-  std::string jobId;       // unique per kolorun invocation
+  std::string rendezvous;        // tcp://HOST:PORT of the store kolorun hosts
+  std::string jobId;             // unique per kolorun invocation
+  std::string networkInterface;  // --network-interface, "" = none
 };
 
 // A job id unique on this host and, practically, across hosts:
 // kolorun-<pid>-<time>-<random>.
 std::string makeJobId();
 
-// `base` is NAME=VALUE entries (usually kolorun's environ).
+// `base` is NAME=VALUE entries. Sets KOLO_HOST_ID to the host's name when
+// the job has a host list (ranks on different hosts then never share memory,
+// even when the "hosts" share a kernel, as network namespaces do).
 std::vector<std::string> rankEnvironment(const std::vector<std::string>& base,
                                          const std::vector<std::string>& exports,
                                          const Placement& placement,

@@ -32,6 +32,11 @@ struct PipePair {
     fds[0] = -1;
     return fd;
   }
+  int releaseWrite() {
+    int fd = fds[1];
+    fds[1] = -1;
+    return fd;
+  }
 };
 
 std::vector<char*> cStrings(std::vector<std::string>& strings) {
@@ -104,15 +109,23 @@ RankProcess::RankProcess(int rank, std::vector<std::string> argv,
 RankProcess::~RankProcess() {
   if (stdoutFd_ >= 0) close(stdoutFd_);
   if (stderrFd_ >= 0) close(stderrFd_);
+  if (controlFd_ >= 0) close(controlFd_);
 }
 
-void RankProcess::start(const std::string& executable, const sigset_t& childMask) {
+void RankProcess::start(const std::string& executable, const sigset_t& childMask,
+                        bool withControl) {
   PipePair out;
   PipePair err;
+  std::optional<PipePair> control;
+  if (withControl) control.emplace();
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (control) {
+    posix_spawn_file_actions_adddup2(&actions, control->fds[0], STDIN_FILENO);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  }
   posix_spawn_file_actions_adddup2(&actions, out.fds[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, err.fds[1], STDERR_FILENO);
   // Nothing else of kolorun's (store sockets, other ranks' pipes) leaks in.
@@ -152,6 +165,26 @@ void RankProcess::start(const std::string& executable, const sigset_t& childMask
   for (int fd : {stdoutFd_, stderrFd_}) {
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   }
+  if (control) {
+    controlFd_ = control->releaseWrite();
+    fcntl(controlFd_, F_SETFL, fcntl(controlFd_, F_GETFL) | O_NONBLOCK);
+  }
+}
+
+void RankProcess::sendControl(const std::string& line) {
+  if (controlFd_ < 0) return;
+  std::string text = line + "\n";
+  // A few bytes into an empty pipe: complete or nothing (EPIPE: the remote
+  // side is gone; EAGAIN: it stopped reading, and closing will end it).
+  ssize_t n;
+  do {
+    n = write(controlFd_, text.data(), text.size());
+  } while (n < 0 && errno == EINTR);
+}
+
+void RankProcess::closeControl() {
+  if (controlFd_ >= 0) close(controlFd_);
+  controlFd_ = -1;
 }
 
 int RankProcess::takeStdoutFd() {

@@ -1,5 +1,7 @@
 // One rank: a child process started with posix_spawn in its own process
-// group, stdin from /dev/null, stdout and stderr into pipes that kolorun reads.
+// group, stdout and stderr into pipes that kolorun reads. stdin is /dev/null,
+// or for a remote rank (the ssh command that starts it) a control pipe: kolorun
+// writes signal names there and closes it to end the rank (remote_launch.h).
 //
 // Contract
 // - start() spawns the command or throws LaunchError (the command cannot be
@@ -63,7 +65,16 @@ class RankProcess {
   // Spawns `executable` (from resolveExecutable) with the stored argv/env.
   // childMask: the signal mask the child starts with (kolorun blocks some
   // signals for its signalfd; the child must not inherit that).
-  void start(const std::string& executable, const sigset_t& childMask);
+  // withControl: stdin is a pipe kept by kolorun (see sendControl).
+  void start(const std::string& executable, const sigset_t& childMask,
+             bool withControl = false);
+
+  // Writes `line` and a newline to the control pipe (no-op without one or
+  // when the reader is gone; never blocks).
+  void sendControl(const std::string& line);
+  // Closes the control pipe: the remote side ends the rank.
+  void closeControl();
+  bool hasControl() const { return controlFd_ >= 0; }
 
   int rank() const { return rank_; }
   pid_t pid() const { return pid_; }
@@ -87,6 +98,7 @@ class RankProcess {
   pid_t pid_ = -1;
   int stdoutFd_ = -1;
   int stderrFd_ = -1;
+  int controlFd_ = -1;
   std::optional<ExitStatus> exit_;
 };
 

@@ -10,11 +10,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
+#include "host_probe.h"
 #include "kolo/error.h"
 #include "placement.h"
+#include "remote_launch.h"
 #include "rendezvous/tcp_store.h"
 
 extern char** environ;
@@ -94,7 +97,10 @@ int Supervisor::run() {
   // The job is over: whatever a rank left behind in its process group
   // (background grandchildren) is ended too, and reaped (kolorun is their
   // subreaper).
-  for (auto& rank : ranks_) rank->signalGroup(SIGKILL);
+  for (auto& rank : ranks_) {
+    rank->closeControl();
+    rank->signalGroup(SIGKILL);
+  }
   reap();
   output_.closeAll();
   report();
@@ -102,36 +108,67 @@ int Supervisor::run() {
 }
 
 bool Supervisor::launch() {
-  std::string executable;
-  try {
-    executable = resolveExecutable(options_.command.front());
-  } catch (const LaunchError& e) {
-    output_.note(e.what());
-    reason_ = EndReason::kLaunchFailed;
-    launchExitCode_ = e.exitCode();
-    return false;
+  const std::vector<Placement> placements = planPlacement(options_);
+  bool anyRemote = false;
+  std::map<std::string, bool> hostIsRemote;
+  for (const Placement& p : placements) {
+    if (p.host.empty() || hostIsRemote.count(p.host) != 0) continue;
+    hostIsRemote[p.host] = !isLocalHost(p.host);
+    anyRemote |= hostIsRemote[p.host];
+  }
+  for (const Placement& p : placements) {
+    hostOf_.push_back(p.host);
+    remote_.push_back(!p.host.empty() && hostIsRemote[p.host]);
   }
 
   JobIdentity job;
   job.jobId = makeJobId();
+  job.networkInterface = options_.networkInterface;
   try {
-    store_ = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
+    store_ = rendezvous::TcpStoreServer::start(anyRemote ? "0.0.0.0" : "127.0.0.1", 0);
   } catch (const std::exception& e) {
     output_.note(std::string("cannot start the rendezvous store: ") + e.what());
     reason_ = EndReason::kLaunchFailed;
     launchExitCode_ = 1;
     return false;
   }
-  job.rendezvous = "tcp://127.0.0.1:" + std::to_string(store_->port());
-  if (options_.verbose) {
-    output_.note("job " + job.jobId + ", " + std::to_string(options_.numRanks) +
-                 " ranks, rendezvous " + job.rendezvous + ", command " + executable);
+
+  if (anyRemote) {
+    std::vector<std::string> remoteHosts;
+    for (const auto& [host, remote] : hostIsRemote) {
+      if (remote) remoteHosts.push_back(host);
+    }
+    try {
+      sshWords_ = splitCommandWords(options_.sshCommand);
+      if (options_.verbose) {
+        output_.note("probing " + std::to_string(remoteHosts.size()) +
+                     " remote host(s) with '" + options_.sshCommand + "'");
+      }
+      auto failures = probeHosts(sshWords_, remoteHosts,
+                                 std::chrono::milliseconds(static_cast<int64_t>(
+                                     options_.startTimeoutSeconds * 1000)));
+      for (const auto& f : failures) {
+        output_.note("cannot reach host " + f.host + " with '" + options_.sshCommand +
+                     "': " + f.reason);
+      }
+      if (!failures.empty()) {
+        reason_ = EndReason::kLaunchFailed;
+        launchExitCode_ = 1;
+        return false;
+      }
+    } catch (const std::exception& e) {
+      output_.note(e.what());
+      reason_ = EndReason::kLaunchFailed;
+      launchExitCode_ = 127;
+      return false;
+    }
   }
 
-  // Two pipes per rank: when the soft descriptor limit is too low for them,
-  // raise it (towards the hard limit); the ranks inherit the raised limit.
+  // Two pipes per rank (three for a remote one): when the soft descriptor
+  // limit is too low for them, raise it (towards the hard limit); the ranks
+  // inherit the raised limit.
   if (rlimit limit{}; getrlimit(RLIMIT_NOFILE, &limit) == 0) {
-    const rlim_t needed = 2 * static_cast<rlim_t>(options_.numRanks) + 64;
+    const rlim_t needed = 3 * static_cast<rlim_t>(options_.numRanks) + 64;
     if (limit.rlim_cur < needed && limit.rlim_cur < limit.rlim_max) {
       limit.rlim_cur = std::min(needed, limit.rlim_max);
       setrlimit(RLIMIT_NOFILE, &limit);
@@ -142,25 +179,76 @@ bool Supervisor::launch() {
   // (and are still in their rank's process group when the job is ended).
   prctl(PR_SET_CHILD_SUBREAPER, 1);
 
-  const std::vector<std::string> base = currentEnvironment();
-  const std::vector<Placement> placements = planPlacement(options_);
-  exitTimes_.assign(placements.size(), std::nullopt);
+  // Each host is told the store's address as routed towards it.
+  std::map<std::string, std::string> rendezvousOf;
+  const std::string port = std::to_string(store_->port());
   for (const Placement& p : placements) {
-    auto rank = std::make_unique<RankProcess>(
-        p.rank, options_.command, rankEnvironment(base, options_.exports, p, job));
+    if (rendezvousOf.count(p.host) != 0) continue;
     try {
-      rank->start(executable, signals_.originalMask());
-    } catch (const LaunchError& e) {
+      std::string address = p.host.empty() || !hostIsRemote[p.host]
+                                ? "127.0.0.1"
+                                : addressTowards(p.host, options_.networkInterface);
+      rendezvousOf[p.host] = "tcp://" + address + ":" + port;
+    } catch (const std::exception& e) {
       output_.note(e.what());
+      reason_ = EndReason::kLaunchFailed;
+      launchExitCode_ = 1;
+      return false;
+    }
+    if (options_.verbose) {
+      output_.note("job " + job.jobId + ": host " + (p.host.empty() ? "(this)" : p.host) +
+                   " uses rendezvous " + rendezvousOf[p.host]);
+    }
+  }
+
+  exitTimes_.assign(placements.size(), std::nullopt);
+  std::string localExecutable;
+  const std::vector<std::string> base = currentEnvironment();
+  std::vector<std::string> forwarded;  // what a remote rank inherits: KOLO_*
+  for (const auto& e : base) {
+    if (e.rfind("KOLO_", 0) == 0) forwarded.push_back(e);
+  }
+  char cwdBuffer[4096];
+  const std::string cwd =
+      getcwd(cwdBuffer, sizeof cwdBuffer) != nullptr ? cwdBuffer : ".";
+  std::string sshExecutable;
+
+  for (const Placement& p : placements) {
+    job.rendezvous = rendezvousOf[p.host];
+    const bool remote = remote_[p.rank];
+    std::unique_ptr<RankProcess> rank;
+    std::string executable;
+    try {
+      if (remote) {
+        if (sshExecutable.empty()) sshExecutable = resolveExecutable(sshWords_.front());
+        executable = sshExecutable;
+        auto env = rankEnvironment(forwarded, options_.exports, p, job);
+        rank = std::make_unique<RankProcess>(
+            p.rank,
+            sshArgv(sshWords_, p.host, remoteCommandLine(cwd, env, options_.command)),
+            base);
+      } else {
+        if (localExecutable.empty())
+          localExecutable = resolveExecutable(options_.command.front());
+        executable = localExecutable;
+        rank = std::make_unique<RankProcess>(
+            p.rank, options_.command, rankEnvironment(base, options_.exports, p, job));
+      }
+      rank->start(executable, signals_.originalMask(), remote);
+    } catch (const LaunchError& e) {
+      output_.note(remote ? "--ssh-command: " + std::string(e.what()) : e.what());
       launchExitCode_ = e.exitCode();
       abortJob(EndReason::kLaunchFailed, SIGTERM);
       break;
     }
+    if (options_.verbose && !p.host.empty()) {
+      output_.setLabel(p.rank, p.host + ":" + std::to_string(p.rank));
+    }
     output_.addStream(p.rank, StreamKind::kStdout, rank->takeStdoutFd());
     output_.addStream(p.rank, StreamKind::kStderr, rank->takeStderrFd());
     if (options_.verbose) {
-      output_.note("rank " + std::to_string(p.rank) + " started, pid " +
-                   std::to_string(rank->pid()));
+      output_.note(rankName(p.rank) + " started, pid " + std::to_string(rank->pid()) +
+                   (remote ? " (" + sshWords_.front() + ")" : ""));
     }
     ranks_.push_back(std::move(rank));
   }
@@ -168,6 +256,25 @@ bool Supervisor::launch() {
     jobDeadline_ = Clock::now() + seconds(options_.timeoutSeconds);
   }
   return true;
+}
+
+std::string Supervisor::rankName(int rank) const {
+  std::string name = "rank " + std::to_string(rank);
+  if (!hostOf_[rank].empty()) name += " on host " + hostOf_[rank];
+  return name;
+}
+
+void Supervisor::signalRank(RankProcess& rank, int sig) {
+  if (!remote_[rank.rank()]) {
+    rank.signalGroup(sig);
+    return;
+  }
+  if (sig == SIGKILL) {
+    rank.closeControl();
+    rank.signalGroup(SIGKILL);
+  } else {
+    rank.sendControl(remoteSignalName(sig));
+  }
 }
 
 void Supervisor::loop() {
@@ -237,9 +344,10 @@ void Supervisor::reap() {
     ExitStatus exit = ExitStatus::fromWaitStatus(status);
     rank->markExited(exit);
     exitTimes_[rank->rank()] = Clock::now();
+    if (remote_[rank->rank()]) rank->closeControl();
     if (options_.verbose) {
-      output_.note("rank " + std::to_string(rank->rank()) + " (pid " +
-                   std::to_string(pid) + ") " + exit.describe());
+      output_.note(rankName(rank->rank()) + " (pid " + std::to_string(pid) + ") " +
+                   exit.describe());
     }
     if (!exit.success() && reason_ == EndReason::kNone) {
       failedRank_ = rank->rank();
@@ -271,7 +379,7 @@ void Supervisor::abortJob(EndReason reason, int sig) {
     output_.note(os.str());
   }
   for (auto& rank : ranks_) {
-    if (rank->running()) rank->signalGroup(sig);
+    if (rank->running()) signalRank(*rank, sig);
   }
   killDeadline_ = Clock::now() + seconds(kGraceSeconds);
 }
@@ -281,10 +389,10 @@ void Supervisor::escalate() {
   for (auto& rank : ranks_) {
     if (rank->running()) {
       if (options_.verbose) {
-        output_.note("rank " + std::to_string(rank->rank()) + " (pid " +
-                     std::to_string(rank->pid()) + ") still running, sending SIGKILL");
+        output_.note(rankName(rank->rank()) + " (pid " + std::to_string(rank->pid()) +
+                     ") still running, sending SIGKILL");
       }
-      rank->signalGroup(SIGKILL);
+      signalRank(*rank, SIGKILL);
     }
   }
 }
@@ -332,8 +440,19 @@ int Supervisor::exitCode() const {
 void Supervisor::report() {
   if (reason_ != EndReason::kRankFailed) return;
   const RankProcess& rank = *ranks_[failedRank_];
-  output_.note("rank " + std::to_string(rank.rank()) + " (pid " +
-               std::to_string(rank.pid()) + ") " + rank.exitStatus()->describe());
+  std::string how = rank.exitStatus()->describe();
+  if (remote_[rank.rank()]) {
+    // The status came through the ssh command: the remote shell reports a
+    // rank killed by a signal as 128 + signal; ssh itself fails with 255.
+    const ExitStatus& s = *rank.exitStatus();
+    if (!s.signaled && s.code > 128 && s.code < 128 + 65) {
+      how += " (killed by " + signalName(s.code - 128) + " on its host)";
+    } else if (!s.signaled && s.code == 255) {
+      how += " (255: the ssh command lost the host, or the rank exited 255)";
+    }
+  }
+  output_.note(rankName(rank.rank()) + " (pid " + std::to_string(rank.pid()) + ") " +
+               how);
   auto lines = output_.tail(rank.rank());
   if (lines.empty()) {
     output_.note("rank " + std::to_string(rank.rank()) + " printed nothing");

@@ -1,10 +1,19 @@
 // The supervisor: hosts the rendezvous store, starts the ranks, relays their
 // output and decides how the job ends.
 //
+// Launch: ranks placed on this host are spawned directly; ranks on another
+// host through the ssh command (remote_launch.h), after every remote host
+// has answered a probe (host_probe.h). With remote hosts the store listens
+// on every interface and each rank is told the address routed towards its
+// host.
+//
 // Algorithm (one thread, one poll() loop over a signalfd and the ranks' pipes)
 // - SIGCHLD: reap every exited child. The first rank that exits non-zero or
 //   by a signal is the job's failure: every other rank's process group gets
-//   SIGTERM, and SIGKILL after kGraceSeconds if it is still there.
+//   SIGTERM, and SIGKILL after kGraceSeconds if it is still there. A remote
+//   rank gets the signal's name on its control pipe instead, and at the
+//   SIGKILL step its control pipe is closed (the remote side kills its
+//   process group) and the local ssh process group is killed.
 // - SIGINT/SIGTERM/SIGHUP/SIGQUIT to kolorun: forwarded to every rank's
 //   process group, SIGKILL after the grace period (at once when a signal
 //   arrives while the job is already ending); kolorun then exits 128+signal.
@@ -32,6 +41,7 @@
 
 #include "options.h"
 #include "output_multiplexer.h"
+#include "placement.h"
 #include "rank_process.h"
 
 namespace kolo::rendezvous {
@@ -77,6 +87,9 @@ class Supervisor {
   enum class EndReason { kNone, kRankFailed, kSignal, kTimeout, kLaunchFailed };
 
   bool launch();
+  bool startRanks(const std::vector<Placement>& placements);
+  void signalRank(RankProcess& rank, int sig);
+  std::string rankName(int rank) const;
   void loop();
   void reap();
   void onSignal(int sig);
@@ -93,6 +106,9 @@ class Supervisor {
   SignalChannel signals_;
   std::unique_ptr<rendezvous::TcpStoreServer> store_;
   std::vector<std::unique_ptr<RankProcess>> ranks_;
+  std::vector<std::string> hostOf_;    // per rank: host as listed, "" = no list
+  std::vector<bool> remote_;           // per rank: started through ssh
+  std::vector<std::string> sshWords_;  // --ssh-command, split
   std::vector<std::optional<Clock::time_point>> exitTimes_;
 
   EndReason reason_ = EndReason::kNone;

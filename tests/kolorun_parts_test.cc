@@ -1,0 +1,362 @@
+// Unit tests of kolorun's parts: host lists, placement, option checks, the
+// mpirun translation, and the remote command line run by a real sh.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "host_list.h"
+#include "mpi_launch.h"
+#include "options.h"
+#include "placement.h"
+#include "remote_launch.h"
+
+namespace kolo::kolorun {
+namespace {
+
+LaunchOptions parse(std::vector<std::string> args) {
+  std::vector<const char*> argv = {"kolorun"};
+  for (auto& a : args) argv.push_back(a.c_str());
+  return parseArguments(static_cast<int>(argv.size()), argv.data());
+}
+
+std::string usageErrorOf(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string hostErrorOf(const std::string& list) {
+  try {
+    parseHostList(list);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(HostListTest, ParsesHostsAndSlots) {
+  auto hosts = parseHostList("node1:4,10.0.0.2,node3:2,[fe80::1]:3");
+  ASSERT_EQ(hosts.size(), 4u);
+  EXPECT_EQ(hosts[0].host, "node1");
+  EXPECT_EQ(hosts[0].slots, 4);
+  EXPECT_EQ(hosts[1].host, "10.0.0.2");
+  EXPECT_EQ(hosts[1].slots, 1);
+  EXPECT_EQ(hosts[2].slots, 2);
+  EXPECT_EQ(hosts[3].host, "fe80::1");
+  EXPECT_EQ(hosts[3].slots, 3);
+}
+
+TEST(HostListTest, BadEntriesAreNamed) {
+  EXPECT_NE(hostErrorOf("a:0").find("-H entry 1"), std::string::npos);
+  EXPECT_NE(hostErrorOf("a:0").find("slots must be a positive integer, got '0'"),
+            std::string::npos);
+  EXPECT_NE(hostErrorOf("a:2,b:x").find("-H entry 2"), std::string::npos);
+  EXPECT_NE(hostErrorOf("a:2,,b").find("empty"), std::string::npos);
+  EXPECT_NE(hostErrorOf("a:2,b:").find("missing slots"), std::string::npos);
+  EXPECT_NE(hostErrorOf("a:2,a:1").find("host 'a' is listed twice"), std::string::npos);
+  EXPECT_NE(hostErrorOf("fe80::1:2").find("[ADDR]:SLOTS"), std::string::npos);
+  EXPECT_NE(hostErrorOf("a b:2").find("not a host name"), std::string::npos);
+  EXPECT_NE(hostErrorOf("").find("empty host list"), std::string::npos);
+}
+
+TEST(HostListTest, HostfileFormsAndErrors) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("kolorun_hosts_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string good = (dir / "good").string();
+  std::ofstream(good) << "# cluster\n\nnode1 slots=4\nnode2:2   # two\n  node3\n"
+                         "node4 slots=2 max_slots=8\n";
+  auto hosts = parseHostfile(good);
+  ASSERT_EQ(hosts.size(), 4u);
+  EXPECT_EQ(hosts[0].host, "node1");
+  EXPECT_EQ(hosts[0].slots, 4);
+  EXPECT_EQ(hosts[1].slots, 2);
+  EXPECT_EQ(hosts[2].slots, 1);
+  EXPECT_EQ(hosts[3].slots, 2);
+
+  const std::string bad = (dir / "bad").string();
+  std::ofstream(bad) << "node1 slots=4\nnode2 cpus=3\n";
+  try {
+    parseHostfile(bad);
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(bad + ":2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cpus=3"), std::string::npos) << e.what();
+  }
+  const std::string empty = (dir / "empty").string();
+  std::ofstream(empty) << "# nothing\n";
+  EXPECT_THROW(parseHostfile(empty), UsageError);
+  EXPECT_THROW(parseHostfile((dir / "missing").string()), UsageError);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PlacementTest, RanksFillHostsInOrder) {
+  auto options = parse({"-np", "5", "-H", "a:2,b:2,c:2", "prog"});
+  auto p = planPlacement(options);
+  ASSERT_EQ(p.size(), 5u);
+  const char* hosts[] = {"a", "a", "b", "b", "c"};
+  const int local[] = {0, 1, 0, 1, 0};
+  const int localSize[] = {2, 2, 2, 2, 1};
+  const int cross[] = {0, 0, 1, 1, 2};
+  for (int r = 0; r < 5; ++r) {
+    EXPECT_EQ(p[r].rank, r);
+    EXPECT_EQ(p[r].size, 5);
+    EXPECT_EQ(p[r].host, hosts[r]) << "rank " << r;
+    EXPECT_EQ(p[r].localRank, local[r]) << "rank " << r;
+    EXPECT_EQ(p[r].localSize, localSize[r]) << "rank " << r;
+    EXPECT_EQ(p[r].crossRank, cross[r]) << "rank " << r;
+    EXPECT_EQ(p[r].crossSize, 3) << "rank " << r;
+  }
+}
+
+TEST(PlacementTest, UnusedHostsAreNotInTheJob) {
+  auto p = planPlacement(parse({"-np", "3", "-H", "a:2,b:2,c:2", "prog"}));
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[2].host, "b");
+  EXPECT_EQ(p[2].localSize, 1);
+  for (const auto& r : p) EXPECT_EQ(r.crossSize, 2);
+}
+
+TEST(PlacementTest, OversubscribeDealsTheExcessInTurn) {
+  auto p = planPlacement(parse({"-np", "7", "--oversubscribe", "-H", "a:2,b:1", "prog"}));
+  ASSERT_EQ(p.size(), 7u);
+  int onA = 0;
+  for (const auto& r : p) onA += r.host == "a";
+  EXPECT_EQ(onA, 4);  // 2 slots + 2 of the 4 extra (a, b, a, b)
+  EXPECT_EQ(p[3].host, "a");
+  EXPECT_EQ(p[3].localRank, 3);
+  EXPECT_EQ(p[4].host, "b");
+  EXPECT_EQ(p[4].localRank, 0);
+  EXPECT_EQ(p[6].localSize, 3);
+}
+
+TEST(PlacementTest, WithoutHostsAllRanksAreLocal) {
+  auto p = planPlacement(parse({"-np", "3", "prog"}));
+  for (const auto& r : p) {
+    EXPECT_EQ(r.host, "");
+    EXPECT_EQ(r.localRank, r.rank);
+    EXPECT_EQ(r.localSize, 3);
+    EXPECT_EQ(r.crossSize, 1);
+  }
+}
+
+TEST(PlacementTest, EnvironmentNamesTheHost) {
+  auto options = parse({"-np", "2", "-H", "n1:1,n2:1", "--network-interface", "eth1",
+                        "-x", "A=1", "prog"});
+  auto p = planPlacement(options);
+  JobIdentity job{"tcp://10.0.0.1:5000", "job-1", options.networkInterface};
+  auto env = rankEnvironment({"KOLO_TIMEOUT=7"}, options.exports, p[1], job);
+  auto has = [&](const std::string& e) {
+    return std::find(env.begin(), env.end(), e) != env.end();
+  };
+  EXPECT_TRUE(has("KOLO_TIMEOUT=7"));
+  EXPECT_TRUE(has("A=1"));
+  EXPECT_TRUE(has("KOLO_RANK=1"));
+  EXPECT_TRUE(has("KOLO_LOCAL_RANK=0"));
+  EXPECT_TRUE(has("KOLO_CROSS_RANK=1"));
+  EXPECT_TRUE(has("KOLO_CROSS_SIZE=2"));
+  EXPECT_TRUE(has("KOLO_HOST_ID=n2"));
+  EXPECT_TRUE(has("KOLO_IFACE=eth1"));
+  EXPECT_TRUE(has("KOLO_RENDEZVOUS=tcp://10.0.0.1:5000"));
+}
+
+TEST(OptionsTest, HostOptionErrors) {
+  EXPECT_NE(usageErrorOf({"-np", "5", "-H", "a:2,b:2", "prog"})
+                .find("-np 5 is more ranks than the 4 slots of 2 host(s)"),
+            std::string::npos);
+  EXPECT_EQ(usageErrorOf({"-np", "5", "--oversubscribe", "-H", "a:2,b:2", "prog"}),
+            "(no error)");
+  EXPECT_NE(usageErrorOf({"-np", "2", "-H", "a:2", "--hostfile", "f", "prog"})
+                .find("either -H or --hostfile"),
+            std::string::npos);
+  EXPECT_NE(usageErrorOf({"-np", "2", "-H", "a:2", "--start-timeout", "0", "prog"})
+                .find("--start-timeout"),
+            std::string::npos);
+  EXPECT_NE(
+      usageErrorOf({"-np", "2", "--ssh-command", " ", "prog"}).find("--ssh-command"),
+      std::string::npos);
+  EXPECT_NE(usageErrorOf({"-np", "2", "-H", "a:zz", "prog"}).find("-H entry 1"),
+            std::string::npos);
+}
+
+TEST(MpiLaunchTest, TranslatesTheOptions) {
+  auto options = parse({"-np", "4", "-H", "a:2,b:2", "--ssh-command", "my-ssh -p 2",
+                        "--network-interface", "eth1", "--output-dir", "out", "--timeout",
+                        "9.5", "-x", "FOO=1", "prog", "arg"});
+  auto argv = mpirunCommand(options, {"KOLO_TIMEOUT=5", "HOME=/root"}, true);
+  std::string line;
+  for (const auto& a : argv) line += "<" + a + ">";
+  EXPECT_EQ(argv.front(), "mpirun");
+  for (const char* expected :
+       {"<--allow-run-as-root>", "<-np><4>", "<-H><a:2,b:2>",
+        "<--mca><plm_rsh_agent><my-ssh -p 2>", "<--mca><btl_tcp_if_include><eth1>",
+        "<-x><KOLO_IFACE=eth1>", "<--output-filename><out>", "<--timeout><10>",
+        "<-x><KOLO_TIMEOUT>", "<-x><FOO=1>", "<--bind-to><none>", "<prog><arg>"}) {
+    EXPECT_NE(line.find(expected), std::string::npos) << expected << " in " << line;
+  }
+  EXPECT_EQ(line.find("HOME"), std::string::npos) << line;
+  EXPECT_EQ(line.find("--oversubscribe"), std::string::npos) << line;
+  EXPECT_EQ(argv.back(), "arg");
+
+  auto local = mpirunCommand(parse({"-np", "3", "prog"}), {}, false);
+  std::string l2;
+  for (const auto& a : local) l2 += "<" + a + ">";
+  EXPECT_NE(l2.find("<--oversubscribe>"), std::string::npos) << l2;
+  EXPECT_EQ(l2.find("allow-run-as-root"), std::string::npos) << l2;
+}
+
+TEST(RemoteLaunchTest, SplitsSshCommandWords) {
+  auto w = splitCommandWords("ssh -o 'ProxyCommand=a b' -p \"22\"");
+  ASSERT_EQ(w.size(), 5u);
+  EXPECT_EQ(w[2], "ProxyCommand=a b");
+  EXPECT_EQ(w[4], "22");
+  EXPECT_THROW(splitCommandWords("ssh 'open"), UsageError);
+}
+
+TEST(RemoteLaunchTest, LocalHostDetection) {
+  EXPECT_TRUE(isLocalHost("localhost"));
+  EXPECT_TRUE(isLocalHost("127.0.0.1"));
+  char name[256] = {};
+  ASSERT_EQ(gethostname(name, sizeof name - 1), 0);
+  EXPECT_TRUE(isLocalHost(name));
+  EXPECT_FALSE(isLocalHost("198.51.100.77"));  // TEST-NET-2, never ours here
+}
+
+// Runs `line` as a remote login shell would (sh -c LINE) with a control
+// pipe on stdin; returns {exit status, output}.
+struct RemoteRun {
+  pid_t pid = -1;
+  int controlFd = -1;
+  int outFd = -1;
+};
+
+RemoteRun startRemote(const std::string& line) {
+  int control[2];
+  int out[2];
+  EXPECT_EQ(pipe(control), 0);
+  EXPECT_EQ(pipe(out), 0);
+  RemoteRun run;
+  run.pid = fork();
+  if (run.pid == 0) {
+    setpgid(0, 0);
+    dup2(control[0], 0);
+    dup2(out[1], 1);
+    dup2(out[1], 2);
+    close(control[1]);
+    close(out[0]);
+    execl("/bin/sh", "sh", "-c", line.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(control[0]);
+  close(out[1]);
+  run.controlFd = control[1];
+  run.outFd = out[0];
+  return run;
+}
+
+// Processes of group `pgid` that are not zombies.
+int liveMembersOfGroup(pid_t pgid) {
+  int live = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream stat(entry.path() / "stat");
+    std::string text;
+    if (!stat || !std::getline(stat, text)) continue;
+    auto close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    long group = 0;
+    if (std::sscanf(text.c_str() + close + 1, " %c %ld %ld", &state, &ppid, &group) !=
+        3) {
+      continue;
+    }
+    if (group == pgid && state != 'Z' && state != 'X') ++live;
+  }
+  return live;
+}
+
+std::pair<int, std::string> finishRemote(RemoteRun& run) {
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(run.outFd, buf, sizeof buf)) > 0) text.append(buf, n);
+  close(run.outFd);
+  if (run.controlFd >= 0) close(run.controlFd);
+  int status = 0;
+  waitpid(run.pid, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), text};
+}
+
+TEST(RemoteLaunchTest, LineSetsEnvironmentDirectoryAndQuotesArguments) {
+  const std::string dir = std::filesystem::temp_directory_path().string();
+  std::string line = remoteCommandLine(
+      dir, {"KOLO_RANK=3", "ODD=it's a \"test\" $HOME"},
+      {"sh", "-c", "echo \"$KOLO_RANK|$ODD|$(pwd)|$1|$2\"", "x", "a b'c", "$PATH"});
+  auto run = startRemote(line);
+  auto [code, out] = finishRemote(run);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_EQ(out, "3|it's a \"test\" $HOME|" + dir + "|a b'c|$PATH\n");
+}
+
+TEST(RemoteLaunchTest, ExitStatusAndMissingCommand) {
+  auto run = startRemote(remoteCommandLine("/", {}, {"sh", "-c", "exit 7"}));
+  EXPECT_EQ(finishRemote(run).first, 7);
+  auto missing = startRemote(remoteCommandLine("/", {}, {"no-such-command-kolo"}));
+  auto [code, out] = finishRemote(missing);
+  EXPECT_EQ(code, 127);
+  EXPECT_NE(out.find("no-such-command-kolo: command not found on"), std::string::npos)
+      << out;
+  auto nodir = startRemote(remoteCommandLine("/no/such/dir", {}, {"true"}));
+  auto [code2, out2] = finishRemote(nodir);
+  EXPECT_EQ(code2, 0);
+  EXPECT_NE(out2.find("has no directory /no/such/dir"), std::string::npos) << out2;
+}
+
+TEST(RemoteLaunchTest, ControlLineSignalsTheRank) {
+  auto run = startRemote(remoteCommandLine(
+      "/", {},
+      {"sh", "-c",
+       "trap 'echo got-term; exit 9' TERM; echo up; while :; do sleep 0.05; done"}));
+  char buf[3];
+  ASSERT_EQ(read(run.outFd, buf, 3), 3);  // "up\n": the trap is set
+  std::string word = remoteSignalName(SIGINT) + "\n";
+  ASSERT_EQ(write(run.controlFd, word.data(), word.size()),
+            static_cast<ssize_t>(word.size()));
+  auto [code, out] = finishRemote(run);
+  EXPECT_EQ(code, 9);
+  EXPECT_NE(out.find("got-term"), std::string::npos) << out;
+}
+
+TEST(RemoteLaunchTest, ClosedControlKillsEverythingTheRankStarted) {
+  // The rank ignores TERM and starts a grandchild; closing the control
+  // stream must still end both.
+  const std::string marker = "kolo-remote-" + std::to_string(getpid());
+  auto run = startRemote(remoteCommandLine(
+      "/", {}, {"sh", "-c", "trap '' TERM; sleep 300 & echo up; wait", marker}));
+  char buf[3];
+  ASSERT_EQ(read(run.outFd, buf, 3), 3);
+  close(run.controlFd);
+  run.controlFd = -1;
+  auto start = std::chrono::steady_clock::now();
+  auto [code, out] = finishRemote(run);
+  EXPECT_EQ(code, 128 + SIGKILL) << out;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  // Nothing of the group is left running (members reparented to init may
+  // linger a moment as zombies until it reaps them).
+  EXPECT_EQ(liveMembersOfGroup(run.pid), 0) << "process group " << run.pid << " survived";
+}
+
+}  // namespace
+}  // namespace kolo::kolorun
