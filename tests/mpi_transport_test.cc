@@ -103,6 +103,30 @@ TEST_F(MpiEngine, HierarchicalAcrossHostsOverMpi) {
   EXPECT_EQ(count(r.output, "cross 1/2 host hostB algo4M hier"), 2) << r.output;
 }
 
+// Two MPI nodes on one machine: one OpenMPI daemon per named host (a launch
+// agent that runs "remote" commands here). MPI_Comm_split_type groups the
+// ranks by daemon although every rank has the same host name; the store is
+// on rank 0's external address; hosts talk mpi (OpenMPI's tcp BTL: its
+// shared-memory BTL assumes one daemon per machine, so it is left out).
+TEST_F(MpiEngine, TwoDaemonsAreTwoHosts) {
+  const std::string common = "--mca btl self,tcp --mca plm_rsh_agent " + binDir() +
+                             "/kolo-local-rsh -H nodea:2,nodeb:2 -np 4 " + ranks() +
+                             " collectives";
+  for (const char* algo : {"", "hier"}) {
+    SCOPED_TRACE(std::string("KOLO_ALLREDUCE_ALGO=") + algo);
+    JobResult r =
+        mpirun(std::string("KOLO_LOG_LEVEL=debug KOLO_ALLREDUCE_ALGO=") + algo, common);
+    EXPECT_EQ(r.exitCode, 0) << r.output;
+    EXPECT_EQ(count(r.output, "collectives ok"), 4) << r.output;
+    EXPECT_EQ(count(r.output, "transport shm+mpi, engine mpi"), 4) << r.output;
+    EXPECT_EQ(count(r.output, "(2 nodes)"), 4) << r.output;
+    EXPECT_EQ(count(r.output, "cross 0/2 host mpi-node-0 "), 2) << r.output;
+    EXPECT_EQ(count(r.output, "cross 1/2 host mpi-node-2 "), 2) << r.output;
+    EXPECT_EQ(count(r.output, "algo4M hier"), 4) << r.output;
+    EXPECT_EQ(count(r.output, "rendezvous tcp://127.0.0.1:"), 0) << r.output;
+  }
+}
+
 // Uneven pretend hosts (2 + 1) and the selection table (no forced
 // algorithm); and KOLO_TRANSPORT=tcp still works under the MPI engine.
 TEST_F(MpiEngine, UnevenHostsAndTcpUnderMpiEngine) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/check.h"
+#include "common/logging.h"
 
 #if KOLO_HAVE_MPI
 #include <arpa/inet.h>
@@ -14,7 +15,6 @@
 #include <netinet/in.h>
 
 #include "api/network_address.h"
-#include "common/logging.h"
 #include "rendezvous/tcp_store.h"
 #include "transport/mpi/mpi_runtime.h"
 #endif
@@ -111,8 +111,10 @@ const char* launcherVariables(const std::string& source) {
 
 MpiEngineStart startMpiEngine(const rendezvous::JobEnvironment& env,
                               const Settings& settings) {
+  setLogLevel(parseLogLevel(settings.logLevel));
   MpiRuntime& rt = MpiRuntime::acquire();
   const MpiRuntime::World& w = rt.world();
+  setLogRank(w.rank);
 
   const bool agrees = env.source == "none" || (env.rank == w.rank && env.size == w.size);
   if (!rt.allAgree(agrees)) {
