@@ -380,6 +380,11 @@ class ScopedEnv {
                                  "SLURM_STEPID",
                                  "SLURM_TASKS_PER_NODE",
                                  "SLURM_STEP_TASKS_PER_NODE",
+                                 "SLURM_STEP_NUM_NODES",
+                                 "SLURM_NNODES",
+                                 "SLURM_STEP_NODELIST",
+                                 "SLURM_JOB_NODELIST",
+                                 "SLURM_NODELIST",
                                  "RANK",
                                  "WORLD_SIZE",
                                  "LOCAL_RANK",
@@ -536,6 +541,40 @@ TEST(JobEnvironment, Slurm) {
   EXPECT_EQ(j.localRank, 0);
   EXPECT_EQ(j.localSize, 1);
   EXPECT_EQ(j.rendezvous, "file:///tmp/kolo-1234.5");
+}
+
+TEST(JobEnvironment, SlurmOverSeveralNodesUsesTheFirstNode) {
+  for (int rank : {0, 3}) {
+    ScopedEnv env({{"SLURM_PROCID", std::to_string(rank)},
+                   {"SLURM_NTASKS", "4"},
+                   {"SLURM_STEP_NUM_NODES", "2"},
+                   {"SLURM_STEP_NODELIST", "gpu-[07-08],login"},
+                   {"SLURM_JOB_ID", "1000"},
+                   {"SLURM_STEP_ID", "2"}});
+    JobEnvironment j = detectJobEnvironment();
+    EXPECT_EQ(j.rendezvous, "tcp://gpu-07:36002");  // 20000 + (1000*16+2) % 20000
+    EXPECT_EQ(j.hostStore, rank == 0);
+  }
+  {
+    ScopedEnv env({{"SLURM_PROCID", "0"},
+                   {"SLURM_NTASKS", "2"},
+                   {"SLURM_NNODES", "2"},
+                   {"SLURM_JOB_NODELIST", "a,b"}});
+    EXPECT_EQ(detectJobEnvironment().rendezvous, "tcp://a:20000");
+  }
+  {
+    ScopedEnv env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NNODES", "2"}});
+    Error e = expectError([] { detectJobEnvironment(); });
+    EXPECT_TRUE(contains(e.what(), "SLURM_STEP_NODELIST")) << e.what();
+  }
+  {
+    ScopedEnv env({{"SLURM_PROCID", "0"},
+                   {"SLURM_NTASKS", "2"},
+                   {"SLURM_NNODES", "2"},
+                   {"SLURM_JOB_NODELIST", "[1-2]"}});
+    Error e = expectError([] { detectJobEnvironment(); });
+    EXPECT_TRUE(contains(e.what(), "SLURM_JOB_NODELIST='[1-2]'")) << e.what();
+  }
 }
 
 TEST(JobEnvironment, SlurmBadTaskList) {

@@ -5,9 +5,16 @@
 // Decisions
 // - torchrun: its own c10d store (the agent's) may already listen on
 //   MASTER_PORT, so kolo's store uses MASTER_PORT + 1, hosted by rank 0.
-// - mpirun / PMI / srun without KOLO_RENDEZVOUS: a file store in
+// - srun over several nodes (SLURM_STEP_NUM_NODES or SLURM_NNODES > 1)
+//   without KOLO_RENDEZVOUS: rank 0 hosts a TCP store on the first node of
+//   the step's node list (Slurm places task 0 there) at a port derived from
+//   the job and step ids, 20000 + (job * 16 + step) % 20000, so that
+//   concurrent steps rarely meet; a port in use is a clear error on rank 0
+//   and KOLO_RENDEZVOUS picks another.
+// - mpirun / PMI / one-node srun without KOLO_RENDEZVOUS: a file store in
 //   /tmp/kolo-<job id>, which only works when every rank sees the same /tmp
-//   (one host); multi-host jobs set KOLO_RENDEZVOUS. The job id comes from
+//   (one host); multi-host mpirun jobs use the MPI engine (rank 0's store
+//   address is broadcast over MPI) or set KOLO_RENDEZVOUS. The job id comes from
 //   OMPI_MCA_ess_base_jobid or PMIX_NAMESPACE (Open MPI), SLURM_JOB_ID and
 //   SLURM_STEP_ID (srun), PMI_JOBID, or as a last resort the parent process
 //   id (the launcher daemon that all ranks of one host share).
@@ -109,6 +116,51 @@ int slurmTasksOnNode(const char* name, const std::string& text, int node) {
   }
   KOLO_THROW(ErrorCode::kInvalidArgument, name << "='" << text << "' lists " << index
                                                << " nodes but SLURM_NODEID=" << node);
+}
+
+// The first host of a Slurm node list: "node[01-04,07],gpu1" -> "node01".
+std::string firstSlurmNode(const char* name, const std::string& list) {
+  const size_t end = list.find_first_of(",[");
+  if (end == 0 || list.empty()) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               name << "='" << list << "' does not start with a node name");
+  }
+  if (end == std::string::npos) return list;
+  std::string host = list.substr(0, end);
+  if (list[end] == '[') {
+    // The first number of the range: "node[01-04]" -> "node01".
+    const size_t stop = list.find_first_of("-,]", end + 1);
+    if (stop == std::string::npos || stop == end + 1) {
+      KOLO_THROW(
+          ErrorCode::kInvalidArgument,
+          name << "='" << list << "' is not a Slurm node list such as node[01-04]");
+    }
+    host += list.substr(end + 1, stop - end - 1);
+  }
+  return host;
+}
+
+// tcp://FIRST-NODE:PORT for an srun step over several nodes, or "" when the
+// step runs on one node (or Slurm does not say).
+std::string slurmTcpRendezvous() {
+  const char* nodesVar =
+      present("SLURM_STEP_NUM_NODES") ? "SLURM_STEP_NUM_NODES" : "SLURM_NNODES";
+  const int nodes = optionalInt(nodesVar).value_or(1);
+  if (nodes <= 1) return "";
+  const char* listVar = present("SLURM_STEP_NODELIST")  ? "SLURM_STEP_NODELIST"
+                        : present("SLURM_JOB_NODELIST") ? "SLURM_JOB_NODELIST"
+                                                        : "SLURM_NODELIST";
+  const char* list = env(listVar);
+  if (list == nullptr) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "srun launch over " << nodesVar << "=" << nodes
+                                   << " nodes but no SLURM_STEP_NODELIST or "
+                                      "SLURM_JOB_NODELIST; set KOLO_RENDEZVOUS");
+  }
+  const long job = optionalInt("SLURM_JOB_ID").value_or(0);
+  const long step = firstInt({"SLURM_STEP_ID", "SLURM_STEPID"}).value_or(0);
+  const long port = 20000 + (job * 16 + step) % 20000;
+  return "tcp://" + firstSlurmNode(listVar, list) + ":" + std::to_string(port);
 }
 
 std::string sanitize(std::string id) {
@@ -266,6 +318,9 @@ JobEnvironment detectJobEnvironment() {
   if (override != nullptr) {
     job.rendezvous = override;
     job.hostStore = tcpOverride && job.rank == 0;
+  } else if (job.source == "srun" && job.size > 1 && !slurmTcpRendezvous().empty()) {
+    job.rendezvous = slurmTcpRendezvous();
+    job.hostStore = job.rank == 0;
   } else if (job.size > 1) {
     job.rendezvous = "file:///tmp/kolo-" + sanitize(jobId());
   }

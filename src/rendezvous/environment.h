@@ -11,8 +11,9 @@
 // KOLO_RENDEZVOUS, when set, overrides the address of any source. Without
 // it: torchrun uses tcp://MASTER_ADDR:MASTER_PORT+1 (rank 0 hosts the store;
 // torchrun's own c10d store may already listen on MASTER_PORT);
-// a single-host mpirun/srun job uses a file store under /tmp named after the
-// job id.
+// an srun step over several nodes uses tcp://FIRST-NODE:PORT (rank 0 hosts
+// the store; environment.cc says how the port is chosen); a one-host
+// mpirun/srun job uses a file store under /tmp named after the job id.
 #pragma once
 
 #include <string>
