@@ -580,10 +580,11 @@ TEST(KolorunHostsTest, RemoteRanksGetTheirLayoutAndOnlyForwardedVariables) {
   unsetenv("KOLORUN_NOT_FORWARDED");
   ASSERT_EQ(r.exitCode, 0) << describe(r);
   const std::string cwd = std::filesystem::current_path().string();
-  const char* want[] = {"[0] 0 4 0 2 0 2 198.51.100.1 lo 9 yes [v w] [] tcp://127.0.0.1:",
-                        "[1] 1 4 1 2 0 2 198.51.100.1 lo 9 yes [v w] [] tcp://127.0.0.1:",
-                        "[2] 2 4 0 2 1 2 198.51.100.2 lo 9 yes [v w] [] tcp://127.0.0.1:",
-                        "[3] 3 4 1 2 1 2 198.51.100.2 lo 9 yes [v w] [] tcp://127.0.0.1:"};
+  const char* want[] = {
+      "[0] 0 4 0 2 0 2 198.51.100.1 lo 9 yes [v w] [] tcp://127.0.0.1:",
+      "[1] 1 4 1 2 0 2 198.51.100.1 lo 9 yes [v w] [] tcp://127.0.0.1:",
+      "[2] 2 4 0 2 1 2 198.51.100.2 lo 9 yes [v w] [] tcp://127.0.0.1:",
+      "[3] 3 4 1 2 1 2 198.51.100.2 lo 9 yes [v w] [] tcp://127.0.0.1:"};
   for (const char* w : want) EXPECT_TRUE(contains(r.out, w)) << w << "\n" << describe(r);
   EXPECT_TRUE(contains(r.out, " " + cwd + "\n")) << describe(r);
   // Probe + one call per rank, each "ARGS... HOST LINE": 4 arguments.
@@ -621,13 +622,14 @@ TEST(KolorunHostsTest, VerbosePrefixesHostAndRank) {
 TEST(KolorunHostsTest, UnreachableHostIsNamedBeforeAnyRankStarts) {
   FakeSsh ssh;
   auto marker = ssh.dir.path / "started";
-  auto r = runKolorun(concat(concat({"-np", "2"}, ssh.args("198.51.100.1:1,198.51.100.9:1")),
-                             {"touch", marker.string()}));
+  auto r =
+      runKolorun(concat(concat({"-np", "2"}, ssh.args("198.51.100.1:1,198.51.100.9:1")),
+                        {"touch", marker.string()}));
   EXPECT_EQ(r.exitCode, 1) << describe(r);
   EXPECT_TRUE(contains(r.err, "cannot reach host 198.51.100.9 with")) << describe(r);
-  EXPECT_TRUE(contains(
-      r.err,
-      "exited with code 255: ssh: connect to host 198.51.100.9 port 22: No route to host"))
+  EXPECT_TRUE(contains(r.err,
+                       "exited with code 255: ssh: connect to host 198.51.100.9 port 22: "
+                       "No route to host"))
       << describe(r);
   EXPECT_FALSE(contains(r.err, "198.51.100.1 with")) << describe(r);
   EXPECT_FALSE(std::filesystem::exists(marker)) << "a rank started anyway";
@@ -636,8 +638,8 @@ TEST(KolorunHostsTest, UnreachableHostIsNamedBeforeAnyRankStarts) {
 
 TEST(KolorunHostsTest, MissingRemoteCommandIsNamed) {
   FakeSsh ssh;
-  auto r = runKolorun(
-      concat(concat({"-np", "2"}, ssh.args("198.51.100.1:2")), {"kolorun-no-such-command"}));
+  auto r = runKolorun(concat(concat({"-np", "2"}, ssh.args("198.51.100.1:2")),
+                             {"kolorun-no-such-command"}));
   EXPECT_EQ(r.exitCode, 127) << describe(r);
   EXPECT_TRUE(contains(r.err, "kolorun-no-such-command: command not found on"))
       << describe(r);
@@ -654,7 +656,8 @@ TEST(KolorunHostsTest, RemoteRankKilledEndsTheJobAndNamesItsHost) {
                   "if [ $KOLO_RANK = 3 ]; then sleep 0.5; kill -9 $$; fi; wait"}),
       60);
   EXPECT_EQ(r.exitCode, 128 + SIGKILL) << describe(r);
-  EXPECT_TRUE(contains(r.err, "kolorun: rank 3 on host 198.51.100.2 (pid ")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "kolorun: rank 3 on host 198.51.100.2 (pid "))
+      << describe(r);
   EXPECT_TRUE(contains(r.err, "exited with code 137 (killed by SIGKILL on its host)"))
       << describe(r);
   EXPECT_TRUE(contains(r.err, "last lines of rank 3")) << describe(r);
@@ -667,16 +670,17 @@ TEST(KolorunHostsTest, RemoteRankKilledEndsTheJobAndNamesItsHost) {
 TEST(KolorunHostsTest, CtrlCReachesRemoteRanks) {
   FakeSsh ssh;
   bool sent = false;
-  auto r = runKolorun(concat(concat({"-np", "2"}, ssh.args("198.51.100.1:1,198.51.100.2:1")),
-                             {"sh", "-c",
-                              "trap 'echo got TERM; exit 0' TERM; echo ready; "
-                              "while :; do sleep 0.05; done"}),
-                      30, [&](pid_t pid, const RunResult& sofar) {
-                        if (!sent && lines(sofar.out).size() == 2) {
-                          sent = true;
-                          kill(pid, SIGINT);
-                        }
-                      });
+  auto r =
+      runKolorun(concat(concat({"-np", "2"}, ssh.args("198.51.100.1:1,198.51.100.2:1")),
+                        {"sh", "-c",
+                         "trap 'echo got TERM; exit 0' TERM; echo ready; "
+                         "while :; do sleep 0.05; done"}),
+                 30, [&](pid_t pid, const RunResult& sofar) {
+                   if (!sent && lines(sofar.out).size() == 2) {
+                     sent = true;
+                     kill(pid, SIGINT);
+                   }
+                 });
   EXPECT_EQ(r.exitCode, 128 + SIGINT) << describe(r);
   EXPECT_TRUE(contains(r.out, "[0] got TERM")) << describe(r);
   EXPECT_TRUE(contains(r.out, "[1] got TERM")) << describe(r);
@@ -729,6 +733,24 @@ TEST(KolorunHostsTest, CollectivesAcrossHostsUseTheirHostIds) {
   for (const auto& l : lines(r.out))
     ok += l.size() > 3 && l.substr(l.size() - 3) == " ok";
   EXPECT_EQ(ok, 3) << describe(r);  // 1 KiB, 32 KiB and 1 MiB, printed by rank 0
+}
+
+TEST(KolorunMpiTest, MpiDelegatesToMpirun) {
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "mpirun is not installed";
+  }
+  auto r = runKolorun({"--mpi", "-np", "2", "-x", "KOLORUN_MPI_VAR=abc", "sh", "-c",
+                       "echo rank=$OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE "
+                       "var=$KOLORUN_MPI_VAR"},
+                      60);
+  ASSERT_EQ(r.exitCode, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "rank=0 of 2 var=abc")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "rank=1 of 2 var=abc")) << describe(r);
+  // A failing rank fails the launch with its code, as under kolorun.
+  auto f = runKolorun({"--mpi", "-np", "2", "sh", "-c",
+                       "[ $OMPI_COMM_WORLD_RANK = 1 ] && exit 3; exit 0"},
+                      60);
+  EXPECT_NE(f.exitCode, 0) << describe(f);
 }
 
 }  // namespace
