@@ -9,7 +9,8 @@
 //   collectives    Communicator::fromEnvironment (kolo initializes MPI and
 //                  finalizes it at exit), then allreduce, broadcast,
 //                  allgather, reducescatter, alltoall and barrier, small and
-//                  > 1 MiB, every element checked. Prints the layout and the
+//                  > 1 MiB, every element checked; then a second
+//                  communicator on the same MPI. Prints the layout and the
 //                  allreduce algorithm chosen for 4 MiB.
 //   transport      MpiTransport directly with 1000-byte pieces (so that
 //                  multi-piece messages, the path of messages over INT_MAX
@@ -22,8 +23,11 @@
 //                  program finalizes it (kolo must not).
 //   own-init-single  calls plain MPI_Init (MPI_THREAD_SINGLE): kolo must
 //                  refuse with an error naming the thread level.
+//   no-finalize    the C API without kolo_finalize: kolo finalizes MPI at
+//                  exit before the communicator is destroyed; no hang.
 #include <kolo/communicator.h>
 #include <kolo/error.h>
+#include <kolo/kolo.h>
 #include <mpi.h>
 
 #include <algorithm>
@@ -178,8 +182,22 @@ int modeCollectives() {
   runCollectives(*c);
   c.reset();
   int initialized = 0;
+  int finalized = 1;
   MPI_Initialized(&initialized);
-  EXPECT(initialized == 1, "kolo should have initialized MPI");
+  MPI_Finalized(&finalized);
+  EXPECT(initialized == 1 && finalized == 0, "kolo keeps MPI initialized until exit");
+  // A second communicator on the same MPI (kolo_init after kolo_finalize).
+  c = Communicator::fromEnvironment();
+  std::vector<double> x(100000, c->rank() + 1.0);
+  kolo::AllreduceOptions o;
+  o.send = o.recv = x.data();
+  o.count = x.size();
+  o.dtype = DataType::kFloat64;
+  c->allreduce(o);
+  sameAs<double>(
+      x, [&](size_t) { return l.size * (l.size + 1) / 2.0; },
+      "allreduce on a second communicator");
+  c.reset();
   if (gFailures == 0) std::printf("collectives ok\n");
   return gFailures == 0 ? 0 : 1;
 }
@@ -398,6 +416,27 @@ int modeTransport() {
   return gFailures == 0 ? 0 : 1;
 }
 
+// ---------------------------------------------------------------- no finalize
+
+// Through the C API, without kolo_finalize: at exit kolo finalizes MPI
+// (its atexit handler) and the communicator, destroyed later, must not hang
+// or crash.
+int modeNoFinalize() {
+  if (kolo_init() != KOLO_OK) {
+    fail(std::string("kolo_init: ") + kolo_last_error());
+    return 1;
+  }
+  gRank = kolo_rank();
+  float v = 1;
+  if (kolo_allreduce(&v, &v, 1, KOLO_FLOAT32, KOLO_SUM) != KOLO_OK ||
+      v != float(kolo_size())) {
+    fail(std::string("kolo_allreduce: ") + kolo_last_error());
+    return 1;
+  }
+  std::printf("no-finalize ok\n");
+  return 0;
+}
+
 // ------------------------------------------------------------------- own init
 
 int modeOwnInit(bool single) {
@@ -447,11 +486,13 @@ int main(int argc, char** argv) {
     if (mode == "transport") return modeTransport();
     if (mode == "own-init") return modeOwnInit(false);
     if (mode == "own-init-single") return modeOwnInit(true);
+    if (mode == "no-finalize") return modeNoFinalize();
   } catch (const std::exception& e) {
     std::printf("FAIL rank %d: %s\n", gRank, e.what());
     return 1;
   }
   std::fprintf(stderr,
-               "usage: kolo-mpi-ranks collectives|transport|own-init|own-init-single\n");
+               "usage: kolo-mpi-ranks "
+               "collectives|transport|own-init|own-init-single|no-finalize\n");
   return 2;
 }
