@@ -117,7 +117,7 @@ case_killed_rank() {
   if [ "$JOB_RC" = 0 ] || [ "$JOB_RC" = timeout ]; then
     mh_fail "kolorun exit status $JOB_RC, expected non-zero"
   fi
-  if ! grep -E "kolorun: .*rank 3\b" "$OUT/job.log" | grep -qF "${NETNS_IPS[2]}"; then
+  if ! grep -E "kolorun: .*rank 3\b" "$OUT/job.log" | grep -F "${NETNS_IPS[2]}" >/dev/null; then
     mh_fail "kolorun did not name rank 3 on host ${NETNS_IPS[2]}"
   fi
   mh_assert_no_pids "after kolorun exited"
@@ -163,7 +163,7 @@ case_link_down() {
     line="$(grep -E "rank $r: .*rank [0-9]" "$f" 2>/dev/null |
       grep -vE "^kolo\[[0-9]+\] INFO" | head -1 || true)"
     if [ -z "$line" ] ||
-      ! echo "$line" | sed "s/rank $r\b//g" | grep -qE "rank [0-9]"; then
+      ! echo "$line" | sed "s/rank $r\b//g" | grep -E "rank [0-9]" >/dev/null; then
       mh_fail "rank $r printed no error naming a peer rank:"
       sed 's/^/    /' "$f" >&2 2>/dev/null || echo "    (no $f)" >&2
     else

@@ -69,6 +69,7 @@ for algo in "${MH_ALGOS[@]}"; do
     mh_kolorun "$name" KOLO_LOG_LEVEL=info -- -a "$algo" $args
     mh_check_bench "$name" "$OUT/$name.log" "$algo"
     mh_check_layout "$name" "$OUT/$name.log" 3 2
+    mh_check_transport "$name" "$OUT/$name.log" "shm\\+tcp"
   done
 done
 check_placement kolorun-ring-1
@@ -79,6 +80,7 @@ for algo in "${MH_ALGOS[@]}"; do
   mh_kolorun "$name" KOLO_TRANSPORT=tcp KOLO_LOG_LEVEL=info -- -a "$algo" --sizes 8,1000004,64M
   mh_check_bench "$name" "$OUT/$name.log" "$algo"
   mh_check_layout "$name" "$OUT/$name.log" 3 2
+  mh_check_transport "$name" "$OUT/$name.log" tcp
 done
 
 name="kolorun-table"

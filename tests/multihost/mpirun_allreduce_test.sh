@@ -2,10 +2,16 @@
 # The allreduce grid (ring and hier, several dtypes, ops and sizes up to 64M)
 # on 3 hosts x 2 ranks, launched by OpenMPI's mpirun from the root namespace
 # with its ssh agent (plm_rsh_agent) replaced by netns_ssh, which enters the
-# hosts' network namespaces. kolo meets through a TCP store hosted by rank 0
-# (KOLO_RENDEZVOUS) and uses shm inside a host and tcp between hosts. When
-# this build's KOLO_TRANSPORT accepts mpi, the grid runs a second time with
-# KOLO_TRANSPORT=mpi (MPI carrying the traffic between hosts).
+# hosts' network namespaces.
+# - kolo built with MPI (ranks run under the MPI engine): the whole grid with
+#   KOLO_TRANSPORT=auto (shm inside a host, mpi between hosts; the store
+#   address found by rank 0 and broadcast by MPI), part of it with
+#   KOLO_TRANSPORT=tcp and with KOLO_TRANSPORT=mpi (one transport to every
+#   peer).
+# - kolo built without MPI: the whole grid with auto (shm inside a host, tcp
+#   between hosts, meeting through a TCP store hosted by rank 0 named by
+#   KOLO_RENDEZVOUS), part of it with KOLO_TRANSPORT=tcp.
+# Every rank must report the expected transport in its start-up log line.
 #
 #   tests/multihost/mpirun_allreduce_test.sh BUILD_DIR
 #
@@ -58,35 +64,48 @@ mh_mpirun() {
 }
 
 port_base=$((20000 + ($$ % 2000) * 10))
+run=0
+# run_grid MODE EXPECTED LINES...: runs the grid lines LINES (indexes into
+# MH_GRID) for both algorithms with KOLO_TRANSPORT=MODE; every rank must
+# report transport EXPECTED. Without the MPI engine kolo meets through a TCP
+# store hosted by rank 0 (KOLO_RENDEZVOUS, host 1); under the engine rank 0
+# finds its own address and MPI broadcasts it.
 run_grid() {
-  local transport="$1" i=0 algo args name log
+  local mode="$1" expected="$2" algo line args name log
+  shift 2
   for algo in "${MH_ALGOS[@]}"; do
-    for args in "${MH_GRID[@]}"; do
-      i=$((i + 1))
-      name="mpirun-$transport-$algo-$i"
-      mh_log "$name: kolo-bench -a $algo $args"
-      local envs=(KOLO_TRANSPORT="$transport" KOLO_LOG_LEVEL=info KOLO_TIMEOUT=60)
-      if [ "$transport" != mpi ]; then
-        # Rank 0 (on host 1) hosts the store; a fresh port per run.
-        envs+=(KOLO_RENDEZVOUS="tcp://${NETNS_IPS[1]}:$((port_base + i))")
+    for line in "$@"; do
+      args="${MH_GRID[line]}"
+      run=$((run + 1))
+      name="mpirun-$mode-$algo-$run"
+      mh_log "$name: KOLO_TRANSPORT=$mode kolo-bench -a $algo $args"
+      local envs=(KOLO_TRANSPORT="$mode" KOLO_LOG_LEVEL=info KOLO_TIMEOUT=60)
+      if [ "$ENGINE" = 0 ]; then
+        envs+=(KOLO_RENDEZVOUS="tcp://${NETNS_IPS[1]}:$((port_base + run))")
       fi
       # shellcheck disable=SC2086
       mh_mpirun "$name" "${envs[@]}" -- -a "$algo" $args
       log="$OUT/$name.log"
       mh_check_bench "$name" "$log" "$algo"
       mh_check_layout "$name" "$log" 3 2
-      if [ "$transport" = mpi ] && ! grep -q "transport .*mpi" "$log"; then
-        mh_fail "$name: KOLO_TRANSPORT=mpi but the ranks did not report an mpi transport"
-      fi
+      mh_check_transport "$name" "$log" "$expected"
     done
   done
 }
 
-run_grid auto
-if mh_transport_accepts_mpi; then
-  run_grid mpi
+ALL_LINES=()
+for i in "${!MH_GRID[@]}"; do ALL_LINES+=("$i"); done
+if mh_has_mpi_engine; then
+  ENGINE=1
+  mh_log "MPI engine: auto is shm inside a host and mpi between hosts"
+  run_grid auto "shm\\+mpi, engine mpi" "${ALL_LINES[@]}"
+  run_grid tcp "tcp, engine mpi" 0 2
+  run_grid mpi "mpi, engine mpi" 0 1 4
 else
-  mh_log "KOLO_TRANSPORT does not accept mpi in this build: mpi engine not run"
+  ENGINE=0
+  mh_log "no MPI engine in this build: auto is shm inside a host and tcp between"
+  run_grid auto "shm\\+tcp" "${ALL_LINES[@]}"
+  run_grid tcp "tcp" 0 2
 fi
 mh_assert_no_pids "after the grid"
 mh_finish

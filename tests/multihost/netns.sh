@@ -64,7 +64,7 @@ netns_pick_subnet_() {
   for try in 0 1 2 3 4 5 6 7 8 9; do
     x=$((100 + (n / 250) % 100))
     y=$((1 + n % 250))
-    if ! ip -4 route show | grep -q "^10\.$x\.$y\."; then
+    if ! ip -4 route show | grep "^10\.$x\.$y\." >/dev/null; then
       echo "10.$x.$y"
       return 0
     fi

@@ -45,7 +45,9 @@ mh_finish() {
 
 # mh_require_kolorun_hosts: exits 1 when this kolorun has no -H.
 mh_require_kolorun_hosts() {
-  if ! "$KOLORUN" --help 2>&1 | grep -q -- '-H'; then
+  local help
+  help="$("$KOLORUN" --help 2>&1 || true)"
+  if ! grep -q -- '-H' <<<"$help"; then
     echo "FAIL: $KOLORUN has no -H (multi-host launching)" >&2
     exit 1
   fi
@@ -65,9 +67,15 @@ mh_assert_no_pids() {
   done)"
 }
 
-# mh_transport_accepts_mpi: true when this build's KOLO_TRANSPORT knows mpi.
-mh_transport_accepts_mpi() {
-  "$BENCH" --list-settings 2>/dev/null | grep -i 'KOLO_TRANSPORT' | grep -qiw 'mpi'
+# mh_has_mpi_engine: true when this build's KOLO_TRANSPORT knows mpi and
+# kolo was built with MPI (kolo-bench is linked against libmpi), i.e. ranks
+# started by mpirun run under the MPI engine.
+mh_has_mpi_engine() {
+  # Whole outputs first: grep -q ending a pipe early would fail it (pipefail).
+  local settings libs
+  settings="$("$BENCH" --list-settings 2>/dev/null || true)"
+  libs="$(ldd "$BENCH" 2>/dev/null || true)"
+  grep -i 'KOLO_TRANSPORT' <<<"$settings" | grep -qiw 'mpi' && grep -q 'libmpi' <<<"$libs"
 }
 
 # The allreduce grid: one kolo-bench invocation per line (dtype, op, sizes,
@@ -88,7 +96,8 @@ MH_ALGOS=(ring hier)
 # checked "ok", with ALGO as the algorithm (empty ALGO: any).
 mh_check_bench() {
   local name="$1" log="$2" algo="$3" rows bad
-  rows="$(grep -E '^ +[0-9]+ +[0-9]+ ' "$log" || true)"
+  # kolorun prefixes lines with "[rank] " (or "[host:rank] "); mpirun not.
+  rows="$(sed -E 's/^\[[^]]*\] ?//' "$log" | grep -E '^ +[0-9]+ +[0-9]+ ' || true)"
   if [ -z "$rows" ]; then
     mh_fail "$name: no result rows in the output"
     sed 's/^/    /' "$log" | tail -20 >&2
@@ -111,5 +120,16 @@ mh_check_layout() {
   if [ "$n" -ne $((hosts * per)) ] || [ "$distinct" -ne "$hosts" ]; then
     mh_fail "$name: expected $((hosts * per)) ranks on $hosts hosts, saw $n layout lines, $distinct hosts"
     grep "on host" "$log" >&2 || true
+  fi
+}
+
+# mh_check_transport NAME LOG EXPECTED: every one of the 6 ranks logged
+# "..., transport EXPECTED" at start-up (KOLO_LOG_LEVEL=info).
+mh_check_transport() {
+  local name="$1" log="$2" expected="$3" n
+  n="$(grep -cE "\), transport ${expected}( |$)" "$log" || true)"
+  if [ "$n" -ne 6 ]; then
+    mh_fail "$name: $n of 6 ranks report transport '$expected':"
+    grep "transport" "$log" >&2 || true
   fi
 }
