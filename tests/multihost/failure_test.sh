@@ -13,7 +13,9 @@
 #                     long allreduce, KOLO_TIMEOUT=5: every rank fails with
 #                     an error naming a peer rank within KOLO_TIMEOUT (plus
 #                     slack), as its own output in --output-dir shows, and
-#                     kolorun exits non-zero.
+#                     kolorun exits non-zero. The ranks ignore SIGTERM here,
+#                     so that kolorun stopping the survivors of the first
+#                     failure does not hide the errors of the others.
 #
 #   tests/multihost/failure_test.sh BUILD_DIR CASE
 #
@@ -39,14 +41,24 @@ mkdir -p "$OUT"
 HOSTS="$(netns_hosts 2)"
 JOB_PID=""
 
-# start_long_job ENV...: starts kolorun in the background on a ring
-# allreduce of 64 MiB that would run for many minutes, output in
+# start_long_job [--ignore-term] ENV...: starts kolorun in the background on
+# a ring allreduce of 64 MiB that would run for many minutes, output in
 # $OUT/job.log and $OUT/ranks/; waits until every rank is inside the timed
 # loop (rank 0 printed the table header after the warm-up iteration).
+# --ignore-term: the ranks ignore SIGTERM (an ignored signal stays ignored
+# across exec), so that when the first rank fails, kolorun's SIGTERM to the
+# others does not cut short their own failure; its SIGKILL 3 s later still
+# ends whatever is left.
 start_long_job() {
+  local wrap=()
+  if [ "$1" = --ignore-term ]; then
+    # shellcheck disable=SC2016
+    wrap=(sh -c 'trap "" TERM; exec "$0" "$@"')
+    shift
+  fi
   env "$@" timeout 300 "$KOLORUN" -np 6 -H "$HOSTS" --ssh-command "$NETNS_SSH" \
     --timeout 240 --output-dir "$OUT/ranks" \
-    "$BENCH" -a ring --sizes 64M -n 100000 -w 1 --no-check >"$OUT/job.log" 2>&1 &
+    "${wrap[@]}" "$BENCH" -a ring --sizes 64M -n 100000 -w 1 --no-check >"$OUT/job.log" 2>&1 &
   JOB_PID=$!
   local k
   for ((k = 0; k < 600; k++)); do
@@ -146,7 +158,7 @@ case_unreachable_host() {
 
 case_link_down() {
   local timeout_s=5
-  start_long_job KOLO_TIMEOUT=$timeout_s
+  start_long_job --ignore-term KOLO_TIMEOUT=$timeout_s
   mh_log "cutting host 2's link (${NETNS_VETHS[2]} down)"
   ip link set "${NETNS_VETHS[2]}" down
   # Each rank notices within KOLO_TIMEOUT; kolorun then stops what is left
