@@ -1,0 +1,32 @@
+// Packs the cycle's ready operations into buckets that each run as one
+// collective.
+//
+// Rules, applied in the ready order (which is the same on every rank):
+// - allreduce operations with the same dtype, reduction and scale factors
+//   are packed together while the bucket's bytes stay within the threshold;
+//   an operation larger than the threshold gets a bucket of its own;
+// - a group's members always share one bucket, whatever its size (the group
+//   is placed whole, opening a new bucket if it does not fit);
+// - every other kind (allgather, broadcast, alltoall, reducescatter,
+//   barrier) runs as a bucket of one;
+// - buckets keep the ready order of their first member.
+// Pure function of its input; thread-compatible.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "runtime/negotiator.h"
+
+namespace kolo::runtime {
+
+struct Bucket {
+  std::vector<size_t> members;  // indices into the ready list, in order
+  size_t bytes = 0;
+};
+
+std::vector<Bucket> planBuckets(const std::vector<ReadyOp>& ready,
+                                int64_t thresholdBytes);
+
+}  // namespace kolo::runtime

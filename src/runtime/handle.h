@@ -1,0 +1,58 @@
+// The caller's side of one operation submitted to the runtime.
+//
+// Contract
+// - Created by Runtime::enqueue; completed exactly once by the background
+//   thread, with success or an error (kolo::Error).
+// - poll() never blocks; wait() blocks until completion and rethrows the
+//   error; both may be called from any thread, any number of times.
+// - For operations whose output size is only known after negotiation
+//   (allgather, alltoall with varying splits), the result bytes live in the
+//   handle (output()); otherwise the caller's output buffer holds the result
+//   once wait() returns.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace kolo::runtime {
+
+class Handle {
+ public:
+  explicit Handle(std::string name) : name_(std::move(name)) {}
+
+  const std::string& name() const { return name_; }
+
+  bool poll() const;
+  // Throws the operation's error.
+  void wait() const;
+
+  // Set by the runtime before complete(): result bytes and shape owned by
+  // the handle (allgather, alltoall).
+  const std::vector<uint8_t>& output() const { return output_; }
+  const std::vector<int64_t>& outputShape() const { return outputShape_; }
+  std::vector<uint8_t>& mutableOutput() { return output_; }
+  void setOutputShape(std::vector<int64_t> shape) { outputShape_ = std::move(shape); }
+
+  // Completion (background thread). The first call wins; later calls are
+  // ignored.
+  void complete();
+  void fail(std::exception_ptr error);
+
+ private:
+  const std::string name_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  std::vector<uint8_t> output_;
+  std::vector<int64_t> outputShape_;
+};
+
+using HandlePtr = std::shared_ptr<Handle>;
+
+}  // namespace kolo::runtime

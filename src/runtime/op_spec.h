@@ -1,0 +1,61 @@
+// What every rank must agree on for one named operation, and how two specs
+// are compared.
+#pragma once
+
+#include <kolo/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kolo::runtime {
+
+enum class OpKind : uint8_t {
+  kAllreduce,
+  kAllgather,
+  kBroadcast,
+  kAlltoall,
+  kReduceScatter,
+  kBarrier,
+  kJoin,  // internal: the join() marker
+};
+
+const char* toString(OpKind kind);
+
+struct OpSpec {
+  std::string name;  // unique among the operations pending on a rank
+  OpKind kind = OpKind::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;  // allreduce, reducescatter
+  std::vector<int64_t> shape;    // allgather: the first dimension may differ
+  int root = 0;                  // broadcast
+  double prescale = 1.0;         // allreduce: input multiplied before, output after
+  double postscale = 1.0;
+  // Operations submitted together (enqueueGroup) share a non-zero group id
+  // (the same on every rank: groups are numbered per rank in submission
+  // order) and always run in one bucket.
+  uint64_t group = 0;
+  uint32_t groupSize = 0;
+
+  int64_t elements() const;  // product of shape (1 for a scalar)
+  size_t bytes() const;
+
+  // Byte encoding for the negotiation messages (little endian, versioned);
+  // decode throws Error(kInvalidArgument) on malformed input.
+  void encode(std::vector<uint8_t>& out) const;
+  static OpSpec decode(const uint8_t*& p, const uint8_t* end);
+};
+
+// The first field on which a and b disagree, for the mismatch error: e.g.
+// {"shape", "[128, 64]", "[128, 65]"}; nullopt when they agree. For
+// allgather the first dimension may differ; for alltoall the first
+// dimension must divide by the team size (checked elsewhere).
+struct SpecDifference {
+  std::string field;
+  std::string a;
+  std::string b;
+};
+std::optional<SpecDifference> compareSpecs(const OpSpec& a, const OpSpec& b);
+
+}  // namespace kolo::runtime

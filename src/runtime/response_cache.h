@@ -1,0 +1,58 @@
+// Names seen before, each given a slot: the bit it occupies in the
+// negotiation's bit vector.
+//
+// Every rank holds an identical cache because every rank applies the same
+// insertions and evictions in the same order, all decided from the cycle's
+// gathered messages (negotiator.h). Nothing here talks to other ranks.
+//
+// Contract
+// - find(name): the slot and spec of a cached name.
+// - insert(spec): puts a name in the lowest free slot; when full, evicts the
+//   least recently used entry first and returns its slot in `evicted`.
+// - touch(slot): marks use (an operation of that slot ran).
+// - erase(name): drops an entry (its spec changed on some rank).
+// - capacity() slots, numbered 0..capacity-1.
+// - Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/op_spec.h"
+
+namespace kolo::runtime {
+
+class ResponseCache {
+ public:
+  explicit ResponseCache(size_t capacity);
+
+  struct Entry {
+    size_t slot;
+    OpSpec spec;
+  };
+  struct Insertion {
+    size_t slot;
+    std::optional<std::string> evicted;  // the name evicted to make room
+  };
+
+  const Entry* find(const std::string& name) const;
+  const Entry* atSlot(size_t slot) const;  // null when free
+  Insertion insert(const OpSpec& spec);
+  void touch(size_t slot);
+  void erase(const std::string& name);
+  size_t capacity() const { return capacity_; }
+  size_t size() const { return byName_.size(); }
+
+ private:
+  size_t capacity_;
+  std::unordered_map<std::string, Entry> byName_;
+  std::vector<std::string> bySlot_;  // "" = free
+  std::list<size_t> lru_;            // front = most recently used
+  std::vector<std::list<size_t>::iterator> lruPos_;
+};
+
+}  // namespace kolo::runtime
