@@ -179,6 +179,53 @@ TEST_F(MpiEngine, ExitWithoutKoloFinalize) {
   EXPECT_EQ(count(r.output, "cannot use MPI after MPI_Finalize"), 3) << r.output;
 }
 
+// A rank that goes silent: every other rank fails within KOLO_TIMEOUT (2 s
+// here; 10 s allowed) naming it (the ranks next to it by their own
+// timeout, the rest through the abort notice: heartbeats keep them from
+// blaming a rank that is itself waiting), and the job ends instead of
+// hanging in MPI_Finalize. Over the mpi transport alone, and across two
+// MPI nodes (shm+mpi).
+TEST_F(MpiEngine, SilentRankIsNamedWithinTimeout) {
+  struct Case {
+    std::string env, args;
+    int np;
+  };
+  const Case cases[] = {
+      {"KOLO_TRANSPORT=mpi", "-np 3 ", 3},
+      {"",
+       "--mca btl self,tcp --mca plm_rsh_agent " + binDir() +
+           "/kolo-local-rsh -H nodea:2,nodeb:2 -np 4 ",
+       4},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.env + " " + c.args);
+    JobResult r = mpirun("KOLO_TIMEOUT=2 " + c.env, c.args + ranks() + " stall");
+    EXPECT_NE(r.exitCode, 0) << r.output;
+    const std::string silent = std::to_string(c.np - 1);
+    std::regex line(R"(stall error after ([0-9.]+) s: (\w+): ([^\n]*))");
+    int lines = 0;
+    int naming = 0;
+    for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), line);
+         it != std::sregex_iterator(); ++it) {
+      ++lines;
+      EXPECT_LT(std::stod((*it)[1]), 10.0) << (*it)[0];
+      EXPECT_EQ((*it)[2], "timeout") << (*it)[0];
+      if ((*it)[3].str().find("waiting for rank " + silent + " ") != std::string::npos) {
+        ++naming;
+      }
+    }
+    EXPECT_GE(lines, 1) << r.output;
+    // Over mpi alone every rank names the silent one. Across nodes a rank
+    // that waits on a local peer over shm (which has no heartbeats) may
+    // time out on that peer at the same moment instead.
+    if (c.np == 3) {
+      EXPECT_EQ(naming, lines) << r.output;
+    } else {
+      EXPECT_GE(naming, 1) << r.output;
+    }
+  }
+}
+
 // Below MPI_THREAD_SERIALIZED kolo refuses, naming the level.
 TEST_F(MpiEngine, ThreadLevelTooLow) {
   JobResult r = mpirun("", "-np 2 " + ranks() + " own-init-single");

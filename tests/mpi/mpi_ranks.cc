@@ -25,6 +25,8 @@
 //                  refuse with an error naming the thread level.
 //   no-finalize    the C API without kolo_finalize: kolo finalizes MPI at
 //                  exit before the communicator is destroyed; no hang.
+//   stall          the last rank goes silent; the others print the error
+//                  they get within KOLO_TIMEOUT and exit 3.
 #include <kolo/communicator.h>
 #include <kolo/error.h>
 #include <kolo/kolo.h>
@@ -37,6 +39,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "transport/mpi/mpi_transport.h"
@@ -412,8 +415,42 @@ int modeTransport() {
   t2.reset();
   t.reset();
   MPI_Barrier(MPI_COMM_WORLD);
+  // The abort above marked the job broken, so kolo would leave MPI
+  // unfinalized at exit; every rank got here, so finalize here.
+  MPI_Finalize();
   if (gFailures == 0) std::printf("transport ok\n");
   return gFailures == 0 ? 0 : 1;
+}
+
+// ---------------------------------------------------------------------- stall
+
+// The last rank stops answering (sleeps) before an allreduce; the others
+// must fail within KOLO_TIMEOUT with an error naming a rank, print it and
+// exit 3 (mpirun then ends the sleeper).
+int modeStall() {
+  auto c = Communicator::fromEnvironment();
+  gRank = c->rank();
+  std::vector<float> x(1 << 20, 1.0f);
+  kolo::AllreduceOptions o;
+  o.send = o.recv = x.data();
+  o.count = x.size();
+  c->allreduce(o);  // everyone is up
+  if (c->rank() == c->size() - 1) {
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 0;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    c->allreduce(o);
+    fail("allreduce with a silent rank succeeded");
+    return 1;
+  } catch (const kolo::Error& e) {
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::printf("stall error after %.1f s: %s: %s\n", s,
+                std::string(kolo::toString(e.code())).c_str(), e.what());
+    return 3;
+  }
 }
 
 // ---------------------------------------------------------------- no finalize
@@ -487,12 +524,13 @@ int main(int argc, char** argv) {
     if (mode == "own-init") return modeOwnInit(false);
     if (mode == "own-init-single") return modeOwnInit(true);
     if (mode == "no-finalize") return modeNoFinalize();
+    if (mode == "stall") return modeStall();
   } catch (const std::exception& e) {
     std::printf("FAIL rank %d: %s\n", gRank, e.what());
     return 1;
   }
   std::fprintf(stderr,
                "usage: kolo-mpi-ranks "
-               "collectives|transport|own-init|own-init-single|no-finalize\n");
+               "collectives|transport|own-init|own-init-single|no-finalize|stall\n");
   return 2;
 }

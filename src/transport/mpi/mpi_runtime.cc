@@ -49,7 +49,12 @@ void finalizeAtExit() {
   std::lock_guard<std::mutex> lock(gRuntime->mutex());
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
+  if (finalized) return;
+  if (gRuntime->broken()) {
+    KOLO_LOG(kDebug) << "MPI is not finalized at exit: the job is broken";
+    return;
+  }
+  MPI_Finalize();
 }
 
 }  // namespace

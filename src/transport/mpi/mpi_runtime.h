@@ -7,8 +7,9 @@
 // - acquire() initializes MPI when the program has not (MPI_Initialized
 //   says no), asking for MPI_THREAD_MULTIPLE, and remembers that kolo did;
 //   it then registers an atexit handler that calls MPI_Finalize at process
-//   exit. MPI is never finalized earlier: a later kolo_init in the same
-//   process must still find it usable.
+//   exit, unless an MPI transport failed (noteBroken). MPI is never
+//   finalized earlier: a later kolo_init in the same process must still
+//   find it usable.
 // - A program that initialized MPI itself (its own MPI_Init, mpi4py) keeps
 //   ownership: kolo never finalizes it, and must be finished with (its
 //   Communicator destroyed, kolo_finalize called) before the program calls
@@ -29,6 +30,7 @@
 // see MPI's types.
 #pragma once
 
+#include <atomic>
 #include <mutex>
 #include <string>
 
@@ -72,6 +74,13 @@ class MpiRuntime {
   // MPI_COMM_WORLD; only rank 0's argument is used). Throws Error(kIo).
   std::string broadcastFromRoot(const std::string& text);
 
+  // Called when an MPI transport fails (a lost or silent peer): the job is
+  // broken, so the atexit handler leaves MPI_Finalize out (it waits for
+  // every rank, and a stopped one would hold this process forever); the
+  // process exits with its own status and the launcher ends the rest.
+  void noteBroken() { broken_.store(true); }
+  bool broken() const { return broken_.load(); }
+
   // Whether `ok` holds on every rank (collective over MPI_COMM_WORLD), so
   // that a check failing on some ranks fails on all instead of leaving the
   // others blocked in the next collective call. Throws Error(kIo).
@@ -84,6 +93,7 @@ class MpiRuntime {
 
   std::mutex mu_;
   bool owns_ = false;  // kolo called MPI_Init_thread and will finalize
+  std::atomic<bool> broken_{false};
   int threadLevel_ = 0;
   World world_;
 };

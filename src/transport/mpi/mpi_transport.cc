@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -26,6 +27,8 @@ constexpr int kMinTagBits = 24;
 // Abort notices: AbortNotice then the error message, on the control
 // communicator with tag 0.
 constexpr int kAbortTag = 0;
+// Heartbeats: empty messages on the control communicator with tag 1.
+constexpr int kHeartbeatTag = 1;
 constexpr size_t kMaxAbortBytes = 4096;
 struct AbortNotice {
   int32_t code;
@@ -61,6 +64,8 @@ class MpiTransport::Impl {
   void setUp();
   RequestPtr post(Request::Kind kind, int peer, Tag tag, void* data, size_t bytes);
   bool progress();
+  void idle(std::chrono::microseconds max);
+  std::optional<bool> silentFor(int peer, std::chrono::milliseconds d) const;
   void abort(const Error& cause);
   int mpiTag(Tag tag) const { return static_cast<int>(tag & tagMask_); }
 
@@ -89,6 +94,10 @@ class MpiTransport::Impl {
   void checkUsableLocked();
   [[noreturn]] void breakWith(std::exception_ptr e);
   bool pollControlLocked();
+  void sendHeartbeatsLocked();
+  bool linked(int peer) const {
+    return peer != options_.rank && (options_.connect.empty() || options_.connect[peer]);
+  }
   void finishPiece(const Piece& piece, const MPI_Status& status, int error);
   void failRequest(Pending& p, std::exception_ptr e);
 
@@ -104,6 +113,11 @@ class MpiTransport::Impl {
   std::vector<MPI_Status> statuses_;
 
   MPI_Request controlRequest_ = MPI_REQUEST_NULL;
+  MPI_Request heartbeatRequest_ = MPI_REQUEST_NULL;
+  char heartbeatBuffer_ = 0;
+  std::vector<MPI_Request> heartbeatSends_;
+  Clock::time_point lastHeartbeat_{};
+  std::vector<Clock::time_point> lastHeard_;  // per rank: data or heartbeat
   std::vector<char> controlBuffer_ = std::vector<char>(kMaxAbortBytes);
   // Abort notices sent; a buffer whose send never completed is leaked on
   // purpose (MPI may still read it).
@@ -125,9 +139,14 @@ MpiTransport::Impl::~Impl() {
       MPI_Request_free(&requests_[i]);
     }
   }
-  if (controlRequest_ != MPI_REQUEST_NULL) {
-    MPI_Cancel(&controlRequest_);
-    MPI_Wait(&controlRequest_, MPI_STATUS_IGNORE);
+  for (MPI_Request* r : {&controlRequest_, &heartbeatRequest_}) {
+    if (*r != MPI_REQUEST_NULL) {
+      MPI_Cancel(r);
+      MPI_Wait(r, MPI_STATUS_IGNORE);
+    }
+  }
+  for (auto& r : heartbeatSends_) {
+    if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
   }
   bool abortPending = false;
   for (auto& r : abortRequests_) {
@@ -198,8 +217,13 @@ void MpiTransport::Impl::setUp() {
   }
   tagMask_ = (uint64_t{1} << tagBits_) - 1;
 
+  lastHeard_.assign(options_.size, Clock::now());
   rc = MPI_Irecv(controlBuffer_.data(), static_cast<int>(controlBuffer_.size()), MPI_BYTE,
                  MPI_ANY_SOURCE, kAbortTag, control_, &controlRequest_);
+  if (rc == MPI_SUCCESS) {
+    rc = MPI_Irecv(&heartbeatBuffer_, 1, MPI_BYTE, MPI_ANY_SOURCE, kHeartbeatTag,
+                   control_, &heartbeatRequest_);
+  }
   if (rc != MPI_SUCCESS) KOLO_THROW(ErrorCode::kIo, "MPI_Irecv: " << mpiErrorText(rc));
 }
 
@@ -282,6 +306,7 @@ void MpiTransport::Impl::failRequest(Pending& p, std::exception_ptr e) {
 void MpiTransport::Impl::breakWith(std::exception_ptr e) {
   if (!error_) {
     error_ = e;
+    rt_.noteBroken();
     for (auto& piece : pieces_) {
       if (!piece.owner->finished) {
         piece.owner->finished = true;
@@ -338,6 +363,7 @@ void MpiTransport::Impl::finishPiece(const Piece& piece, const MPI_Status& statu
     }
     r.peer = source;
   }
+  if (source >= 0 && source < options_.size) lastHeard_[source] = Clock::now();
   if (--p.piecesLeft == 0) {
     p.finished = true;
     r.complete();
@@ -345,6 +371,17 @@ void MpiTransport::Impl::finishPiece(const Piece& piece, const MPI_Status& statu
 }
 
 bool MpiTransport::Impl::pollControlLocked() {
+  // Heartbeats: note who is alive, re-post (a bounded number per call).
+  for (int k = 0; k < 64 && heartbeatRequest_ != MPI_REQUEST_NULL; ++k) {
+    int done = 0;
+    MPI_Status status;
+    if (MPI_Test(&heartbeatRequest_, &done, &status) != MPI_SUCCESS || !done) break;
+    if (status.MPI_SOURCE >= 0 && status.MPI_SOURCE < options_.size) {
+      lastHeard_[status.MPI_SOURCE] = Clock::now();
+    }
+    MPI_Irecv(&heartbeatBuffer_, 1, MPI_BYTE, MPI_ANY_SOURCE, kHeartbeatTag, control_,
+              &heartbeatRequest_);
+  }
   if (controlRequest_ == MPI_REQUEST_NULL) return false;
   int done = 0;
   MPI_Status status;
@@ -408,6 +445,50 @@ bool MpiTransport::Impl::progress() {
   requests_.resize(w);
   pieces_.resize(w);
   return true;
+}
+
+// Heartbeats go out only while this rank waits (idle), which is exactly
+// when a peer may be blocked on it: every timeout/4 (50 ms..1 s), an empty
+// message to every linked peer. A peer is silent when neither data nor a
+// heartbeat came from it for the timeout; only then does a wait on it time
+// out, so the ranks next to a stopped one name it, and the others hear
+// why through the abort notice.
+void MpiTransport::Impl::sendHeartbeatsLocked() {
+  const auto now = Clock::now();
+  const auto interval =
+      std::clamp<Clock::duration>(options_.timeout / 4, std::chrono::milliseconds(50),
+                                  std::chrono::milliseconds(1000));
+  if (now - lastHeartbeat_ < interval) return;
+  lastHeartbeat_ = now;
+  // Finished sends are dropped (empty messages go out at once).
+  if (!heartbeatSends_.empty()) {
+    int all = 0;
+    MPI_Testall(static_cast<int>(heartbeatSends_.size()), heartbeatSends_.data(), &all,
+                MPI_STATUSES_IGNORE);
+    std::erase(heartbeatSends_, MPI_REQUEST_NULL);
+  }
+  for (int peer = 0; peer < options_.size; ++peer) {
+    if (!linked(peer)) continue;
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (MPI_Isend(&heartbeatBuffer_, 0, MPI_BYTE, peer, kHeartbeatTag, control_, &r) ==
+        MPI_SUCCESS) {
+      heartbeatSends_.push_back(r);
+    }
+  }
+}
+
+void MpiTransport::Impl::idle(std::chrono::microseconds max) {
+  {
+    std::lock_guard<std::mutex> lock(rt_.mutex());
+    if (!error_ && !rt_.finalizedLocked()) sendHeartbeatsLocked();
+  }
+  std::this_thread::sleep_for(std::min(max, kMaxIdle));
+}
+
+std::optional<bool> MpiTransport::Impl::silentFor(int peer,
+                                                  std::chrono::milliseconds d) const {
+  if (peer < 0 || peer >= options_.size || !linked(peer)) return std::nullopt;
+  return Clock::now() - lastHeard_[peer] >= d;
 }
 
 void MpiTransport::Impl::abort(const Error& cause) {
@@ -478,7 +559,10 @@ bool MpiTransport::progress() {
   return impl_->progress();
 }
 void MpiTransport::idle(std::chrono::microseconds max) {
-  std::this_thread::sleep_for(std::min(max, kMaxIdle));
+  impl_->idle(max);
+}
+std::optional<bool> MpiTransport::silentFor(int peer, std::chrono::milliseconds d) const {
+  return impl_->silentFor(peer, d);
 }
 std::chrono::milliseconds MpiTransport::timeout() const {
   return impl_->options_.timeout;

@@ -5,7 +5,7 @@
 // Built on non-blocking point-to-point (MPI_Isend / MPI_Irecv, completed by
 // MPI_Testsome in progress()) over two communicators of its own, both
 // duplicates of MPI_COMM_WORLD with MPI_ERRORS_RETURN: one for data, one
-// for abort notices. kolo rank r is MPI_COMM_WORLD rank r.
+// for heartbeats and abort notices. kolo rank r is MPI_COMM_WORLD rank r.
 //
 // Tags: kolo's tags are 64-bit (operation sequence * 65536 + step); MPI's
 // are ints in 0..MPI_TAG_UB. A kolo tag is sent as its low B bits, where
@@ -36,16 +36,21 @@
 //   the process may run on other threads.
 // - Blocking: create() is collective over MPI_COMM_WORLD (every rank must
 //   call it, in the same order as other collective MPI calls); isend,
-//   irecv, progress never block; idle() sleeps briefly (MPI offers no event
-//   to wait on, and moves data only inside MPI calls).
+//   irecv, progress never block; idle() sends due heartbeats and sleeps at
+//   most 50 us (MPI offers no event to wait on, and moves data only inside
+//   MPI calls).
 // - Failure: an MPI error on a transfer is Error(kPeerLost) naming the
 //   peer and breaks the transport (every pending and later request fails).
-//   A size mismatch fails only that receive. There are no heartbeats:
-//   silentFor() answers nullopt, so wait() times out after timeout() with
-//   no progress at all on the transport. abort() sends each peer a notice
-//   (bounded, 200 ms); a peer that receives one fails with that error,
-//   naming the rank really lost. A peer whose process dies is usually
-//   reported by the launcher (mpirun ends the job). isend/irecv to a rank
+//   A size mismatch fails only that receive. Liveness as in tcp: while a
+//   rank waits (idle()) it sends an empty heartbeat to every linked peer
+//   every timeout/4 (50 ms..1 s) on the control communicator; silentFor()
+//   says whether neither data nor a heartbeat came from a peer for a
+//   while, so a wait times out only on a silent peer, naming it. abort()
+//   sends each peer a notice (bounded, 200 ms); a peer that receives one
+//   fails with that error, naming the rank really lost. A failure marks the
+//   MPI runtime broken (no MPI_Finalize at exit, which would wait for the
+//   lost rank). A peer whose process dies is usually reported by the
+//   launcher (mpirun ends the job). isend/irecv to a rank
 //   out of range or not selected by Options::connect throw
 //   Error(kInvalidArgument); so does a receive from kAnySource of more than
 //   one piece (the pieces of two senders could interleave). After
@@ -93,6 +98,7 @@ class MpiTransport : public Transport {
   bool progress() override;
   void idle(std::chrono::microseconds max) override;
   std::chrono::milliseconds timeout() const override;
+  std::optional<bool> silentFor(int peer, std::chrono::milliseconds d) const override;
   void abort(const Error& cause) override;
 
   // The MPI tag that carries kolo tag `tag` (its low tagBits() bits).
