@@ -8,7 +8,8 @@
 # bytes that crossed each host link per allreduce (tx + rx of every host
 # link's veth, counted over the whole run and divided by the number of
 # allreduce calls: warm-up + timed + the checking call). Prints a markdown
-# table. Needs root (network namespaces) and is launched by kolorun -H with
+# table; its "link use" is one direction's bytes per call (half the mean
+# tx + rx) over the time of a call, as a fraction of the rate. Needs root (network namespaces) and is launched by kolorun -H with
 # netns_ssh (or by mpirun with --launcher mpirun).
 #
 #   bench/multihost.sh [--build-dir build] [--rate 1gbit] [--size 64M]
@@ -82,6 +83,8 @@ RATE_BYTES="$(echo "$RATE" | awk '
   }')"
 [ -n "$RATE_BYTES" ] || die_usage "--rate '$RATE': expected e.g. 1gbit, 500mbit"
 
+[ -d "$BUILD_DIR" ] || die_usage "--build-dir '$BUILD_DIR': no such directory"
+BUILD_DIR="$(cd "$BUILD_DIR" && pwd)"
 BIN="$BUILD_DIR/bin"
 for tool in kolorun kolo-bench; do
   [ -x "$BIN/$tool" ] || die_usage "--build-dir '$BUILD_DIR': no $BIN/$tool (build it first)"
@@ -120,7 +123,7 @@ run_bench() {
 }
 
 # Per algorithm: the best busbw over the repeats and the bytes of that run.
-declare -A BUSBW LINK_MEAN LINK_MAX LINK_ALL
+declare -A BUSBW TIME_US LINK_MEAN LINK_MAX LINK_ALL
 STATUS=0
 for algo in ring hier; do
   BUSBW[$algo]=""
@@ -134,9 +137,11 @@ for algo in ring hier; do
       continue
     fi
     after="$(netns_link_bytes)"
-    json="$(grep '^{"tool":"kolo-bench"' "$log" | tail -1)"
+    # kolorun prefixes each line with "[rank] ".
+    json="$(sed -E 's/^\[[^]]*\] ?//' "$log" | grep '^{"tool":"kolo-bench"' | tail -1 || true)"
     check="$(echo "$json" | sed -n 's/.*"check":"\([^"]*\)".*/\1/p')"
     busbw="$(echo "$json" | sed -n 's/.*"busbw_gbps":\([0-9.e+-]*\).*/\1/p')"
+    time_us="$(echo "$json" | sed -n 's/.*"time_us":\([0-9.e+-]*\).*/\1/p')"
     if [ "$check" != ok ] || [ -z "$busbw" ]; then
       echo "multihost.sh: the $algo run gave no checked result: $json" >&2
       STATUS=1
@@ -148,6 +153,7 @@ for algo in ring hier; do
     echo "# $algo run $rep: busbw $busbw GB/s; bytes per call per host link: $(echo $per_link)" >&2
     if [ -z "${BUSBW[$algo]}" ] || awk -v a="$busbw" -v b="${BUSBW[$algo]}" 'BEGIN { exit !(a > b) }'; then
       BUSBW[$algo]="$busbw"
+      TIME_US[$algo]="$time_us"
       LINK_MEAN[$algo]="$(echo "$per_link" | awk '{ s += $1 } END { printf "%.0f", s / NR }')"
       LINK_MAX[$algo]="$(echo "$per_link" | sort -n | tail -1)"
       LINK_ALL[$algo]="$(echo "$per_link" | awk '{ s += $1 } END { printf "%.0f", s }')"
@@ -162,15 +168,20 @@ echo "3 hosts x 2 ranks, host links shaped to $RATE each way (tbf burst" \
   "${NETNS_TBF_BURST:-256kb}, limit ${NETNS_TBF_LIMIT:-1mb}), $SIZE float32 sum" \
   "allreduce, $ITERS timed + $WARMUP warm-up calls, best of $REPEATS, launcher $LAUNCHER"
 echo
-echo "| algorithm | busbw (GB/s) | busbw / link rate | MiB per host link per call (tx+rx, mean) | max link | all links |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+echo "| algorithm | time (ms) | busbw (GB/s) | busbw / link rate | MiB per host link per call (tx+rx, mean) | max link | all links | link use |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for algo in ring hier; do
   if [ -z "${BUSBW[$algo]}" ]; then
-    echo "| $algo | failed | | | | |"
+    echo "| $algo | failed | | | | | | |"
     continue
   fi
   frac="$(awk -v b="${BUSBW[$algo]}" -v r="$RATE_BYTES" 'BEGIN { printf "%.1f%%", 100 * b * 1e9 / r }')"
-  echo "| $algo | ${BUSBW[$algo]} | $frac | $(mib "${LINK_MEAN[$algo]}") | $(mib "${LINK_MAX[$algo]}") | $(mib "${LINK_ALL[$algo]}") |"
+  # Link use: one direction's share of the mean bytes per call over the
+  # call's time, against the rate.
+  use="$(awk -v b="${LINK_MEAN[$algo]}" -v t="${TIME_US[$algo]}" -v r="$RATE_BYTES" \
+    'BEGIN { printf "%.1f%%", 100 * (b / 2) / (t / 1e6) / r }')"
+  ms="$(awk -v t="${TIME_US[$algo]}" 'BEGIN { printf "%.0f", t / 1000 }')"
+  echo "| $algo | $ms | ${BUSBW[$algo]} | $frac | $(mib "${LINK_MEAN[$algo]}") | $(mib "${LINK_MAX[$algo]}") | $(mib "${LINK_ALL[$algo]}") | $use |"
 done
 if [ -n "${LINK_ALL[ring]:-}" ] && [ -n "${LINK_ALL[hier]:-}" ]; then
   echo
