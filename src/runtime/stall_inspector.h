@@ -9,15 +9,20 @@
 //   names absent from `pending` are forgotten (they ran or failed).
 // - warning(now): the text to log when some name has waited at least
 //   warningSeconds since it was first seen and was not warned about in the
-//   last warningSeconds; empty otherwise. The text lists, per name, the
-//   ranks that have not submitted it (and those that have, when fewer), e.g.
-//     "stall: 2 operation(s) waiting for 61 s or more (KOLO_STALL_WARNING=60):
-//      allreduce 'fc1.weight' waits on ranks 1,3 (submitted by 0,2)
-//      ..."
-//   A missing-ranks list longer than 16 entries is shortened with "...".
+//   last warningSeconds; empty otherwise (always empty when
+//   warningSeconds <= 0). The text lists those names (longest waiting
+//   first), one line each, with the ranks that have not submitted it, and
+//   those that have when they are not more, e.g.
+//     "stall: 2 operation(s) waiting for 61 s or more (KOLO_STALL_WARNING=60):\n"
+//     "  allreduce 'fc1.weight' waits on ranks 1,3 (submitted by 0,2)\n"
+//     "  broadcast 'step' waits on rank 2"
+//   The header's wait is the shortest among the listed names, rounded down
+//   (whole seconds from 10 s, else tenths). A rank list longer than 16
+//   entries shows the first 16 then ",... (40 ranks)".
 // - shutdownReason(now): non-empty when a name has waited shutdownSeconds
-//   (0 = never): the same listing, starting "stall: ... exceeded
-//   KOLO_STALL_SHUTDOWN=S"; the runtime then ends the job with it.
+//   (0 = never): the same listing of every such name, headed
+//   "stall: N operation(s) waiting for S s or more exceeded
+//   KOLO_STALL_SHUTDOWN=T:"; the runtime then ends the job with it.
 // - Not thread-safe (the background thread owns it).
 #pragma once
 

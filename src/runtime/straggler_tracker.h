@@ -8,16 +8,19 @@
 // the cycles' own timing.)
 //
 // Contract
-// - record(arrivals): one ready operation; arrivals[r] for every live rank.
-//   The rank(s) with the latest arrival are "last"; ties at the latest
-//   arrival count for none (nobody was later than the others).
+// - record(arrivals): one ready operation; arrivals.size() == size, and
+//   arrivals[r] is rank r's arrival, or kAbsent for a rank that did not
+//   take part (joined). The rank with the latest arrival is "last", its
+//   lag the latest minus the earliest arrival; a tie at the latest arrival,
+//   or fewer than two participants, makes nobody last.
 // - report(): per rank, operations observed, times last, mean and max lag
 //   when last (seconds).
-// - namedStraggler(): a log line when, among the last `window` recorded
-//   operations, one rank was last by more than `marginSeconds` in more than
-//   half of them, e.g. "straggler: rank 3 arrived last by 12.5 ms on
-//   average in 87 of the last 100 operations"; each rank is named at most
-//   once per window. Empty otherwise.
+// - namedStraggler(): once `window` operations have been recorded, a log
+//   line when, among the last `window` of them, one rank was last by more
+//   than `marginSeconds` in more than half, e.g. "straggler: rank 3 arrived
+//   last by 12.5 ms on average in 87 of the last 100 operations" (the
+//   average over those operations); a rank named is not named again before
+//   `window` more operations are recorded. Empty otherwise.
 // - Not thread-safe; report() copies are safe to hand to other threads.
 #pragma once
 
@@ -44,6 +47,9 @@ class StragglerTracker {
  public:
   using Clock = std::chrono::steady_clock;
 
+  // An arrival for a rank that did not take part in the operation.
+  static constexpr Clock::time_point kAbsent = Clock::time_point::min();
+
   StragglerTracker(int size, double marginSeconds, int window = 100);
 
   void record(const std::vector<Clock::time_point>& arrivals);
@@ -61,7 +67,7 @@ class StragglerTracker {
     double lag;
   };
   std::deque<Recent> recent_;
-  std::vector<int64_t> namedAt_;  // recorded-count when each rank was last named
+  std::vector<int64_t> namedAt_;  // recorded_ when each rank was last named; -1: never
   int64_t recorded_ = 0;
 };
 

@@ -16,6 +16,8 @@
 //   naming the path when it cannot); close() (or the destructor) writes the
 //   closing bracket, so a finished file is valid JSON. A file whose process
 //   died mid-run lacks only the bracket, which the viewers accept.
+// - begin/end/instant after close() are ignored. `args` of begin() is a
+//   JSON object written as given (timelineArgs() builds one), or empty.
 // - Thread-safe: events from any thread are serialized under one mutex and
 //   written through a buffered stream, flushed on close and every 1000
 //   events.
@@ -28,8 +30,19 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kolo::runtime {
+
+// The phase names the runtime writes.
+namespace phase {
+inline constexpr char kNegotiate[] = "NEGOTIATE";
+inline constexpr char kWaitForData[] = "WAIT_FOR_DATA";
+inline constexpr char kMemcpyIn[] = "MEMCPY_IN_FUSION_BUFFER";
+inline constexpr char kCollective[] = "COLLECTIVE";
+inline constexpr char kMemcpyOut[] = "MEMCPY_OUT_FUSION_BUFFER";
+}  // namespace phase
 
 class TimelineWriter {
  public:
@@ -62,7 +75,12 @@ class TimelineWriter {
   int64_t sinceFlush_ = 0;
 };
 
-// JSON string escaping ("\"", "\\", control characters).
+// JSON string escaping ("\"", "\\", control characters); bytes that are
+// not valid UTF-8 become \u00XX, so any name gives a valid file.
 std::string jsonEscape(const std::string& s);
+
+// A JSON object of string fields for begin()'s args, e.g.
+// timelineArgs({{"algorithm", "ring"}, {"bytes", "4096"}}).
+std::string timelineArgs(const std::vector<std::pair<std::string, std::string>>& fields);
 
 }  // namespace kolo::runtime
