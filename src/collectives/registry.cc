@@ -102,6 +102,8 @@ const std::vector<AllreduceAlgorithm>& allreduceAlgorithms() {
       {"rhd", allreduceHalvingDoubling, always},
       {"tree", allreduceTree, always},
       {"hier", allreduceHierarchical, hasHostGroups},
+      // Only by name (AllreduceOptions::algorithm, KOLO_ALLREDUCE_ALGO).
+      {"ordered", allreduceOrdered, always},
   };
   return algorithms;
 }

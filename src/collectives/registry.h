@@ -20,6 +20,9 @@ void allreduceHalvingDoubling(Context& ctx, const AllreduceArgs& args);  // "rhd
 void allreduceTree(Context& ctx, const AllreduceArgs& args);             // "tree"
 void allreduceHierarchical(Context& ctx, const AllreduceArgs& args);     // "hier"
 void allreduceShm(Context& ctx, const AllreduceArgs& args);              // "shm"
+// Each element reduced in rank order by one rank: bits independent of count,
+// offset and topology (KOLO_DETERMINISTIC). Never chosen by the table.
+void allreduceOrdered(Context& ctx, const AllreduceArgs& args);  // "ordered"
 
 void broadcastBinomial(Context& ctx, const BroadcastArgs& args);
 void allgatherRing(Context& ctx, const AllgatherArgs& args);
