@@ -24,11 +24,27 @@
 // - Mismatch: an error in `errors` for the operation on every rank that
 //   submitted it, with the text of docs/runtime.md; the name leaves the
 //   pending set everywhere.
+// - Joined ranks: an operation is ready when at least one rank submitted it
+//   and every live (not joined) rank did; ranks that did not submit it
+//   (joined) take part with zeros (ReadyOp::submitted tells who).
+// - Groups: a group's members are held back until all of them are ready;
+//   a member that fails (mismatch) fails the rest of its group as they come.
+//   A group needs at most cacheCapacity members.
+// - Cache capacity must be the same on every rank (the fixed part's size
+//   depends on it); a difference is an Error(kMismatch) from process().
 // - Not thread-safe (the background thread owns it).
+//
+// Wire format (little endian). Fixed part: u8 version, u8 flags (1 shutdown,
+// 2 joined, 4 stall shutdown), u16 zero, u32 bytes of the variable part,
+// i64 fusion threshold, f64 cycle time ms, then capacity/8 (rounded up)
+// bytes of slot bits (bit s%8 of byte s/8: this rank has slot s pending).
+// Variable part (empty when there is nothing to say): u32 spec count, the
+// specs (OpSpec::encode), u32 length + text of the stall shutdown message.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,14 +70,20 @@ struct Message {
 };
 
 struct ReadyOp {
-  OpSpec spec;
+  OpSpec spec;                     // the agreed spec (the lowest submitting rank's)
   std::optional<OpId> localId;     // nullopt: this rank joined, contributes zeros
-  std::vector<int64_t> firstDims;  // allgather: each rank's first dimension
-  std::vector<std::chrono::steady_clock::time_point> arrivals;  // per rank
+  std::vector<int64_t> firstDims;  // allgather, alltoall: each rank's first
+                                   // dimension (0 for a rank that did not submit)
+  std::vector<bool> submitted;     // per rank: submitted it (else contributes zeros)
+  // Per rank: the local time of the cycle that first saw its submission;
+  // time_point::min() for a rank that did not submit.
+  std::vector<std::chrono::steady_clock::time_point> arrivals;
+  int contributors() const;  // ranks that submitted
 };
 
 struct OpError {
   OpId localId;
+  std::string name;
   std::string message;
 };
 
@@ -89,6 +111,10 @@ class Negotiator {
 
   void submit(OpId id, const OpSpec& spec);
   Message prepare(const CycleFlags& flags);
+  // Size of every rank's fixed part, and the variable part's size that a
+  // fixed part announces (what the runtime's allgatherv needs).
+  size_t fixedBytes() const;
+  static size_t variableBytes(const std::vector<uint8_t>& fixed);
   Outcome process(
       const std::vector<std::vector<uint8_t>>& fixed,
       const std::vector<std::vector<uint8_t>>& variable,
@@ -100,9 +126,29 @@ class Negotiator {
   const ResponseCache& cache() const { return cache_; }
 
  private:
-  // (implementation state: pending ops by name with their cache slot or
-  // "send as new" mark; per-name per-rank specs of uncached names; per-name
-  // per-rank first-seen times.)
+  using Clock = std::chrono::steady_clock;
+  struct Local {
+    OpId id;
+    OpSpec spec;
+    enum class State { kUnsent, kSent, kCached } state;
+    size_t slot = 0;  // kCached
+  };
+  struct Candidate;
+
+  // This rank's pending operations by name.
+  std::map<std::string, Local> pending_;
+  // Names not (or no longer) cached: the spec each rank sent, kept by every
+  // rank until the name is decided. Ordered, so decisions go by name.
+  std::map<std::string, std::vector<std::optional<OpSpec>>> sent_;
+  // Per name, per rank: the cycle time that first saw it submitted
+  // (time_point::min(): not yet).
+  std::map<std::string, std::vector<Clock::time_point>> firstSeen_;
+  // Groups with a failed member: members still to be failed, and why.
+  struct FailedGroup {
+    uint32_t remaining;
+    std::string message;
+  };
+  std::map<uint64_t, FailedGroup> failedGroups_;
   int rank_;
   int size_;
   ResponseCache cache_;

@@ -33,8 +33,9 @@ struct OpSpec {
   double prescale = 1.0;         // allreduce: input multiplied before, output after
   double postscale = 1.0;
   // Operations submitted together (enqueueGroup) share a non-zero group id
-  // (the same on every rank: groups are numbered per rank in submission
-  // order) and always run in one bucket.
+  // and always run in one bucket. The id is a hash of the members' sorted
+  // names (groupId()), so it is the same on every rank and in every step
+  // whatever the submission order, and a repeated group stays cached.
   uint64_t group = 0;
   uint32_t groupSize = 0;
 
@@ -57,5 +58,25 @@ struct SpecDifference {
   std::string b;
 };
 std::optional<SpecDifference> compareSpecs(const OpSpec& a, const OpSpec& b);
+
+// Kinds whose first dimension may differ between ranks (allgather, and
+// alltoall, whose splits may differ).
+bool firstDimMayDiffer(OpKind kind);
+
+// compareSpecs finds no difference and the first dimensions are equal too
+// (fields that do not matter for the kind, e.g. the root of an allreduce,
+// are ignored).
+bool sameSpec(const OpSpec& a, const OpSpec& b);
+
+// The value of one field as compareSpecs writes it ("shape" -> "[128, 64]"),
+// for the mismatch text listing each rank's value.
+std::string fieldValue(const OpSpec& spec, const std::string& field);
+
+// "[128, 64]"; "[]" for a scalar.
+std::string shapeString(const std::vector<int64_t>& shape);
+
+// The group id of operations submitted together under these names: a
+// non-zero hash of the sorted names.
+uint64_t groupId(std::vector<std::string> names);
 
 }  // namespace kolo::runtime

@@ -7,17 +7,22 @@
 //
 // Contract
 // - find(name): the slot and spec of a cached name.
-// - insert(spec): puts a name in the lowest free slot; when full, evicts the
-//   least recently used entry first and returns its slot in `evicted`.
+// - insert(spec, firstDims): puts a name in the lowest free slot; when full,
+//   evicts the least recently used entry first and returns its name in
+//   `evicted`. The new entry is the most recently used. `firstDims` holds
+//   each rank's first dimension for kinds where it may differ (allgather,
+//   alltoall), so a rank's submission hits the cache only with its own
+//   first dimension (matches()).
 // - touch(slot): marks use (an operation of that slot ran).
 // - erase(name): drops an entry (its spec changed on some rank).
-// - capacity() slots, numbered 0..capacity-1.
+// - capacity() slots (at least 1), numbered 0..capacity-1.
 // - Not thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <list>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -33,6 +38,10 @@ class ResponseCache {
   struct Entry {
     size_t slot;
     OpSpec spec;
+    std::vector<int64_t> firstDims;  // per rank, where the first dim may differ
+    // `spec` submitted by `rank` is this entry: same fields, and the first
+    // dimension is that rank's.
+    bool matches(const OpSpec& spec, int rank) const;
   };
   struct Insertion {
     size_t slot;
@@ -41,7 +50,7 @@ class ResponseCache {
 
   const Entry* find(const std::string& name) const;
   const Entry* atSlot(size_t slot) const;  // null when free
-  Insertion insert(const OpSpec& spec);
+  Insertion insert(const OpSpec& spec, std::vector<int64_t> firstDims = {});
   void touch(size_t slot);
   void erase(const std::string& name);
   size_t capacity() const { return capacity_; }
@@ -51,6 +60,7 @@ class ResponseCache {
   size_t capacity_;
   std::unordered_map<std::string, Entry> byName_;
   std::vector<std::string> bySlot_;  // "" = free
+  std::set<size_t> free_;            // free slots, lowest first
   std::list<size_t> lru_;            // front = most recently used
   std::vector<std::list<size_t>::iterator> lruPos_;
 };

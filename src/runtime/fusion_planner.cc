@@ -1,0 +1,82 @@
+// Bucket planning (fusion_planner.h). One open bucket per fusion key (dtype,
+// reduction, scale factors) collects allreduces in ready order; an
+// operation that would push its key's open bucket past the threshold closes
+// it and opens the next. A group is placed whole: into its key's open bucket
+// when it fits (or that bucket is empty), else into a new one; a group that
+// is not all allreduces of one key gets a bucket of its own (the runtime
+// runs its members one after another). Buckets are sorted by their first
+// member.
+#include "runtime/fusion_planner.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace kolo::runtime {
+
+namespace {
+
+using FusionKey = std::tuple<DataType, ReduceOp, double, double>;
+
+FusionKey keyOf(const OpSpec& s) {
+  return {s.dtype, s.op, s.prescale, s.postscale};
+}
+
+}  // namespace
+
+std::vector<Bucket> planBuckets(const std::vector<ReadyOp>& ready,
+                                int64_t thresholdBytes) {
+  const size_t threshold = thresholdBytes > 0 ? static_cast<size_t>(thresholdBytes) : 0;
+  std::vector<Bucket> buckets;
+  std::map<FusionKey, size_t> open;  // key -> index of its open bucket
+
+  // Places members (all allreduces of one key) as a unit.
+  auto place = [&](const std::vector<size_t>& members, size_t bytes) {
+    const FusionKey key = keyOf(ready[members.front()].spec);
+    auto it = open.find(key);
+    if (threshold > 0 && it != open.end() &&
+        buckets[it->second].bytes + bytes <= threshold) {
+      auto& b = buckets[it->second];
+      b.members.insert(b.members.end(), members.begin(), members.end());
+      b.bytes += bytes;
+      return;
+    }
+    buckets.push_back(Bucket{members, bytes});
+    // One at or above the threshold stays alone and leaves the key's open
+    // bucket open.
+    if (threshold > 0 && bytes < threshold) open[key] = buckets.size() - 1;
+  };
+
+  for (size_t i = 0; i < ready.size(); ++i) {
+    const OpSpec& s = ready[i].spec;
+    if (s.group != 0) {
+      if (i > 0 && ready[i - 1].spec.group == s.group) continue;  // placed
+      std::vector<size_t> members;
+      size_t bytes = 0;
+      bool fusable = true;
+      for (size_t j = i; j < ready.size() && ready[j].spec.group == s.group; ++j) {
+        members.push_back(j);
+        bytes += ready[j].spec.bytes();
+        fusable = fusable && ready[j].spec.kind == OpKind::kAllreduce &&
+                  keyOf(ready[j].spec) == keyOf(s);
+      }
+      if (fusable) {
+        place(members, bytes);
+      } else {
+        buckets.push_back(Bucket{members, bytes});
+      }
+      continue;
+    }
+    if (s.kind != OpKind::kAllreduce) {
+      buckets.push_back(Bucket{{i}, s.bytes()});
+      continue;
+    }
+    place({i}, s.bytes());
+  }
+  std::stable_sort(buckets.begin(), buckets.end(), [](const Bucket& a, const Bucket& b) {
+    return a.members.front() < b.members.front();
+  });
+  return buckets;
+}
+
+}  // namespace kolo::runtime

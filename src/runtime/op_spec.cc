@@ -1,0 +1,212 @@
+#include "runtime/op_spec.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+#include "common/check.h"
+
+namespace kolo::runtime {
+
+namespace {
+
+// Encoding, version 1, little endian (the machines kolo runs on):
+//   u8 version, u32 name length, name bytes, u8 kind, u8 dtype, u8 op,
+//   u32 dims, i64 x dims, i32 root, f64 prescale, f64 postscale,
+//   u64 group, u32 groupSize.
+constexpr uint8_t kVersion = 1;
+constexpr uint32_t kMaxNameBytes = 1 << 20;
+constexpr uint32_t kMaxDims = 64;
+
+template <typename T>
+void put(std::vector<uint8_t>& out, T v) {
+  const size_t at = out.size();
+  out.resize(at + sizeof(T));
+  std::memcpy(out.data() + at, &v, sizeof(T));
+}
+
+template <typename T>
+T take(const uint8_t*& p, const uint8_t* end) {
+  if (end - p < static_cast<std::ptrdiff_t>(sizeof(T))) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, "malformed operation spec: truncated ("
+                                                << (end - p) << " bytes left, "
+                                                << sizeof(T) << " needed)");
+  }
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  p += sizeof(T);
+  return v;
+}
+
+std::string number(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+}  // namespace
+
+const char* toString(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllreduce: return "allreduce";
+    case OpKind::kAllgather: return "allgather";
+    case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kAlltoall: return "alltoall";
+    case OpKind::kReduceScatter: return "reducescatter";
+    case OpKind::kBarrier: return "barrier";
+    case OpKind::kJoin: return "join";
+  }
+  return "invalid-kind";
+}
+
+int64_t OpSpec::elements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+size_t OpSpec::bytes() const {
+  if (kind == OpKind::kBarrier || kind == OpKind::kJoin) return 0;
+  return static_cast<size_t>(elements()) * elementSize(dtype);
+}
+
+void OpSpec::encode(std::vector<uint8_t>& out) const {
+  put<uint8_t>(out, kVersion);
+  put<uint32_t>(out, static_cast<uint32_t>(name.size()));
+  out.insert(out.end(), name.begin(), name.end());
+  put<uint8_t>(out, static_cast<uint8_t>(kind));
+  put<uint8_t>(out, static_cast<uint8_t>(dtype));
+  put<uint8_t>(out, static_cast<uint8_t>(op));
+  put<uint32_t>(out, static_cast<uint32_t>(shape.size()));
+  for (int64_t d : shape) put<int64_t>(out, d);
+  put<int32_t>(out, root);
+  put<double>(out, prescale);
+  put<double>(out, postscale);
+  put<uint64_t>(out, group);
+  put<uint32_t>(out, groupSize);
+}
+
+OpSpec OpSpec::decode(const uint8_t*& p, const uint8_t* end) {
+  OpSpec s;
+  const auto version = take<uint8_t>(p, end);
+  if (version != kVersion) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, "malformed operation spec: version "
+                                                << int(version) << ", expected "
+                                                << int(kVersion));
+  }
+  const auto nameBytes = take<uint32_t>(p, end);
+  if (nameBytes > kMaxNameBytes || end - p < static_cast<std::ptrdiff_t>(nameBytes)) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, "malformed operation spec: name of "
+                                                << nameBytes << " bytes, " << (end - p)
+                                                << " left");
+  }
+  s.name.assign(reinterpret_cast<const char*>(p), nameBytes);
+  p += nameBytes;
+  const auto kind = take<uint8_t>(p, end);
+  if (kind > static_cast<uint8_t>(OpKind::kJoin)) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "malformed operation spec '" << s.name << "': kind " << int(kind));
+  }
+  s.kind = static_cast<OpKind>(kind);
+  s.dtype = static_cast<DataType>(take<uint8_t>(p, end));
+  s.op = static_cast<ReduceOp>(take<uint8_t>(p, end));
+  if (!isValid(s.dtype) || !isValid(s.op)) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, "malformed operation spec '"
+                                                << s.name << "': dtype " << int(s.dtype)
+                                                << ", op " << int(s.op));
+  }
+  const auto dims = take<uint32_t>(p, end);
+  if (dims > kMaxDims) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "malformed operation spec '" << s.name << "': " << dims << " dimensions");
+  }
+  s.shape.resize(dims);
+  for (auto& d : s.shape) d = take<int64_t>(p, end);
+  s.root = take<int32_t>(p, end);
+  s.prescale = take<double>(p, end);
+  s.postscale = take<double>(p, end);
+  s.group = take<uint64_t>(p, end);
+  s.groupSize = take<uint32_t>(p, end);
+  return s;
+}
+
+std::string shapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+bool firstDimMayDiffer(OpKind kind) {
+  return kind == OpKind::kAllgather || kind == OpKind::kAlltoall;
+}
+
+std::string fieldValue(const OpSpec& spec, const std::string& field) {
+  if (field == "name") return "'" + spec.name + "'";
+  if (field == "kind") return toString(spec.kind);
+  if (field == "dtype") return std::string(toString(spec.dtype));
+  if (field == "reduction") return std::string(toString(spec.op));
+  if (field == "shape") return shapeString(spec.shape);
+  if (field == "root") return std::to_string(spec.root);
+  if (field == "prescale") return number(spec.prescale);
+  if (field == "postscale") return number(spec.postscale);
+  if (field == "group") {
+    if (spec.group == 0) return "no group";
+    std::ostringstream os;
+    os << "group " << std::hex << spec.group << std::dec << " of " << spec.groupSize;
+    return os.str();
+  }
+  return "?";
+}
+
+// Fields in the order they are compared; the first that differs is
+// reported. The reduction matters only where something is reduced, the
+// root only for broadcast, the scale factors only for reductions.
+std::optional<SpecDifference> compareSpecs(const OpSpec& a, const OpSpec& b) {
+  auto diff = [&](const char* field) {
+    return SpecDifference{field, fieldValue(a, field), fieldValue(b, field)};
+  };
+  if (a.name != b.name) return diff("name");
+  if (a.kind != b.kind) return diff("kind");
+  if (a.kind == OpKind::kBarrier || a.kind == OpKind::kJoin) {
+    if (a.group != b.group || a.groupSize != b.groupSize) return diff("group");
+    return std::nullopt;
+  }
+  if (a.dtype != b.dtype) return diff("dtype");
+  const bool reduces = a.kind == OpKind::kAllreduce || a.kind == OpKind::kReduceScatter;
+  if (reduces && a.op != b.op) return diff("reduction");
+  if (a.shape.size() != b.shape.size()) return diff("shape");
+  const size_t from = firstDimMayDiffer(a.kind) ? 1 : 0;
+  for (size_t i = from; i < a.shape.size(); ++i) {
+    if (a.shape[i] != b.shape[i]) return diff("shape");
+  }
+  if (a.kind == OpKind::kBroadcast && a.root != b.root) return diff("root");
+  if (reduces && a.prescale != b.prescale) return diff("prescale");
+  if (reduces && a.postscale != b.postscale) return diff("postscale");
+  if (a.group != b.group || a.groupSize != b.groupSize) return diff("group");
+  return std::nullopt;
+}
+
+bool sameSpec(const OpSpec& a, const OpSpec& b) {
+  if (compareSpecs(a, b)) return false;
+  return a.shape.empty() || a.shape[0] == b.shape[0];
+}
+
+uint64_t groupId(std::vector<std::string> names) {
+  std::sort(names.begin(), names.end());
+  // FNV-1a over the names, each followed by a 0 byte.
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& n : names) {
+    for (unsigned char c : n) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
+    h ^= 0;
+    h *= 1099511628211ull;
+  }
+  return h == 0 ? 1 : h;
+}
+
+}  // namespace kolo::runtime

@@ -1,0 +1,65 @@
+#include "runtime/response_cache.h"
+
+#include "common/check.h"
+
+namespace kolo::runtime {
+
+bool ResponseCache::Entry::matches(const OpSpec& s, int rank) const {
+  if (compareSpecs(spec, s)) return false;
+  if (!firstDimMayDiffer(spec.kind) || spec.shape.empty()) return true;
+  if (rank < 0 || static_cast<size_t>(rank) >= firstDims.size()) return false;
+  return firstDims[rank] == s.shape[0];
+}
+
+ResponseCache::ResponseCache(size_t capacity)
+    : capacity_(capacity), bySlot_(capacity), lruPos_(capacity) {
+  KOLO_CHECK_GE(capacity, size_t{1});
+  for (size_t i = 0; i < capacity; ++i) free_.insert(i);
+}
+
+const ResponseCache::Entry* ResponseCache::find(const std::string& name) const {
+  auto it = byName_.find(name);
+  return it == byName_.end() ? nullptr : &it->second;
+}
+
+const ResponseCache::Entry* ResponseCache::atSlot(size_t slot) const {
+  if (slot >= capacity_ || bySlot_[slot].empty()) return nullptr;
+  return find(bySlot_[slot]);
+}
+
+ResponseCache::Insertion ResponseCache::insert(const OpSpec& spec,
+                                               std::vector<int64_t> firstDims) {
+  KOLO_CHECK(!spec.name.empty());
+  Insertion result{0, std::nullopt};
+  erase(spec.name);  // a re-insert replaces the old entry
+  if (free_.empty()) {
+    const size_t victim = lru_.back();
+    result.evicted = bySlot_[victim];
+    erase(bySlot_[victim]);
+  }
+  const size_t slot = *free_.begin();
+  free_.erase(free_.begin());
+  bySlot_[slot] = spec.name;
+  byName_.emplace(spec.name, Entry{slot, spec, std::move(firstDims)});
+  lru_.push_front(slot);
+  lruPos_[slot] = lru_.begin();
+  result.slot = slot;
+  return result;
+}
+
+void ResponseCache::touch(size_t slot) {
+  if (slot >= capacity_ || bySlot_[slot].empty()) return;
+  lru_.splice(lru_.begin(), lru_, lruPos_[slot]);
+}
+
+void ResponseCache::erase(const std::string& name) {
+  auto it = byName_.find(name);
+  if (it == byName_.end()) return;
+  const size_t slot = it->second.slot;
+  lru_.erase(lruPos_[slot]);
+  bySlot_[slot].clear();
+  free_.insert(slot);
+  byName_.erase(it);
+}
+
+}  // namespace kolo::runtime

@@ -1,0 +1,66 @@
+// The queue from callers' threads to the runtime's background thread.
+//
+// Contract
+// - push()/pushAll() are thread-safe and never block on other ranks;
+//   pushAll() queues its items atomically (a group arrives in one drain).
+//   Both return false, queuing nothing, once the queue is closed.
+// - drain() takes everything queued, in push order.
+// - waitUntil(deadline, wakeOnItem): blocks until the deadline, wake() or
+//   close(), or, with wakeOnItem, until something is queued (at once when
+//   something already is). A wake() before the call makes it return at
+//   once; the wake-up is consumed.
+// - close(): later pushes fail; waiters return.
+// - All methods are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+#include "runtime/handle.h"
+#include "runtime/op_spec.h"
+
+namespace kolo::runtime {
+
+// One operation as a caller submits it.
+struct OpRequest {
+  OpSpec spec;
+  const void* input = nullptr;  // spec.bytes() bytes (barrier: none)
+  void* output = nullptr;       // allreduce/broadcast/reducescatter: caller's
+                                // buffer (may equal input); allgather and
+                                // alltoall: null, the handle holds the result
+  // alltoall: elements of the first dimension sent to each rank (empty:
+  // equal split); the handle's outputShape gives what arrived.
+  std::vector<int64_t> splits;
+};
+
+struct Submission {
+  OpRequest request;
+  HandlePtr handle;
+  bool join = false;  // the join() marker (request unused)
+};
+
+class SubmissionQueue {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  bool push(Submission item);
+  bool pushAll(std::vector<Submission> items);
+  std::vector<Submission> drain();
+  void waitUntil(Clock::time_point deadline, bool wakeOnItem);
+  void wake();
+  void close();
+  bool closed() const;
+  size_t size() const;
+
+ private:
+  mutable std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  std::vector<Submission> items_;
+  bool woken_ = false;
+  bool closed_ = false;
+};
+
+}  // namespace kolo::runtime

@@ -1,0 +1,378 @@
+// The runtime's small classes alone: OpSpec encoding and comparison, the
+// response cache, the fusion planner and the submission queue.
+#include <gtest/gtest.h>
+
+#include <kolo/error.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "runtime/fusion_planner.h"
+#include "runtime/op_spec.h"
+#include "runtime/response_cache.h"
+#include "runtime/submission_queue.h"
+
+namespace kolo::runtime {
+namespace {
+
+OpSpec spec(const std::string& name, std::vector<int64_t> shape,
+            OpKind kind = OpKind::kAllreduce, DataType dtype = DataType::kFloat32) {
+  OpSpec s;
+  s.name = name;
+  s.kind = kind;
+  s.dtype = dtype;
+  s.shape = std::move(shape);
+  return s;
+}
+
+// ---- OpSpec ---------------------------------------------------------------------
+
+TEST(OpSpecTest, EncodeDecodeRoundTripsEveryField) {
+  OpSpec a = spec("layer1.weight", {128, 64, 3}, OpKind::kBroadcast, DataType::kBFloat16);
+  a.op = ReduceOp::kMax;
+  a.root = 3;
+  a.prescale = 0.25;
+  a.postscale = 8;
+  a.group = 0x1234567890abcdefull;
+  a.groupSize = 7;
+  OpSpec b = spec("", {}, OpKind::kBarrier);
+  std::vector<uint8_t> bytes;
+  a.encode(bytes);
+  b.encode(bytes);
+  const uint8_t* p = bytes.data();
+  const uint8_t* end = p + bytes.size();
+  const OpSpec a2 = OpSpec::decode(p, end);
+  const OpSpec b2 = OpSpec::decode(p, end);
+  EXPECT_EQ(p, end);
+  EXPECT_EQ(a2.name, a.name);
+  EXPECT_EQ(a2.kind, a.kind);
+  EXPECT_EQ(a2.dtype, a.dtype);
+  EXPECT_EQ(a2.op, a.op);
+  EXPECT_EQ(a2.shape, a.shape);
+  EXPECT_EQ(a2.root, a.root);
+  EXPECT_EQ(a2.prescale, a.prescale);
+  EXPECT_EQ(a2.postscale, a.postscale);
+  EXPECT_EQ(a2.group, a.group);
+  EXPECT_EQ(a2.groupSize, a.groupSize);
+  EXPECT_EQ(b2.kind, OpKind::kBarrier);
+  EXPECT_TRUE(b2.shape.empty());
+}
+
+TEST(OpSpecTest, DecodeRejectsEveryTruncationAndBadValues) {
+  std::vector<uint8_t> bytes;
+  spec("w", {2, 3}).encode(bytes);
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    const uint8_t* p = bytes.data();
+    EXPECT_THROW(OpSpec::decode(p, bytes.data() + cut), Error) << "cut at " << cut;
+  }
+  auto corrupt = [&](size_t at, uint8_t v) {
+    auto copy = bytes;
+    copy[at] = v;
+    const uint8_t* p = copy.data();
+    try {
+      OpSpec::decode(p, copy.data() + copy.size());
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(corrupt(0, 9).find("version"), std::string::npos);  // version
+  EXPECT_NE(corrupt(6, 200).find("kind"), std::string::npos);   // kind after "w"
+  EXPECT_NE(corrupt(7, 99).find("dtype"), std::string::npos);   // dtype
+}
+
+TEST(OpSpecTest, CompareNamesTheFirstDifferingFieldWithBothValues) {
+  const OpSpec a = spec("w", {128, 64});
+  EXPECT_FALSE(compareSpecs(a, a));
+  auto check = [&](OpSpec b, const std::string& field, const std::string& va,
+                   const std::string& vb) {
+    auto d = compareSpecs(a, b);
+    ASSERT_TRUE(d) << field;
+    EXPECT_EQ(d->field, field);
+    EXPECT_EQ(d->a, va);
+    EXPECT_EQ(d->b, vb);
+  };
+  OpSpec b = a;
+  b.shape = {128, 65};
+  check(b, "shape", "[128, 64]", "[128, 65]");
+  b = a;
+  b.shape = {128};
+  check(b, "shape", "[128, 64]", "[128]");
+  b = a;
+  b.dtype = DataType::kFloat64;
+  check(b, "dtype", "float32", "float64");
+  b = a;
+  b.op = ReduceOp::kMax;
+  check(b, "reduction", "sum", "max");
+  b = a;
+  b.kind = OpKind::kAllgather;
+  check(b, "kind", "allreduce", "allgather");
+  b = a;
+  b.prescale = 0.5;
+  check(b, "prescale", "1", "0.5");
+  b = a;
+  b.group = 5;
+  b.groupSize = 2;
+  EXPECT_EQ(compareSpecs(a, b)->field, "group");
+  // Broadcast compares the root; allreduce ignores it.
+  b = a;
+  b.root = 1;
+  EXPECT_FALSE(compareSpecs(a, b));
+  OpSpec c = spec("w", {4}, OpKind::kBroadcast);
+  OpSpec d = c;
+  d.root = 2;
+  auto diff = compareSpecs(c, d);
+  ASSERT_TRUE(diff);
+  EXPECT_EQ(diff->field, "root");
+  EXPECT_EQ(diff->b, "2");
+  // Broadcast ignores the reduction.
+  d = c;
+  d.op = ReduceOp::kMin;
+  EXPECT_FALSE(compareSpecs(c, d));
+}
+
+TEST(OpSpecTest, AllgatherAndAlltoallFirstDimensionMayDiffer) {
+  for (OpKind k : {OpKind::kAllgather, OpKind::kAlltoall}) {
+    const OpSpec a = spec("g", {3, 4}, k);
+    OpSpec b = spec("g", {5, 4}, k);
+    EXPECT_FALSE(compareSpecs(a, b)) << toString(k);
+    EXPECT_FALSE(sameSpec(a, b));
+    b.shape = {3, 5};
+    EXPECT_EQ(compareSpecs(a, b)->field, "shape");
+  }
+  EXPECT_TRUE(compareSpecs(spec("r", {3, 4}), spec("r", {5, 4})));
+}
+
+TEST(OpSpecTest, GroupIdIgnoresOrderAndIsNonZero) {
+  EXPECT_EQ(groupId({"a", "b", "c"}), groupId({"c", "a", "b"}));
+  EXPECT_NE(groupId({"a", "b"}), groupId({"a", "c"}));
+  EXPECT_NE(groupId({"ab"}), groupId({"a", "b"}));
+  EXPECT_NE(groupId({}), 0u);
+}
+
+TEST(OpSpecTest, BytesAndElements) {
+  EXPECT_EQ(spec("s", {}).elements(), 1);
+  EXPECT_EQ(spec("s", {}).bytes(), 4u);
+  EXPECT_EQ(spec("m", {3, 0}).bytes(), 0u);
+  EXPECT_EQ(spec("d", {2, 5}, OpKind::kAllreduce, DataType::kFloat64).bytes(), 80u);
+  EXPECT_EQ(spec("b", {2, 5}, OpKind::kBarrier).bytes(), 0u);
+}
+
+// ---- ResponseCache --------------------------------------------------------------
+
+TEST(ResponseCacheTest, LowestFreeSlotThenLeastRecentlyUsedEviction) {
+  ResponseCache c(3);
+  EXPECT_EQ(c.insert(spec("a", {1})).slot, 0u);
+  EXPECT_EQ(c.insert(spec("b", {1})).slot, 1u);
+  EXPECT_EQ(c.insert(spec("c", {1})).slot, 2u);
+  c.touch(0);  // a is now the most recent; b the least
+  auto ins = c.insert(spec("d", {1}));
+  ASSERT_TRUE(ins.evicted);
+  EXPECT_EQ(*ins.evicted, "b");
+  EXPECT_EQ(ins.slot, 1u);
+  EXPECT_EQ(c.find("b"), nullptr);
+  EXPECT_EQ(c.atSlot(1)->spec.name, "d");
+  c.erase("a");
+  EXPECT_EQ(c.atSlot(0), nullptr);
+  EXPECT_EQ(c.size(), 2u);
+  EXPECT_EQ(c.insert(spec("e", {1})).slot, 0u);  // the freed slot, no eviction
+  // c is now the least recent (d and e were inserted after it).
+  EXPECT_EQ(*c.insert(spec("f", {1})).evicted, "c");
+}
+
+TEST(ResponseCacheTest, ReinsertReplacesTheEntry) {
+  ResponseCache c(2);
+  c.insert(spec("a", {1}));
+  c.insert(spec("a", {2}));
+  EXPECT_EQ(c.size(), 1u);
+  EXPECT_EQ(c.find("a")->spec.shape, std::vector<int64_t>{2});
+}
+
+TEST(ResponseCacheTest, MatchesUsesEachRanksFirstDimension) {
+  ResponseCache c(4);
+  c.insert(spec("g", {3, 4}, OpKind::kAllgather), {3, 5});
+  const auto* e = c.find("g");
+  EXPECT_TRUE(e->matches(spec("g", {3, 4}, OpKind::kAllgather), 0));
+  EXPECT_TRUE(e->matches(spec("g", {5, 4}, OpKind::kAllgather), 1));
+  EXPECT_FALSE(e->matches(spec("g", {5, 4}, OpKind::kAllgather), 0));
+  EXPECT_FALSE(e->matches(spec("g", {3, 5}, OpKind::kAllgather), 0));
+  c.insert(spec("r", {3, 4}));
+  EXPECT_TRUE(c.find("r")->matches(spec("r", {3, 4}), 2));
+  EXPECT_FALSE(
+      c.find("r")->matches(spec("r", {3, 4}, OpKind::kAllreduce, DataType::kInt32), 2));
+}
+
+// Two caches fed the same random sequence of inserts, touches and erases
+// decide the same slots and evictions.
+TEST(ResponseCacheTest, SameOperationsGiveIdenticalCaches) {
+  ResponseCache a(16), b(16);
+  std::mt19937 rng(7);
+  for (int i = 0; i < 5000; ++i) {
+    const int what = rng() % 3;
+    const std::string name = "t" + std::to_string(rng() % 40);
+    if (what == 0) {
+      auto x = a.insert(spec(name, {1}));
+      auto y = b.insert(spec(name, {1}));
+      ASSERT_EQ(x.slot, y.slot);
+      ASSERT_EQ(x.evicted, y.evicted);
+    } else if (what == 1) {
+      const size_t slot = rng() % 16;
+      a.touch(slot);
+      b.touch(slot);
+    } else {
+      a.erase(name);
+      b.erase(name);
+    }
+    ASSERT_LE(a.size(), 16u);
+  }
+  for (size_t s = 0; s < 16; ++s) {
+    const auto* x = a.atSlot(s);
+    const auto* y = b.atSlot(s);
+    ASSERT_EQ(x == nullptr, y == nullptr);
+    if (x) EXPECT_EQ(x->spec.name, y->spec.name);
+  }
+}
+
+// ---- FusionPlanner -------------------------------------------------------------
+
+ReadyOp ready(OpSpec s) {
+  ReadyOp r;
+  r.spec = std::move(s);
+  return r;
+}
+
+TEST(FusionPlannerTest, PacksSameKeyAllreducesUpToTheThreshold) {
+  std::vector<ReadyOp> ops;
+  for (int i = 0; i < 5; ++i) ops.push_back(ready(spec("a" + std::to_string(i), {100})));
+  // 400 bytes each; threshold 1000: two per bucket.
+  auto b = planBuckets(ops, 1000);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].members, (std::vector<size_t>{0, 1}));
+  EXPECT_EQ(b[1].members, (std::vector<size_t>{2, 3}));
+  EXPECT_EQ(b[2].members, (std::vector<size_t>{4}));
+  EXPECT_EQ(b[0].bytes, 800u);
+  // Threshold 0: no fusion.
+  EXPECT_EQ(planBuckets(ops, 0).size(), 5u);
+}
+
+TEST(FusionPlannerTest, KeysKindsAndLargeOperations) {
+  std::vector<ReadyOp> ops;
+  ops.push_back(ready(spec("f1", {10})));
+  ops.push_back(ready(spec("d1", {10}, OpKind::kAllreduce, DataType::kFloat64)));
+  ops.push_back(ready(spec("f2", {10})));
+  ops.push_back(ready(spec("big", {1000})));
+  ops.push_back(ready(spec("g", {10}, OpKind::kAllgather)));
+  OpSpec avg = spec("avg", {10});
+  avg.op = ReduceOp::kAverage;
+  ops.push_back(ready(avg));
+  OpSpec scaled = spec("scaled", {10});
+  scaled.prescale = 2;
+  ops.push_back(ready(scaled));
+  ops.push_back(ready(spec("f3", {10})));
+  auto b = planBuckets(ops, 1024);
+  std::vector<std::vector<size_t>> members;
+  for (auto& x : b) members.push_back(x.members);
+  EXPECT_EQ(members,
+            (std::vector<std::vector<size_t>>{{0, 2, 7}, {1}, {3}, {4}, {5}, {6}}));
+}
+
+TEST(FusionPlannerTest, GroupsStayWholeEvenAboveTheThreshold) {
+  std::vector<ReadyOp> ops;
+  ops.push_back(ready(spec("x", {100})));  // 400 bytes
+  for (int i = 0; i < 3; ++i) {
+    OpSpec s = spec("g" + std::to_string(i), {100});
+    s.group = 9;
+    s.groupSize = 3;
+    ops.push_back(ready(s));
+  }
+  ops.push_back(ready(spec("y", {10})));
+  auto b = planBuckets(ops, 1000);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(b[0].members, (std::vector<size_t>{0, 4}));
+  EXPECT_EQ(b[1].members, (std::vector<size_t>{1, 2, 3}));
+  EXPECT_EQ(b[1].bytes, 1200u);
+  // A group of mixed kinds is one bucket too.
+  std::vector<ReadyOp> mixed;
+  for (OpKind k : {OpKind::kAllreduce, OpKind::kAllgather}) {
+    OpSpec s = spec(std::string("m") + toString(k), {4}, k);
+    s.group = 3;
+    s.groupSize = 2;
+    mixed.push_back(ready(s));
+  }
+  auto m = planBuckets(mixed, 1 << 20);
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0].members.size(), 2u);
+}
+
+// ---- SubmissionQueue -------------------------------------------------------------
+
+TEST(SubmissionQueueTest, ManyProducersOneConsumerKeepEachProducersOrder) {
+  SubmissionQueue q;
+  const int producers = 4, each = 2000;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < producers; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < each; ++i) {
+        Submission s;
+        s.request.spec.name = std::to_string(t) + ":" + std::to_string(i);
+        ASSERT_TRUE(q.push(std::move(s)));
+      }
+    });
+  }
+  std::vector<int> next(producers, 0);
+  int got = 0;
+  while (got < producers * each) {
+    q.waitUntil(SubmissionQueue::Clock::now() + std::chrono::milliseconds(50), true);
+    for (auto& s : q.drain()) {
+      const auto& n = s.request.spec.name;
+      const int t = std::stoi(n.substr(0, n.find(':')));
+      const int i = std::stoi(n.substr(n.find(':') + 1));
+      ASSERT_EQ(i, next[t]);
+      ++next[t];
+      ++got;
+    }
+  }
+  for (auto& t : threads) t.join();
+  q.close();
+  EXPECT_FALSE(q.push(Submission{}));
+  EXPECT_TRUE(q.closed());
+}
+
+TEST(SubmissionQueueTest, WaitEndsOnWakeOrItemOnlyWhenAsked) {
+  SubmissionQueue q;
+  const auto far = SubmissionQueue::Clock::now() + std::chrono::seconds(30);
+  q.wake();
+  q.waitUntil(far, false);  // returns at once: already woken
+  ASSERT_TRUE(q.push(Submission{}));
+  q.waitUntil(far, true);  // returns at once: an item is queued
+  const auto t0 = SubmissionQueue::Clock::now();
+  q.waitUntil(t0 + std::chrono::milliseconds(20), false);  // items do not count
+  EXPECT_GE(SubmissionQueue::Clock::now() - t0, std::chrono::milliseconds(20));
+  std::thread closer([&] { q.close(); });
+  q.waitUntil(far, false);  // close() ends the wait
+  closer.join();
+  EXPECT_EQ(q.drain().size(), 1u);
+}
+
+TEST(SubmissionQueueTest, PushAllIsAtomic) {
+  SubmissionQueue q;
+  std::atomic<bool> stop{false};
+  std::thread producer([&] {
+    while (!stop) {
+      std::vector<Submission> group(3);
+      for (int i = 0; i < 3; ++i) group[i].request.spec.name = std::to_string(i);
+      q.pushAll(std::move(group));
+    }
+  });
+  for (int i = 0; i < 2000; ++i) {
+    auto items = q.drain();
+    ASSERT_EQ(items.size() % 3, 0u);
+  }
+  stop = true;
+  producer.join();
+}
+
+}  // namespace
+}  // namespace kolo::runtime
