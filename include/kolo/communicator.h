@@ -133,6 +133,24 @@ class Communicator {
 
   // The algorithm the selection table picks for an allreduce of this size.
   virtual std::string allreduceAlgorithm(size_t bytes) const = 0;
+
+  // A team: a communicator over some of this communicator's ranks.
+  // - Collective over the listed ranks only: each member calls it with the
+  //   same list and name; non-members must not call it. Blocks until every
+  //   member has connected (up to KOLO_CONNECT_TIMEOUT).
+  // - The result has the ranks in list order (its rank = the index of this
+  //   rank in `ranks`), its own transports and its own store keys under
+  //   `name`, which must be unique per job (e.g. "team/gen"). It may be used
+  //   from another thread concurrently with this communicator and with
+  //   other teams; it outlives this communicator if kept.
+  // - Under the MPI engine a team's links are shm within a host and tcp
+  //   between hosts (MPI communicators are not created per team).
+  // - Errors (kInvalidArgument, thrown before any communication): an empty
+  //   list, a rank out of range or listed twice, a caller not in the list,
+  //   an empty name. Members that pass different lists get kMismatch naming
+  //   both; a name used before gets kInvalidArgument.
+  virtual std::shared_ptr<Communicator> split(const std::vector<int>& ranks,
+                                              const std::string& name) = 0;
 };
 
 }  // namespace kolo

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <limits>
+#include <sstream>
 
 #include "api/communicator_impl.h"
 #include "api/mpi_engine.h"
@@ -133,13 +134,26 @@ std::exception_ptr validate(const Checks& checks) {
 CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
                                    const Settings& settings, EngineOptions engine)
     : settings_(settings) {
-  setLogLevel(parseLogLevel(settings_.logLevel));
+  setUp(config, engine.mpi, std::move(engine.store), /*team=*/false);
+}
+
+CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
+                                   const Settings& settings,
+                                   std::shared_ptr<rendezvous::Store> store)
+    : settings_(settings) {
+  setUp(config, /*engineMpi=*/false, std::move(store), /*team=*/true);
+}
+
+void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
+                             std::shared_ptr<rendezvous::Store> engineStore, bool team) {
+  if (!team) setLogLevel(parseLogLevel(settings_.logLevel));
   if (config.size < 1 || config.rank < 0 || config.rank >= config.size) {
     KOLO_THROW(ErrorCode::kInvalidArgument, "rank " << config.rank
                                                     << " is not within a job of "
                                                     << config.size << " ranks");
   }
-  setLogRank(config.rank);
+  if (!team) setLogRank(config.rank);
+  config_ = config;
   const std::string& mode = settings_.transport;
   if (mode != "auto" && mode != "tcp" && mode != "shm" && mode != "mpi") {
     KOLO_THROW(ErrorCode::kInvalidArgument,
@@ -154,6 +168,7 @@ CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
   std::string hostId = !config.hostId.empty()      ? config.hostId
                        : !settings_.hostId.empty() ? settings_.hostId
                                                    : defaultHostId();
+  config_.hostId = hostId;
 
   if (config.size == 1) {
     topology_.layout = Layout{0, 1, 0, 1, 0, 1, hostId};
@@ -164,16 +179,18 @@ CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
         std::chrono::microseconds(0), timeout);
     return;
   }
-  if (config.rendezvous.empty() && !engine.store) {
+  if (config.rendezvous.empty() && !engineStore) {
     KOLO_THROW(ErrorCode::kInvalidArgument, "no rendezvous address for a job of "
                                                 << config.size
                                                 << " ranks: set KOLO_RENDEZVOUS or "
                                                    "start the job with kolorun");
   }
-  store_ = engine.store ? std::move(engine.store)
-                        : rendezvous::openStore(config.rendezvous,
-                                                config.hostStore && config.rank == 0,
-                                                connectTimeout);
+  if (engineStore) {
+    store_ = std::move(engineStore);
+  } else {
+    store_ = rendezvous::openStore(config.rendezvous,
+                                   config.hostStore && config.rank == 0, connectTimeout);
+  }
   rendezvous::PrefixStore store(config.name, *store_);
   topology_ = Topology::discover(config.rank, config.size, hostId, store, connectTimeout);
   const Layout& l = topology_.layout;
@@ -186,7 +203,7 @@ CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
   // creation is collective over MPI_COMM_WORLD): with mpi, any job of more
   // than one rank; with auto, any job across more than one host.
   const bool useShm = (mode == "auto" || mode == "shm") && l.localSize > 1;
-  const bool remoteOverMpi = mode == "mpi" || (engine.mpi && mode != "tcp");
+  const bool remoteOverMpi = mode == "mpi" || (engineMpi && mode != "tcp");
   std::vector<std::unique_ptr<transport::Transport>> parts;
   std::vector<int> routes(l.size, 0);
   if (useShm) {
@@ -268,7 +285,8 @@ CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
                   << (!anyRemote ? ""
                       : useMpi   ? "mpi"
                                  : "tcp")
-                  << (engine.mpi ? ", engine mpi" : "");
+                  << (engineMpi ? ", engine mpi" : "")
+                  << (team ? ", team '" + config.name + "'" : "");
   // Everyone connected before the first user operation.
   barrier();
 }
@@ -393,6 +411,108 @@ std::string CommunicatorImpl::allreduceAlgorithm(size_t bytes) const {
         collectives::findAllreduce(settings_.allreduceAlgorithm, ctx).name);
   }
   return std::string(collectives::selectAllreduce(bytes, ctx).name);
+}
+
+// ---- split (teams) -----------------------------------------------------------
+
+namespace {
+
+std::string listText(const std::vector<int>& ranks) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < ranks.size(); ++i) os << (i > 0 ? "," : "") << ranks[i];
+  os << "]";
+  return os.str();
+}
+
+std::vector<uint8_t> encodeRanks(const std::vector<int>& ranks) {
+  const std::string text = listText(ranks);
+  return std::vector<uint8_t>(text.begin(), text.end());
+}
+
+}  // namespace
+
+// A team is a new CommunicatorImpl over the members, meeting through the
+// parent's store under "<parent name>/split/<name>/". Before building it the
+// members check, through the store, that the name is fresh (a counter that
+// only the first use brings to the team's size) and that they all passed
+// the same list. Nothing here touches the parent's transports, so split()
+// may run while the parent is busy on another thread.
+std::shared_ptr<Communicator> CommunicatorImpl::split(const std::vector<int>& ranks,
+                                                      const std::string& name) {
+  const int n = size();
+  const int me = rank();
+  if (name.empty()) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "split on rank " << me << ": empty team name");
+  }
+  if (ranks.empty()) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "split '" << name << "' on rank " << me << ": empty rank list");
+  }
+  std::vector<bool> seen(n, false);
+  int teamRank = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    if (r < 0 || r >= n) {
+      KOLO_THROW(ErrorCode::kInvalidArgument,
+                 "split '" << name << "' on rank " << me << ": rank " << r << " in "
+                           << listText(ranks) << " is not a rank of a communicator of "
+                           << n);
+    }
+    if (seen[r]) {
+      KOLO_THROW(ErrorCode::kInvalidArgument,
+                 "split '" << name << "' on rank " << me << ": rank " << r
+                           << " is listed twice in " << listText(ranks));
+    }
+    seen[r] = true;
+    if (r == me) teamRank = static_cast<int>(i);
+  }
+  if (teamRank < 0) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "split '" << name << "' called on rank " << me << ", which is not in "
+                         << listText(ranks) << " (only members call it)");
+  }
+
+  CommunicatorConfig config;
+  config.rank = teamRank;
+  config.size = static_cast<int>(ranks.size());
+  config.rendezvous = config_.rendezvous;
+  config.hostStore = false;
+  config.hostId = layout().hostId;
+  config.name = config_.name + "/split/" + name;
+  Settings settings = settings_;
+  // MPI transports are created over MPI_COMM_WORLD, collectively: a subset
+  // of ranks cannot make one. A team uses shm within a host, tcp between.
+  if (settings.transport == "mpi") settings.transport = "auto";
+
+  if (config.size > 1) {
+    KOLO_CHECK(store_ != nullptr);
+    rendezvous::PrefixStore store(config.name, *store_);
+    const auto timeout = toMillis(settings_.connectTimeoutSeconds);
+    if (store.add("split/uses", 1) > config.size) {
+      KOLO_THROW(ErrorCode::kInvalidArgument,
+                 "split '" << name << "' on rank " << me
+                           << ": the team name was used before in this job (names "
+                              "must be unique)");
+    }
+    const std::vector<uint8_t> mine = encodeRanks(ranks);
+    // Keyed by this communicator's ranks: members with different lists
+    // still read each other's.
+    store.set("split/ranks/" + std::to_string(me), mine);
+    for (int i = 0; i < config.size; ++i) {
+      if (i == teamRank) continue;
+      const std::vector<uint8_t> theirs =
+          store.get("split/ranks/" + std::to_string(ranks[i]), timeout);
+      if (theirs != mine) {
+        KOLO_THROW(ErrorCode::kMismatch,
+                   "split '" << name << "': rank " << me << " lists ranks "
+                             << listText(ranks) << " but rank " << ranks[i] << " lists "
+                             << std::string(theirs.begin(), theirs.end()));
+      }
+    }
+  }
+  return std::make_shared<CommunicatorImpl>(config, settings, store_);
 }
 
 // ---- broadcast -------------------------------------------------------------

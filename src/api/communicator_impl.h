@@ -28,7 +28,7 @@ struct EngineOptions {
   // peers on other hosts are reached over the mpi transport, not tcp.
   bool mpi = false;
   // The rendezvous store, already open; null: open config.rendezvous.
-  std::unique_ptr<rendezvous::Store> store;
+  std::shared_ptr<rendezvous::Store> store;
 };
 
 class CommunicatorImpl : public Communicator {
@@ -40,6 +40,11 @@ class CommunicatorImpl : public Communicator {
   // MPI_COMM_WORLD's).
   CommunicatorImpl(const CommunicatorConfig& config, const Settings& settings,
                    EngineOptions engine = {});
+  // A team (split()): collective over config.size ranks that meet through
+  // `store` (the parent's open store, shared) under config.name. Leaves the
+  // process's log rank and level alone.
+  CommunicatorImpl(const CommunicatorConfig& config, const Settings& settings,
+                   std::shared_ptr<rendezvous::Store> store);
   ~CommunicatorImpl() override;
 
   const Layout& layout() const override { return topology_.layout; }
@@ -60,11 +65,18 @@ class CommunicatorImpl : public Communicator {
 
   std::string allreduceAlgorithm(size_t bytes) const override;
 
+  std::shared_ptr<Communicator> split(const std::vector<int>& ranks,
+                                      const std::string& name) override;
+
   // A barrier with every rank, then teardown; errors are logged, not thrown
   // from the destructor. Idempotent.
   void shutdown();
 
  private:
+  // The constructors' common body; `team`: built by split().
+  void setUp(const CommunicatorConfig& config, bool engineMpi,
+             std::shared_ptr<rendezvous::Store> store, bool team);
+
   void doAllreduce(const AllreduceOptions& o);
   void doBroadcast(const BroadcastOptions& o);
   void doAllgather(const AllgatherOptions& o);
@@ -84,7 +96,9 @@ class CommunicatorImpl : public Communicator {
              std::exception_ptr localError);
 
   Settings settings_;
-  std::unique_ptr<rendezvous::Store> store_;
+  CommunicatorConfig config_;  // as given (hostId filled in); for split()
+  // Shared with the teams split from this communicator.
+  std::shared_ptr<rendezvous::Store> store_;
   Topology topology_;
   std::unique_ptr<transport::Transport> world_;
   std::unique_ptr<transport::Transport> local_;
