@@ -23,30 +23,26 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/settings.h"
+#include "runtime/autotuner.h"
 #include "runtime/handle.h"
+#include "runtime/negotiator.h"
 #include "runtime/op_spec.h"
+#include "runtime/stall_inspector.h"
 #include "runtime/straggler_tracker.h"
+#include "runtime/submission_queue.h"  // OpRequest
+#include "runtime/timeline.h"
 
 namespace kolo::runtime {
-
-// One operation as a caller submits it.
-struct OpRequest {
-  OpSpec spec;
-  const void* input = nullptr;  // spec.bytes() bytes (barrier: none)
-  void* output = nullptr;       // allreduce/broadcast/reducescatter: caller's
-                                // buffer (may equal input); allgather and
-                                // alltoall: null, the handle holds the result
-  // alltoall: elements of the first dimension sent to each rank (empty:
-  // equal split); the handle's outputShape gives what arrived.
-  std::vector<int64_t> splits;
-};
 
 struct RuntimeOptions {
   int64_t fusionThresholdBytes = 64 << 20;  // KOLO_FUSION_THRESHOLD
@@ -89,11 +85,68 @@ class Runtime {
   Communicator& communicator() { return *comm_; }
 
  private:
+  using Clock = std::chrono::steady_clock;
+  struct Op {
+    OpRequest request;
+    HandlePtr handle;
+  };
+
+  // Caller side.
+  // Fails `handle` at once and returns it.
+  static HandlePtr failed(HandlePtr handle, const std::exception_ptr& error);
+  void validate(const OpRequest& request) const;  // throws Error
+
+  // Background thread.
+  void loop();
+  void admit(std::vector<Submission> items);
+  void runBucket(const std::vector<size_t>& members, std::vector<ReadyOp>& ready,
+                 size_t bytes, int bucketIndex);
+  void runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes, int bucketIndex);
+  void runOne(ReadyOp& op, int bucketIndex);
+  void observe(const Outcome& outcome, Clock::time_point now);
+  void finish(OpId id, std::exception_ptr error = nullptr);
+  // Ends the loop: marks the runtime broken with `error` (later enqueues
+  // fail with it) and fails everything pending or queued with
+  // errorFor(name).
+  void stop(const std::exception_ptr& error,
+            const std::function<std::exception_ptr(const std::string&)>& errorFor);
+  std::shared_ptr<TimelineWriter> timeline() const;
+
   std::shared_ptr<Communicator> comm_;
   RuntimeOptions options_;
-  // (the background loop's state: submission queue, negotiator, planner,
-  // fusion buffer, stall inspector, straggler tracker, timeline, autotuner)
-  std::thread thread_;
+  const int rank_;
+  const int size_;
+  std::string algorithm_;  // AllreduceOptions::algorithm ("ordered" when
+                           // deterministic and built in)
+  SubmissionQueue queue_;
+
+  // Lock order: mu_, then the queue's lock, then a Handle's lock.
+  mutable std::mutex mu_;
+  std::unordered_set<std::string> names_;  // pending on this rank (guarded by mu_)
+  std::exception_ptr broken_;              // guarded by mu_: the loop ended
+  std::once_flag shutdownOnce_;
+  std::atomic<bool> shutdownRequested_{false};
+
+  // Owned by the background thread.
+  Negotiator negotiator_;
+  std::unordered_map<OpId, Op> ops_;
+  OpId nextId_ = 1;
+  std::vector<HandlePtr> joinHandles_;
+  bool joined_ = false;
+  std::vector<uint8_t> fusion_;            // the fusion buffer, kept across cycles
+  std::vector<uint8_t> scratch_;           // a joined rank's inputs and outputs
+  std::unique_ptr<StallInspector> stall_;  // rank 0 only
+  std::string stallReason_;                // rank 0: announced next cycle
+  std::unique_ptr<Autotuner> autotuner_;   // rank 0 with KOLO_AUTOTUNE
+  uint64_t cycleBytes_ = 0;                // reduced in this cycle (autotuner)
+  Clock::time_point lastSample_;
+
+  mutable std::mutex stragglerMu_;  // guards straggler_ (report() from any thread)
+  StragglerTracker straggler_;
+  mutable std::mutex timelineMu_;  // guards timeline_ (start/stop from any thread)
+  std::shared_ptr<TimelineWriter> timeline_;
+
+  std::thread thread_;  // last: started once everything above exists
 };
 
 }  // namespace kolo::runtime
