@@ -130,6 +130,26 @@ TEST_F(MpiEngine, TwoDaemonsAreTwoHosts) {
   }
 }
 
+// Teams under the MPI engine: no MPI communicator per team, so a team's
+// links are shm within a host and tcp between hosts, whatever
+// KOLO_TRANSPORT says; they run beside the world communicator's traffic.
+TEST_F(MpiEngine, TeamsUseShmAndTcp) {
+  // Teams {0,2} and {1,3} each span the pretend hosts {0,1} and {2,3}.
+  const std::string app = "-np 2 env KOLO_HOST_ID=hostA " + ranks() +
+                          " teams : -np 2 env KOLO_HOST_ID=hostB " + ranks() + " teams";
+  JobResult r = mpirun("KOLO_LOG_LEVEL=info", app);
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(count(r.output, "teams ok"), 4) << r.output;
+  EXPECT_EQ(count(r.output, "transport shm+mpi, engine mpi"), 4) << r.output;
+  EXPECT_EQ(count(r.output, "transport tcp, team 'world/split/team/"), 4) << r.output;
+  // KOLO_TRANSPORT=mpi on one host: the teams use shm.
+  r = mpirun("KOLO_TRANSPORT=mpi KOLO_LOG_LEVEL=info", "-np 4 " + ranks() + " teams");
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(count(r.output, "teams ok"), 4) << r.output;
+  EXPECT_EQ(count(r.output, "transport mpi, engine mpi"), 4) << r.output;
+  EXPECT_EQ(count(r.output, "transport shm, team 'world/split/team/"), 4) << r.output;
+}
+
 // Uneven pretend hosts (2 + 1) and the selection table (no forced
 // algorithm); and KOLO_TRANSPORT=tcp still works under the MPI engine.
 TEST_F(MpiEngine, UnevenHostsAndTcpUnderMpiEngine) {

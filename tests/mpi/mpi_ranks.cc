@@ -27,6 +27,9 @@
 //                  exit before the communicator is destroyed; no hang.
 //   stall          the last rank goes silent; the others print the error
 //                  they get within KOLO_TIMEOUT and exit 3.
+//   teams          Communicator::split into teams of ranks {0,2,..} and
+//                  {1,3,..}; each team allreduces on its own thread while
+//                  the world communicator allreduces on the main thread.
 #include <kolo/communicator.h>
 #include <kolo/error.h>
 #include <kolo/kolo.h>
@@ -513,6 +516,51 @@ int modeOwnInit(bool single) {
   return gFailures == 0 ? 0 : 1;
 }
 
+// ---------------------------------------------------------------- teams
+
+// Sums of (rank + 1 + i % 5) over `members`, checked element by element.
+void teamRounds(Communicator& c, const std::vector<int>& members, int me,
+                const std::string& what) {
+  for (size_t count : {size_t{1}, size_t{1000}, size_t{300000}}) {
+    std::vector<float> x(count);
+    for (size_t i = 0; i < count; ++i) x[i] = float(me + 1 + i % 5);
+    kolo::AllreduceOptions o;
+    o.send = o.recv = x.data();
+    o.count = count;
+    c.allreduce(o);
+    float base = 0;
+    for (int m : members) base += float(m + 1);
+    sameAs<float>(
+        x, [&](size_t i) { return base + float(members.size() * (i % 5)); },
+        what + " allreduce of " + std::to_string(count));
+  }
+}
+
+int modeTeams() {
+  auto world = Communicator::fromEnvironment();
+  gRank = world->rank();
+  const int n = world->size();
+  std::vector<int> members, all;
+  for (int r = gRank % 2; r < n; r += 2) members.push_back(r);
+  for (int r = 0; r < n; ++r) all.push_back(r);
+  auto team = world->split(members, gRank % 2 == 0 ? "team/even" : "team/odd");
+  EXPECT(team->size() == int(members.size()), "team size");
+  EXPECT(team->rank() == gRank / 2, "team rank");
+  std::thread t([&] {
+    try {
+      for (int round = 0; round < 3; ++round) teamRounds(*team, members, gRank, "team");
+    } catch (const std::exception& e) {
+      fail(std::string("team: ") + e.what());
+    }
+  });
+  for (int round = 0; round < 3; ++round) teamRounds(*world, all, gRank, "world");
+  t.join();
+  team.reset();
+  world.reset();
+  if (gFailures == 0) std::printf("teams ok\n");
+  return gFailures == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -525,12 +573,14 @@ int main(int argc, char** argv) {
     if (mode == "own-init-single") return modeOwnInit(true);
     if (mode == "no-finalize") return modeNoFinalize();
     if (mode == "stall") return modeStall();
+    if (mode == "teams") return modeTeams();
   } catch (const std::exception& e) {
     std::printf("FAIL rank %d: %s\n", gRank, e.what());
     return 1;
   }
-  std::fprintf(stderr,
-               "usage: kolo-mpi-ranks "
-               "collectives|transport|own-init|own-init-single|no-finalize|stall\n");
+  std::fprintf(
+      stderr,
+      "usage: kolo-mpi-ranks "
+      "collectives|transport|own-init|own-init-single|no-finalize|stall|teams\n");
   return 2;
 }
