@@ -20,8 +20,9 @@ namespace kolo {
   X(double, connectTimeoutSeconds, "KOLO_CONNECT_TIMEOUT", 60.0,              \
     "Seconds to wait at start-up for every rank to reach the rendezvous.")    \
   X(std::string, allreduceAlgorithm, "KOLO_ALLREDUCE_ALGO", "",               \
-    "Force one allreduce algorithm: shm, ring, rhd, tree or hier. Empty: "    \
-    "the selection table picks by size and topology.")                        \
+    "Force one allreduce algorithm: shm, ring, rhd, tree, hier or ordered "   \
+    "(rank-order sums). Empty: the selection table picks by size and "        \
+    "topology.")                                                              \
   X(std::string, transport, "KOLO_TRANSPORT", "auto",                         \
     "Transports between ranks: auto (shm within a host; between hosts mpi "   \
     "under the MPI engine, else tcp), shm (same as auto), tcp (tcp to every " \
