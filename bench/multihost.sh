@@ -150,7 +150,7 @@ for algo in ring hier; do
     # Per host link: (tx + rx after - before) / calls.
     per_link="$(paste <(echo "$before") <(echo "$after") |
       awk -v c="$CALLS" '{ printf "%.0f\n", ($7 + $8 - $3 - $4) / c }')"
-    echo "# $algo run $rep: busbw $busbw GB/s; bytes per call per host link: $(echo $per_link)" >&2
+    echo "# $algo run $rep: busbw $busbw GB/s; bytes per call per host link: $(tr '\n' ' ' <<<"$per_link")" >&2
     if [ -z "${BUSBW[$algo]}" ] || awk -v a="$busbw" -v b="${BUSBW[$algo]}" 'BEGIN { exit !(a > b) }'; then
       BUSBW[$algo]="$busbw"
       TIME_US[$algo]="$time_us"

@@ -158,7 +158,7 @@ case_unreachable_host() {
 
 case_link_down() {
   local timeout_s=5
-  start_long_job --ignore-term KOLO_TIMEOUT=$timeout_s
+  start_long_job --ignore-term KOLO_TIMEOUT="$timeout_s"
   mh_log "cutting host 2's link (${NETNS_VETHS[2]} down)"
   ip link set "${NETNS_VETHS[2]}" down
   # Each rank notices within KOLO_TIMEOUT; kolorun then stops what is left

@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034  # NETNS_* are for the scripts that source this
 # Network namespaces as "hosts" for the multi-host tests and benchmark.
 # Sourced, not run:
 #
@@ -60,8 +61,8 @@ netns_require() {
 
 # Prints a free 10.X.Y prefix derived from the PID.
 netns_pick_subnet_() {
-  local n=$(($$ % 25000)) try x y
-  for try in 0 1 2 3 4 5 6 7 8 9; do
+  local n=$(($$ % 25000)) x y
+  for _ in 0 1 2 3 4 5 6 7 8 9; do
     x=$((100 + (n / 250) % 100))
     y=$((1 + n % 250))
     if ! ip -4 route show | grep "^10\.$x\.$y\." >/dev/null; then
@@ -74,10 +75,29 @@ netns_pick_subnet_() {
   return 1
 }
 
+# Deletes what an earlier run killed before its teardown (SIGKILL) left:
+# namespaces kn<PID>h<i> and bridges kb<PID> whose PID is gone.
+netns_reap_stale_() {
+  local ns pid link
+  for ns in $(ip netns list 2>/dev/null | awk '{ print $1 }' | grep -E '^kn[0-9]+h[0-9]+$' || true); do
+    pid="${ns#kn}"
+    pid="${pid%%h*}"
+    [ -d "/proc/$pid" ] && continue
+    # shellcheck disable=SC2046
+    kill -9 $(ip netns pids "$ns" 2>/dev/null) 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+  done
+  for link in $(ip -o link show type bridge 2>/dev/null | awk -F': ' '{ print $2 }' |
+    grep -E '^kb[0-9]+$' || true); do
+    [ -d "/proc/${link#kb}" ] || ip link del "$link" 2>/dev/null || true
+  done
+}
+
 # netns_up COUNT [RATE]: creates COUNT hosts (see the header) and installs
 # 'trap netns_down EXIT'. RATE is a tc rate such as 1gbit.
 netns_up() {
   local count="$1" rate="${2:-}" i ns veth
+  netns_reap_stale_
   NETNS_COUNT=0
   NETNS_PREFIX="kn$$"
   NETNS_BRIDGE="kb$$"

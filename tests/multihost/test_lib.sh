@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034  # MH_* are for the tests that source this
 # Shared by the multi-host shell tests (tests/multihost/*_test.sh). Sourced:
 #
 #   source "$(dirname "$0")/test_lib.sh" BUILD_DIR
@@ -18,7 +19,7 @@ BENCH="$MH_BUILD/bin/kolo-bench"
 MH_FAILURES=0
 
 netns_require
-for tool in "$BENCH"; do
+for tool in "$KOLORUN" "$BENCH"; do
   if [ ! -x "$tool" ]; then
     echo "FAIL: $tool is not built" >&2
     exit 1
