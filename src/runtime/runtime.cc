@@ -540,6 +540,13 @@ void Runtime::loop() {
         }
       }
 
+      // Arrivals are recorded before the handles complete, so a caller's
+      // stragglerReport() after wait() includes its operation.
+      if (!outcome.ready.empty()) {
+        std::lock_guard<std::mutex> lock(stragglerMu_);
+        for (const auto& op : outcome.ready) straggler_.record(op.arrivals);
+      }
+
       // Run the ready operations, bucket by bucket, in the same order on
       // every rank.
       cycleBytes_ = 0;
@@ -603,7 +610,6 @@ void Runtime::loop() {
 void Runtime::observe(const Outcome& outcome, Clock::time_point cycleStart) {
   if (!outcome.ready.empty()) {
     std::lock_guard<std::mutex> lock(stragglerMu_);
-    for (const auto& op : outcome.ready) straggler_.record(op.arrivals);
     if (rank_ == 0) {
       const std::string line = straggler_.namedStraggler();
       if (!line.empty()) {
