@@ -12,8 +12,12 @@
 // - Errors: a bad argument (unknown dtype, null buffer, duplicate pending
 //   name) fails the handle at once; a mismatch across ranks fails that
 //   operation on every rank; a transport failure or a dead peer fails every
-//   pending and later handle with the same error; shutdown() fails what is
-//   still pending. No handle is left pending forever.
+//   pending and later handle with the same error; shutdown() (any rank's)
+//   fails what is still pending on every rank with "rank R shut down while
+//   'name' was pending". No handle is left pending forever.
+// - Results: allreduce, broadcast and reducescatter write the caller's
+//   output buffer; allgather and alltoall fill the handle's output() and
+//   outputShape() (reducescatter sets outputShape() too).
 // - The Communicator is used only by the background thread while the
 //   runtime lives.
 #pragma once
@@ -67,10 +71,13 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   HandlePtr enqueue(OpRequest request);
-  // Submitted together: they run in one bucket on every rank.
+  // Submitted together: they run in one bucket on every rank. A bad
+  // argument in any member (or a repeated name) fails them all at once.
   std::vector<HandlePtr> enqueueGroup(std::vector<OpRequest> requests);
-  // This rank is out of data: it contributes zeros to the others'
-  // allreduces until every rank has joined; the handle completes then.
+  // This rank is out of data: it contributes zeros (the reduction's
+  // identity; no rows to allgather and alltoall) to the others' operations
+  // until every rank has joined; the handle completes then and the rank is
+  // live again.
   HandlePtr join();
 
   void startTimeline(const std::string& path);
@@ -78,7 +85,9 @@ class Runtime {
   StragglerReport stragglerReport() const;
 
   // Announces shutdown to the other ranks, waits for the background thread,
-  // fails what is pending. Idempotent.
+  // fails what is pending. Idempotent. The other ranks' runtimes stop in the
+  // same cycle. Blocks at most until that cycle's exchange (KOLO_TIMEOUT
+  // when a peer does not answer).
   void shutdown();
 
   const Layout& layout() const { return comm_->layout(); }
