@@ -11,6 +11,7 @@
 #include "runtime/fusion_planner.h"
 #include "runtime/op_spec.h"
 #include "runtime/response_cache.h"
+#include "runtime/runtime.h"
 #include "runtime/submission_queue.h"
 
 namespace kolo::runtime {
@@ -372,6 +373,35 @@ TEST(SubmissionQueueTest, PushAllIsAtomic) {
   }
   stop = true;
   producer.join();
+}
+
+// ---- RuntimeOptions ----------------------------------------------------------------
+
+TEST(RuntimeOptionsTest, FromSettingsTakesEveryRuntimeKnob) {
+  Settings s;
+  s.fusionThresholdBytes = 1234;
+  s.cycleTimeMs = 2.5;
+  s.cacheCapacity = 0;  // clamped: at least one slot
+  s.stallWarningSeconds = 7;
+  s.stallShutdownSeconds = 9;
+  s.timelinePath = "/tmp/t.json";
+  s.deterministic = 1;
+  s.autotune = 1;
+  s.stragglerMarginMs = 12;
+  const RuntimeOptions o = RuntimeOptions::fromSettings(s);
+  EXPECT_EQ(o.fusionThresholdBytes, 1234);
+  EXPECT_EQ(o.cycleTimeMs, 2.5);
+  EXPECT_EQ(o.cacheCapacity, 1u);
+  EXPECT_EQ(o.stallWarningSeconds, 7);
+  EXPECT_EQ(o.stallShutdownSeconds, 9);
+  EXPECT_EQ(o.timelinePath, "/tmp/t.json");
+  EXPECT_TRUE(o.deterministic);
+  EXPECT_TRUE(o.autotune);
+  EXPECT_DOUBLE_EQ(o.stragglerMarginSeconds, 0.012);
+  const RuntimeOptions d = RuntimeOptions::fromSettings(Settings{});
+  EXPECT_EQ(d.fusionThresholdBytes, 64 << 20);
+  EXPECT_EQ(d.cacheCapacity, 1024u);
+  EXPECT_FALSE(d.deterministic);
 }
 
 }  // namespace
