@@ -22,6 +22,8 @@ PACKAGES=(
   dataset-fashion-mnist libjpeg-dev zlib1g-dev
   # multi-host tests in network namespaces
   iproute2
+  # bench/fusion.sh's plot
+  python3-matplotlib
 )
 
 # One dpkg-query for all; a package it does not know is simply not listed.
