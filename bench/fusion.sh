@@ -182,9 +182,9 @@ for path in sorted(glob.glob(os.path.join(out_dir, "*.run*.jsonl"))):
     peer, workload = os.path.basename(path).split(".")[:2]
     with open(path) as f:
         for line in f:
-            if not line.startswith("{"):
+            if "{" not in line:  # kolorun prefixes rank 0's lines with "[0] "
                 continue
-            rec = json.loads(line)
+            rec = json.loads(line[line.index("{"):])
             key = (peer, workload, rec["case"])
             runs.setdefault(key, []).append(rec["steps_per_s"])
             meta[(workload, "tensors")] = rec["tensors"]
