@@ -93,7 +93,9 @@ class World {
         const auto* a = ranks_[r].cache().atSlot(s);
         const auto* b = ranks_[0].cache().atSlot(s);
         EXPECT_EQ(a == nullptr, b == nullptr) << "slot " << s << " rank " << r;
-        if (a && b) EXPECT_EQ(a->spec.name, b->spec.name);
+        if (a && b) {
+          EXPECT_EQ(a->spec.name, b->spec.name);
+        }
       }
     }
     return out;

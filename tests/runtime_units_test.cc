@@ -232,7 +232,9 @@ TEST(ResponseCacheTest, SameOperationsGiveIdenticalCaches) {
     const auto* x = a.atSlot(s);
     const auto* y = b.atSlot(s);
     ASSERT_EQ(x == nullptr, y == nullptr);
-    if (x) EXPECT_EQ(x->spec.name, y->spec.name);
+    if (x) {
+      EXPECT_EQ(x->spec.name, y->spec.name);
+    }
   }
 }
 
