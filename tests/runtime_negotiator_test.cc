@@ -295,7 +295,9 @@ TEST(NegotiatorTest, AllgatherFirstDimensionsPerRankAndCached) {
     auto out = w.cycle();
     ASSERT_EQ(out[0].ready.size(), 1u);
     EXPECT_EQ(out[0].ready[0].firstDims, (std::vector<int64_t>{1, 2, 3}));
-    if (step > 0) EXPECT_EQ(w.lastVariableBytes, 0u);
+    if (step > 0) {
+      EXPECT_EQ(w.lastVariableBytes, 0u);
+    }
   }
   // A rank's first dimension changes: renegotiated, not an error.
   for (int r = 0; r < 3; ++r)
