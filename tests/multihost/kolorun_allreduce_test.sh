@@ -3,7 +3,8 @@
 # on 3 hosts x 2 ranks, launched by kolorun -H from the root namespace (the
 # "login node") with --ssh-command netns_ssh entering each host's network
 # namespace. Ranks use shm inside a host and tcp between hosts; a few runs
-# also force tcp inside a host (KOLO_TRANSPORT=tcp) and one leaves the
+# also force tcp inside a host (KOLO_TRANSPORT=tcp), one reads the hosts
+# from --hostfile with KOLO_IFACE=eth0, and one leaves the
 # algorithm to the selection table. Every rank's output is also checked in
 # --output-dir.
 #
@@ -20,6 +21,7 @@ netns_up 3
 OUT="$NETNS_WORK/out"
 mkdir -p "$OUT"
 HOSTS="$(netns_hosts 2)"
+PLACE=(-H "$HOSTS") # how mh_kolorun places the ranks
 
 # mh_kolorun NAME ENV... -- BENCH-ARGS...: runs kolo-bench on 6 ranks; the
 # streamed output goes to $OUT/NAME.log, each rank's to $OUT/NAME/.
@@ -32,7 +34,7 @@ mh_kolorun() {
     shift
   done
   shift
-  env "${envs[@]}" timeout 300 "$KOLORUN" -np 6 -H "$HOSTS" \
+  env "${envs[@]}" timeout 300 "$KOLORUN" -np 6 "${PLACE[@]}" \
     --ssh-command "$NETNS_SSH" --timeout 240 --output-dir "$OUT/$name" \
     "$BENCH" -n 2 -w 1 "$@" >"$OUT/$name.log" 2>&1 || rc=$?
   if [ "$rc" -ne 0 ]; then
@@ -82,6 +84,20 @@ for algo in "${MH_ALGOS[@]}"; do
   mh_check_layout "$name" "$OUT/$name.log" 3 2
   mh_check_transport "$name" "$OUT/$name.log" tcp
 done
+
+# The same hosts from a hostfile, and the ranks' traffic pinned to eth0
+# (each host's link) with KOLO_IFACE, which kolorun forwards. (Not with
+# --network-interface eth0: kolorun would also take the store's address
+# from its own eth0, and the login node's eth0 is not on the hosts' net.)
+printf '%s slots=2\n' "${NETNS_IPS[@]}" >"$OUT/hostfile"
+PLACE=(--hostfile "$OUT/hostfile")
+name="kolorun-hostfile"
+mh_log "$name: --hostfile, KOLO_IFACE=eth0"
+mh_kolorun "$name" KOLO_LOG_LEVEL=info KOLO_IFACE=eth0 -- -a ring --sizes 8,1000004,16M
+mh_check_bench "$name" "$OUT/$name.log" ring
+mh_check_layout "$name" "$OUT/$name.log" 3 2
+mh_check_transport "$name" "$OUT/$name.log" "shm\\+tcp"
+PLACE=(-H "$HOSTS")
 
 name="kolorun-table"
 mh_log "$name: the selection table picks"
