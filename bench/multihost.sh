@@ -183,8 +183,13 @@ for algo in ring hier; do
   ms="$(awk -v t="${TIME_US[$algo]}" 'BEGIN { printf "%.0f", t / 1000 }')"
   echo "| $algo | $ms | ${BUSBW[$algo]} | $frac | $(mib "${LINK_MEAN[$algo]}") | $(mib "${LINK_MAX[$algo]}") | $(mib "${LINK_ALL[$algo]}") | $use |"
 done
+echo
+if [ -n "${BUSBW[ring]:-}" ]; then
+  awk -v b="${BUSBW[ring]}" -v r="$RATE_BYTES" 'BEGIN {
+    f = 100 * b * 1e9 / r
+    printf "ring at %.1f%% of the link rate: goal >= 85%% %s\n", f, f >= 85 ? "met" : "MISSED" }'
+fi
 if [ -n "${LINK_ALL[ring]:-}" ] && [ -n "${LINK_ALL[hier]:-}" ]; then
-  echo
   awk -v r="${LINK_ALL[ring]}" -v h="${LINK_ALL[hier]}" 'BEGIN {
     printf "hier moves %.2fx the ring'"'"'s bytes across hosts (%s)\n", h / r,
       h < r ? "less" : "NOT less" }'

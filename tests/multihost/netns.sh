@@ -133,9 +133,19 @@ netns_up() {
     fi
     echo "${NETNS_IPS[i]} $ns" >>"$KOLO_NETNS_MAP"
   done
-  # Every host answers before anyone uses it (the bridge learns the ports).
+  # Every host answers the login node and the next host before anyone uses
+  # them (the bridge learns its ports). Hosts that reach the login node but
+  # not each other usually mean a firewall on bridged traffic (br_netfilter
+  # with an iptables FORWARD policy of DROP, as Docker sets).
   for ((i = 1; i <= count; i++)); do
     netns_wait_reachable_ "${NETNS_IPS[i]}"
+  done
+  for ((i = 1; i < count; i++)); do
+    if ! netns_exec "$i" bash -c "$(declare -f netns_wait_reachable_); netns_wait_reachable_ ${NETNS_IPS[i + 1]}"; then
+      echo "netns.sh: host ${NETNS_IPS[i]} cannot reach host ${NETNS_IPS[i + 1]} through" \
+        "bridge $NETNS_BRIDGE (a firewall on bridged traffic? net.bridge.bridge-nf-call-iptables)" >&2
+      return 1
+    fi
   done
 }
 
