@@ -5,6 +5,8 @@
 #   make test       install missing deps, build (RelWithDebInfo) into build/,
 #                   run every test with ctest
 #   make test-asan  the same tests built with ASan+UBSan into build-asan/
+#   make test-tsan  the runtime's tests (label tsan) built with TSan into
+#                   build-tsan/
 #   make format     clang-format every C/C++ source in place
 #   make clean      remove build/ and build-asan/
 #
@@ -12,6 +14,7 @@
 #   make test BUILD_DIR=build-mine JOBS=1
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
+TSAN_DIR ?= build-tsan
 BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CTEST_TIMEOUT ?= 600
@@ -21,10 +24,12 @@ DEMO_ARGS ?= -o allreduce -b 8 -e 64M -f 8
 
 # The sanitizer build carries only what the tests need: no examples.
 ASAN_FLAGS := -DKOLO_SANITIZE=address,undefined -DKOLO_BUILD_EXAMPLES=OFF
+TSAN_FLAGS := -DKOLO_SANITIZE=thread -DKOLO_BUILD_EXAMPLES=OFF
+export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1
 export ASAN_OPTIONS ?= detect_leaks=1:abort_on_error=0:strict_string_checks=1
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
-.PHONY: all deps build demo test build-asan test-asan format clean
+.PHONY: all deps build demo test build-asan test-asan build-tsan test-tsan format clean
 
 all: build
 
@@ -61,10 +66,19 @@ build-asan: deps $(ASAN_DIR)/CMakeCache.txt
 test-asan: build-asan
 	cd $(ASAN_DIR) && ctest --output-on-failure -j $(JOBS) --timeout $(CTEST_TIMEOUT)
 
+$(TSAN_DIR)/CMakeCache.txt:
+	cmake -S . -B $(TSAN_DIR) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(TSAN_FLAGS)
+
+build-tsan: deps $(TSAN_DIR)/CMakeCache.txt
+	cmake --build $(TSAN_DIR) -j $(JOBS) --target tsan_tests
+
+test-tsan: build-tsan
+	cd $(TSAN_DIR) && ctest --output-on-failure -j $(JOBS) --timeout $(CTEST_TIMEOUT) -L tsan
+
 format:
 	@files=$$(git ls-files '*.cc' '*.h' '*.c' '*.cpp' 2>/dev/null || \
 	          find src include tools tests examples python -name '*.cc' -o -name '*.h' -o -name '*.c'); \
 	if [ -n "$$files" ]; then clang-format -i $$files; fi
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR)

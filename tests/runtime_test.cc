@@ -572,6 +572,31 @@ TEST(RuntimeTest, GroupsRunTogether) {
   });
 }
 
+// A group larger than the response cache could never be ready (its members
+// would evict each other): it fails at once, naming the capacity.
+TEST(RuntimeTest, GroupLargerThanTheCacheFailsAtOnce) {
+  RuntimeOptions options = fastOptions();
+  options.cacheCapacity = 4;
+  withRuntimes(2, options, [&](Runtime& rt, int rank) {
+    std::vector<std::vector<float>> bufs(5, std::vector<float>(2, 1.0f));
+    std::vector<OpRequest> reqs;
+    for (int i = 0; i < 5; ++i)
+      reqs.push_back(allreduce("big." + std::to_string(i), bufs[i]));
+    auto hs = rt.enqueueGroup(std::move(reqs));
+    for (auto& h : hs) {
+      EXPECT_NE(errorText(h).find("group of 5 operations (first 'big.0') exceeds "
+                                  "KOLO_CACHE_CAPACITY=4"),
+                std::string::npos);
+    }
+    // A group that fits still runs.
+    std::vector<OpRequest> small;
+    for (int i = 0; i < 4; ++i)
+      small.push_back(allreduce("big." + std::to_string(i), bufs[i]));
+    for (auto& h : rt.enqueueGroup(std::move(small))) EXPECT_NO_THROW(h->wait());
+    EXPECT_EQ(bufs[3][0], 2.0f);
+  });
+}
+
 // Rank 0 shuts down while operations are pending on both ranks: they fail
 // naming rank 0 and the tensor; later submissions fail at once.
 TEST(RuntimeTest, ShutdownWithPendingOperationsFailsThem) {

@@ -330,6 +330,15 @@ std::vector<HandlePtr> Runtime::enqueueGroup(std::vector<OpRequest> requests) {
   };
   if (requests.empty()) return handles;
   try {
+    // A group occupies one cache slot per member until it runs: more members
+    // than slots would evict each other for ever.
+    if (requests.size() > options_.cacheCapacity) {
+      KOLO_THROW(ErrorCode::kInvalidArgument,
+                 "group of " << requests.size() << " operations (first '"
+                             << requests.front().spec.name << "') exceeds "
+                             << "KOLO_CACHE_CAPACITY=" << options_.cacheCapacity
+                             << "; split the group or raise the capacity");
+    }
     std::unordered_set<std::string> unique;
     for (const auto& r : requests) {
       validate(r);
