@@ -187,12 +187,12 @@ echo
 if [ -n "${BUSBW[ring]:-}" ]; then
   awk -v b="${BUSBW[ring]}" -v r="$RATE_BYTES" 'BEGIN {
     f = 100 * b * 1e9 / r
-    printf "ring at %.1f%% of the link rate: goal >= 85%% %s\n", f, f >= 85 ? "met" : "MISSED" }'
+    printf "ring at %.1f%% of the link rate: goal >= 85%% %s\n", f, (f >= 85 ? "met" : "MISSED") }'
 fi
 if [ -n "${LINK_ALL[ring]:-}" ] && [ -n "${LINK_ALL[hier]:-}" ]; then
   awk -v r="${LINK_ALL[ring]}" -v h="${LINK_ALL[hier]}" 'BEGIN {
     printf "hier moves %.2fx the ring'"'"'s bytes across hosts (%s)\n", h / r,
-      h < r ? "less" : "NOT less" }'
+      (h < r ? "less" : "NOT less") }'
 fi
 echo "raw output: $OUT_DIR" >&2
 exit "$STATUS"
