@@ -219,12 +219,16 @@ for w in ("resnet50", "small"):
           + " | ".join(fmt(ratio(v["kolo-fused"], v[p]), 2) + "x"
                        for p in ("kolo-unfused", "mpi", "gloo")) + " |")
 
-d64, r64, dtot = (sps("direct", "-", c) for c in ("direct-64M", "runtime-64M", "direct-total"))
+d64, r64, dtot, copy = (sps("direct", "-", c)
+                        for c in ("direct-64M", "runtime-64M", "direct-total", "copy-total"))
 ms = lambda s: 1e3 / s if s else None
 print("\n## single collectives (ms per call, median of the runs)\n")
+print("copy-total: (a)'s tensors copied into one buffer and back, no collective (what a\n"
+      "fusion buffer adds to direct-total)\n")
 print("| case | bytes | ms |")
 print("| --- | ---: | ---: |")
-for case, s in (("direct-64M", d64), ("runtime-64M", r64), ("direct-total", dtot)):
+for case, s in (("direct-64M", d64), ("runtime-64M", r64), ("direct-total", dtot),
+                ("copy-total", copy)):
     print(f"| {case} | {meta.get((case, 'bytes'), '-')} | {fmt(ms(s), 2)} |")
 
 goals = []

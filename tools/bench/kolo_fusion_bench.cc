@@ -18,7 +18,10 @@
 // round, so that drifting machine load hits all three alike:
 //   direct-64M   Communicator::allreduce of one 64 MiB tensor (average);
 //   runtime-64M  the same tensor submitted to a Runtime and waited for;
-//   direct-total one Communicator::allreduce of resnet50's total bytes.
+//   direct-total one Communicator::allreduce of resnet50's total bytes;
+//   copy-total   (information) what a fusion buffer adds to direct-total:
+//                resnet50's tensors copied into one buffer and back out,
+//                with no collective (checked: the tensors come back).
 // Each round creates a Runtime for runtime-64M and shuts it down before
 // the direct calls (the communicator is the runtime's while it lives).
 //
@@ -43,6 +46,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -432,16 +436,34 @@ class FusionBench {
     Result d64 = result("direct-64M", kBigCount * sizeof(float));
     Result r64 = result("runtime-64M", kBigCount * sizeof(float));
     Result dTotal = result("direct-total", total * sizeof(float));
+    Result copy = result("copy-total", total * sizeof(float));
+    std::vector<std::vector<float>> parts;
+    for (const auto& t : resnet50Parameters()) parts.emplace_back(t.elements());
+    copy.tensors = parts.size();
+    auto stepCopy = [&] {
+      size_t at = 0;
+      for (const auto& p : parts) {
+        std::memcpy(whole.data() + at, p.data(), p.size() * sizeof(float));
+        at += p.size();
+      }
+      at = 0;
+      for (auto& p : parts) {
+        std::memcpy(p.data(), whole.data() + at, p.size() * sizeof(float));
+        at += p.size();
+      }
+    };
     auto stepDirect64 = [&] { direct(big); };
     auto stepTotal = [&] { direct(whole); };
     d64.steps = stepsPerWindow(stepDirect64);
     dTotal.steps = stepsPerWindow(stepTotal);
+    copy.steps = stepsPerWindow(stepCopy);
     startRuntime();
     r64.steps = stepsPerWindow(throughRuntime);
     stopRuntime();
     for (int w = 0; w < o_.windows; ++w) {
       d64.perSecond.push_back(window(d64.steps, stepDirect64));
       dTotal.perSecond.push_back(window(dTotal.steps, stepTotal));
+      copy.perSecond.push_back(window(copy.steps, stepCopy));
       startRuntime();
       r64.perSecond.push_back(window(r64.steps, throughRuntime));
       stopRuntime();
@@ -461,12 +483,32 @@ class FusionBench {
     };
     check(d64, big, stepDirect64, 1);
     check(dTotal, whole, stepTotal, 2);
+    {
+      for (size_t i = 0; i < parts.size(); ++i)
+        fill(parts[i].data(), parts[i].size(), rank_, i);
+      std::fill(whole.begin(), whole.end(), -1.0f);
+      stepCopy();
+      std::string bad;
+      for (size_t i = 0; i < parts.size() && bad.empty(); ++i) {
+        for (size_t j = 0; j < parts[i].size() && bad.empty(); ++j) {
+          if (parts[i][j] != inputValue(rank_, i, j)) {
+            bad = "copy-total: tensor " + std::to_string(i) + " index " +
+                  std::to_string(j) + " did not come back";
+          }
+        }
+      }
+      reportBad(bad);
+      const bool good = sync_.allOk(bad.empty());
+      copy.check = good ? "ok" : "FAIL";
+      ok = ok && good;
+    }
     startRuntime();
     check(r64, big, throughRuntime, 3);
     stopRuntime();
     print(d64, ro);
     print(r64, ro);
     print(dTotal, ro);
+    print(copy, ro);
     return ok ? 0 : 1;
   }
 
