@@ -524,8 +524,10 @@ TEST(KolorunTest, OutputDirKeepsEachRanksRawOutput) {
 // (exit 255, "No route to host") for a host of 198.51.100.9, and otherwise runs
 // LINE with sh in a clean environment (only PATH and HOME), as a remote login
 // shell would, so only what kolorun forwards reaches the rank. The hosts are
-// TEST-NET addresses that are never this machine's; --network-interface lo
-// makes the ranks reach kolorun's store on loopback.
+// TEST-NET addresses that are never this machine's: kolorun tells them the
+// store address its route towards them uses (on a machine without such a
+// route, the address of --network-interface lo), and with KOLO_IFACE=lo the
+// ranks talk to each other over loopback.
 
 struct FakeSsh {
   TempDir dir;
@@ -581,10 +583,10 @@ TEST(KolorunHostsTest, RemoteRanksGetTheirLayoutAndOnlyForwardedVariables) {
   ASSERT_EQ(r.exitCode, 0) << describe(r);
   const std::string cwd = std::filesystem::current_path().string();
   const char* want[] = {
-      "[0] 0 4 0 2 0 2 198.51.100.1 lo 9 yes [v w] [] tcp://127.0.0.1:",
-      "[1] 1 4 1 2 0 2 198.51.100.1 lo 9 yes [v w] [] tcp://127.0.0.1:",
-      "[2] 2 4 0 2 1 2 198.51.100.2 lo 9 yes [v w] [] tcp://127.0.0.1:",
-      "[3] 3 4 1 2 1 2 198.51.100.2 lo 9 yes [v w] [] tcp://127.0.0.1:"};
+      "[0] 0 4 0 2 0 2 198.51.100.1 lo 9 yes [v w] [] tcp://",
+      "[1] 1 4 1 2 0 2 198.51.100.1 lo 9 yes [v w] [] tcp://",
+      "[2] 2 4 0 2 1 2 198.51.100.2 lo 9 yes [v w] [] tcp://",
+      "[3] 3 4 1 2 1 2 198.51.100.2 lo 9 yes [v w] [] tcp://"};
   for (const char* w : want) EXPECT_TRUE(contains(r.out, w)) << w << "\n" << describe(r);
   EXPECT_TRUE(contains(r.out, " " + cwd + "\n")) << describe(r);
   // Probe + one call per rank, each "ARGS... HOST LINE": 4 arguments.

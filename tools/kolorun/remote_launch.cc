@@ -181,21 +181,21 @@ bool isLocalHost(const std::string& host) {
 }
 
 std::string addressTowards(const std::string& host, const std::string& networkInterface) {
+  if (isLocalHost(host)) return "127.0.0.1";
+  // The route decides what reaches the host. The interface named by
+  // --network-interface is the ranks' (KOLO_IFACE); this machine may have
+  // one of that name on another network, so it is only the fallback.
+  std::string source = api::routeSourceAddress(host);
+  if (!source.empty()) return source;
   if (!networkInterface.empty()) {
     try {
       return api::pickAdvertiseAddress(networkInterface, "");
     } catch (const std::exception&) {
-      // Not an interface of this machine (the remote hosts' may be named
-      // differently): fall back to the route.
+      // Not an interface of this machine either.
     }
   }
-  if (isLocalHost(host)) return "127.0.0.1";
-  std::string source = api::routeSourceAddress(host);
-  if (source.empty()) {
-    throw std::runtime_error(
-        "host '" + host + "' does not resolve to an IPv4 address with a route from here");
-  }
-  return source;
+  throw std::runtime_error(
+      "host '" + host + "' does not resolve to an IPv4 address with a route from here");
 }
 
 }  // namespace kolo::kolorun

@@ -50,8 +50,9 @@ std::string remoteSignalName(int sig);
 bool isLocalHost(const std::string& host);
 
 // The address a process on `host` should use to reach a server of ours:
-// the address of `networkInterface` when given and present here, else the
-// source address of our route to `host` (127.0.0.1 for a local host).
+// 127.0.0.1 for a local host, else the source address of our route to
+// `host`; only when there is no route, the address of `networkInterface`
+// (when this machine has it).
 // Throws std::runtime_error naming the host when it cannot be resolved.
 std::string addressTowards(const std::string& host, const std::string& networkInterface);
 
