@@ -1,0 +1,118 @@
+/* kolo C API, part 2: named asynchronous operations through the runtime
+ * (docs/runtime.md), for frameworks: the Python package binds this.
+ *
+ * After kolo_init() a background runtime serves the global process set (id
+ * 0). Operations are submitted by name from any thread and return at once
+ * with a handle; every rank must submit the same names (in any order) for
+ * them to run. Ready allreduces are fused. Buffers must stay valid and
+ * unchanged until the handle is done.
+ *
+ * Every call returns KOLO_OK or an error code (kolo.h); kolo_last_error()
+ * says why. A failed operation's error (mismatch across ranks, lost peer,
+ * shutdown) is returned by kolo_wait() / kolo_handle_status() with its
+ * message in kolo_last_error().
+ *
+ * Shapes: `ndim` dimensions in `shape` (ndim 0: a scalar). Allgather and
+ * alltoall may differ in the first dimension across ranks; their output is
+ * allocated by kolo and read with kolo_handle_output().
+ */
+#ifndef KOLO_RUNTIME_H_
+#define KOLO_RUNTIME_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kolo/kolo.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int64_t kolo_handle; /* > 0; 0 is never a valid handle */
+
+/* --- process sets (teams). Id 0 is every rank. ---------------------------
+ * kolo_process_set_create is collective over the listed ranks only (each
+ * member calls it with the same list, in the same order); non-members must
+ * not call it. The new set has its own background runtime. */
+int kolo_process_set_create(const int* ranks, int n, int* id);
+int kolo_process_set_destroy(int id); /* collective over its members */
+int kolo_process_set_rank(int id, int* rank); /* this rank's index, -1 if not a member */
+int kolo_process_set_size(int id, int* size);
+
+/* --- submission ------------------------------------------------------------
+ * prescale/postscale multiply input and output (1.0: none). KOLO_AVG
+ * divides by the number of contributing ranks (joined ranks excluded). */
+int kolo_allreduce_async(const char* name, const void* send, void* recv,
+                         int ndim, const int64_t* shape, kolo_dtype dtype,
+                         kolo_op op, double prescale, double postscale,
+                         int process_set, kolo_handle* handle);
+
+/* n allreduces that always run together (one fusion bucket). */
+int kolo_grouped_allreduce_async(int n, const char* const* names,
+                                 const void* const* sends, void* const* recvs,
+                                 const int* ndims, const int64_t* const* shapes,
+                                 kolo_dtype dtype, kolo_op op, double prescale,
+                                 double postscale, int process_set,
+                                 kolo_handle* handles);
+
+/* Output: the ranks' tensors concatenated along the first dimension. */
+int kolo_allgather_async(const char* name, const void* send, int ndim,
+                         const int64_t* shape, kolo_dtype dtype,
+                         int process_set, kolo_handle* handle);
+
+int kolo_broadcast_async(const char* name, void* buf, int ndim,
+                         const int64_t* shape, kolo_dtype dtype, int root,
+                         int process_set, kolo_handle* handle);
+
+/* splits: rows of the first dimension sent to each rank (nsplits = set
+ * size), or NULL for an equal split. Output: the rows received, in rank
+ * order; kolo_handle_output's shape gives their count. */
+int kolo_alltoall_async(const char* name, const void* send, int ndim,
+                        const int64_t* shape, const int64_t* splits,
+                        int nsplits, kolo_dtype dtype, int process_set,
+                        kolo_handle* handle);
+
+/* The first dimension must divide by the set size; output: this rank's
+ * reduced block (first dimension / size). */
+int kolo_reducescatter_async(const char* name, const void* send, int ndim,
+                             const int64_t* shape, kolo_dtype dtype,
+                             kolo_op op, int process_set, kolo_handle* handle);
+
+int kolo_barrier_async(int process_set, kolo_handle* handle);
+
+/* This rank has run out of data: it contributes zeros to the others'
+ * allreduces until every rank of the set has joined; then the handle is
+ * done. */
+int kolo_join_async(int process_set, kolo_handle* handle);
+
+/* --- completion -------------------------------------------------------- */
+int kolo_poll(kolo_handle handle, int* done); /* *done = 1 when finished */
+/* Blocks until done; returns the operation's result code. */
+int kolo_wait(kolo_handle handle);
+/* For allgather, alltoall and reducescatter: the output kolo allocated,
+ * valid until kolo_release(). *shape points at *ndim values. */
+int kolo_handle_output(kolo_handle handle, const void** data, size_t* bytes,
+                       int* ndim, const int64_t** shape);
+/* Frees the handle (and its output). Releasing a pending handle is
+ * allowed: the operation still runs, its result is discarded. */
+int kolo_release(kolo_handle handle);
+
+/* --- tools --------------------------------------------------------------- */
+int kolo_start_timeline(const char* path); /* Chrome trace (Perfetto) */
+int kolo_stop_timeline(void);
+
+typedef struct {
+  int64_t operations;   /* operations this rank took part in */
+  int64_t times_last;   /* ... in which it arrived last */
+  double mean_lag_seconds; /* by how long, on average, when last */
+  double max_lag_seconds;
+} kolo_rank_lag;
+
+/* Fills lags[0..size-1] (size = the set's size) for process set `id`. */
+int kolo_straggler_report(int process_set, kolo_rank_lag* lags, int size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KOLO_RUNTIME_H_ */
