@@ -22,9 +22,12 @@ GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo Ninja || echo "Uni
 
 DEMO_ARGS ?= -o allreduce -b 8 -e 64M -f 8
 
-# The sanitizer build carries only what the tests need: no examples.
-ASAN_FLAGS := -DKOLO_SANITIZE=address,undefined -DKOLO_BUILD_EXAMPLES=OFF
-TSAN_FLAGS := -DKOLO_SANITIZE=thread -DKOLO_BUILD_EXAMPLES=OFF
+# The sanitizer builds carry only kolo's own code and its tests: no examples,
+# no libtorch integration and no Python extension (the framework libraries
+# are not built with the sanitizers).
+SAN_FLAGS := -DKOLO_BUILD_EXAMPLES=OFF -DKOLO_WITH_TORCH=OFF -DKOLO_BUILD_PYTHON=OFF
+ASAN_FLAGS := -DKOLO_SANITIZE=address,undefined $(SAN_FLAGS)
+TSAN_FLAGS := -DKOLO_SANITIZE=thread $(SAN_FLAGS)
 export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1
 export ASAN_OPTIONS ?= detect_leaks=1:abort_on_error=0:strict_string_checks=1
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
