@@ -8,9 +8,22 @@
  * unchanged until the handle is done.
  *
  * Every call returns KOLO_OK or an error code (kolo.h); kolo_last_error()
- * says why. A failed operation's error (mismatch across ranks, lost peer,
- * shutdown) is returned by kolo_wait() / kolo_handle_status() with its
- * message in kolo_last_error().
+ * says why. A bad argument (null or empty name, unknown dtype or op, null
+ * buffer, root outside the set, a first dimension that does not divide,
+ * a name already pending on this rank, an unknown process set) is returned
+ * by the submitting call itself, and no handle is made. A failed
+ * operation's error (mismatch across ranks, lost peer, shutdown) is
+ * returned by kolo_wait() with its message in kolo_last_error().
+ *
+ * Lifetime: the runtime of set 0 starts in kolo_init (on every rank: its
+ * cycles are collective) on its own communicator, so the synchronous calls
+ * of kolo.h never interleave with it. kolo_finalize shuts every runtime
+ * down (what is pending fails) and forgets every handle and process set;
+ * later calls return KOLO_ERR_NOT_INITIALIZED. Buffers given to an
+ * operation must stay valid until it ends, even if its handle is released.
+ *
+ * Thread safety: every call may come from any thread. Create and destroy
+ * process sets from one thread at a time.
  *
  * Shapes: `ndim` dimensions in `shape` (ndim 0: a scalar). Allgather and
  * alltoall may differ in the first dimension across ranks; their output is
@@ -33,7 +46,14 @@ typedef int64_t kolo_handle; /* > 0; 0 is never a valid handle */
 /* --- process sets (teams). Id 0 is every rank. ---------------------------
  * kolo_process_set_create is collective over the listed ranks only (each
  * member calls it with the same list, in the same order); non-members must
- * not call it. The new set has its own background runtime. */
+ * not call it. The new set has its own background runtime.
+ * Ids: the members agree on the id (one exchange at creation: the largest
+ * of their next free ids), so it is the same on every member and never
+ * reused within a process. Members must create (and destroy) their sets in
+ * the same order relative to each other. Only members know a set: on any
+ * other rank its id is unknown (kolo_process_set_rank gives -1, other
+ * calls KOLO_ERR_INVALID_ARGUMENT). kolo_process_set_destroy fails what is
+ * pending in the set; id 0 cannot be destroyed. */
 int kolo_process_set_create(const int* ranks, int n, int* id);
 int kolo_process_set_destroy(int id); /* collective over its members */
 int kolo_process_set_rank(int id, int* rank); /* this rank's index, -1 if not a member */
@@ -78,6 +98,8 @@ int kolo_reducescatter_async(const char* name, const void* send, int ndim,
                              const int64_t* shape, kolo_dtype dtype,
                              kolo_op op, int process_set, kolo_handle* handle);
 
+/* Barriers of a set are matched by their order: the n-th call on every
+ * member. */
 int kolo_barrier_async(int process_set, kolo_handle* handle);
 
 /* This rank has run out of data: it contributes zeros to the others'
@@ -85,12 +107,17 @@ int kolo_barrier_async(int process_set, kolo_handle* handle);
  * done. */
 int kolo_join_async(int process_set, kolo_handle* handle);
 
-/* --- completion -------------------------------------------------------- */
+/* --- completion --------------------------------------------------------
+ * An unknown (or released) handle is KOLO_ERR_INVALID_ARGUMENT. */
 int kolo_poll(kolo_handle handle, int* done); /* *done = 1 when finished */
-/* Blocks until done; returns the operation's result code. */
+/* Blocks until done; returns the operation's result code, and its message
+ * in kolo_last_error() on the calling thread. Any number of times, from any
+ * thread. */
 int kolo_wait(kolo_handle handle);
 /* For allgather, alltoall and reducescatter: the output kolo allocated,
- * valid until kolo_release(). *shape points at *ndim values. */
+ * valid until kolo_release() (or kolo_finalize). *shape points at *ndim
+ * values. KOLO_ERR_INVALID_ARGUMENT while pending or for other kinds; a
+ * failed operation returns its error. */
 int kolo_handle_output(kolo_handle handle, const void** data, size_t* bytes,
                        int* ndim, const int64_t** shape);
 /* Frees the handle (and its output). Releasing a pending handle is
@@ -98,7 +125,11 @@ int kolo_handle_output(kolo_handle handle, const void** data, size_t* bytes,
 int kolo_release(kolo_handle handle);
 
 /* --- tools --------------------------------------------------------------- */
-int kolo_start_timeline(const char* path); /* Chrome trace (Perfetto) */
+/* Chrome trace (Perfetto) of set 0's operations as this rank sees them,
+ * written to `path` by the calling rank (ranks sharing a file system give
+ * different paths, or only rank 0 calls it). Replaces a running timeline;
+ * ends at kolo_stop_timeline or kolo_finalize. */
+int kolo_start_timeline(const char* path);
 int kolo_stop_timeline(void);
 
 typedef struct {

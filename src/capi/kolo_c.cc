@@ -10,6 +10,8 @@
 #include <mutex>
 #include <string>
 
+#include "capi/capi_internal.h"
+
 namespace {
 
 thread_local std::string tLastError;
@@ -17,10 +19,7 @@ thread_local std::string tLastError;
 std::mutex gMu;  // guards gComm (swapped only by init/finalize)
 std::shared_ptr<kolo::Communicator> gComm;
 
-int fail(int code, std::string message) {
-  tLastError = std::move(message);
-  return code;
-}
+using kolo::capi::fail;
 
 std::shared_ptr<kolo::Communicator> current() {
   std::lock_guard<std::mutex> lock(gMu);
@@ -84,6 +83,11 @@ int layoutField(const char* name, int kolo::Layout::*field) {
 
 }  // namespace
 
+int kolo::capi::fail(int code, std::string message) {
+  tLastError = std::move(message);
+  return code;
+}
+
 extern "C" {
 
 int kolo_init(void) {
@@ -94,10 +98,16 @@ int kolo_init(void) {
   }
   try {
     gComm = kolo::Communicator::fromEnvironment();
+    // The runtimes (kolo/runtime.h) start here, on every rank at once: their
+    // cycles are collective, so a runtime started lazily on one rank would
+    // keep the others' cycles waiting.
+    kolo::capi::startRuntimes(gComm);
     return KOLO_OK;
   } catch (const kolo::Error& e) {
+    gComm.reset();
     return fail(static_cast<int>(e.code()), std::string("kolo_init: ") + e.what());
   } catch (const std::exception& e) {
+    gComm.reset();
     return fail(KOLO_ERR_INTERNAL, std::string("kolo_init: ") + e.what());
   }
 }
@@ -110,7 +120,8 @@ int kolo_finalize(void) {
   }
   if (!comm)
     return fail(KOLO_ERR_NOT_INITIALIZED, "kolo_finalize called before kolo_init");
-  comm.reset();  // the destructor runs the closing barrier
+  kolo::capi::stopRuntimes();  // pending handles fail; before the world goes
+  comm.reset();                // the destructor runs the closing barrier
   return KOLO_OK;
 }
 

@@ -1,0 +1,29 @@
+// Shared between the two halves of the C API: kolo_c.cc (kolo.h: init,
+// finalize, synchronous collectives) and kolo_runtime_c.cc (kolo/runtime.h:
+// the runtimes, process sets and handles). Not installed.
+#pragma once
+
+#include <kolo/communicator.h>
+
+#include <memory>
+#include <string>
+
+namespace kolo::capi {
+
+// Sets the calling thread's kolo_last_error() text and returns `code`.
+int fail(int code, std::string message);
+
+// Called by kolo_init once the world communicator exists: starts the
+// runtime of process set 0 on its own communicator (a split of every rank,
+// so its cycles never interleave with the synchronous calls on `world`).
+// Collective over every rank. Throws kolo::Error.
+void startRuntimes(const std::shared_ptr<Communicator>& world);
+
+// Called by kolo_finalize before the world communicator is released: shuts
+// down every runtime (pending handles fail), drops every handle and process
+// set, and releases the runtimes' communicators (each runs its closing
+// barrier; process sets in id order, which is the same on every member).
+// Never throws.
+void stopRuntimes();
+
+}  // namespace kolo::capi

@@ -1,0 +1,650 @@
+// The C API, part 2 (kolo/runtime.h): the runtimes of the process sets and
+// the table of handles behind kolo_handle.
+//
+// State
+// - One State exists between kolo_init and kolo_finalize (gState). It holds
+//   the world communicator (to split process sets from), the process sets
+//   by id, and the handle table.
+// - Process set 0 is every rank. Its runtime runs on its own communicator,
+//   `world->split(all ranks, "runtime/0")`, so the runtime's background
+//   cycles and the synchronous calls of kolo.h (on the world communicator)
+//   never share transports. It starts in kolo_init, on every rank at once.
+// - Process set k > 0: `world->split(ranks, "set/<ranks>/<generation>")`
+//   plus its own Runtime. The generation counts this process's earlier
+//   creations of the same rank list, so the team name is fresh in the job
+//   (split requires it) and the same on every member as long as members
+//   create and destroy their sets in the same order (the contract). The id
+//   is agreed over the new team: the maximum of the members' next free ids
+//   (one allgather), so it is the same on every member and unused on each.
+// - Handles: kolo_handle -> Entry (the runtime's HandlePtr, the kind, and
+//   the output buffer that the C layer owns for reducescatter). Handle
+//   values are never reused within a process. A handle released while
+//   pending moves to `released` until its operation ends (the runtime may
+//   still write its owned buffer); finished ones are dropped at the next
+//   release.
+//
+// Locking: gMu guards gState and everything in it. Calls take it briefly to
+// look things up and copy shared pointers; nothing blocks on other ranks
+// while holding it (split, allgather, wait and shutdown run unlocked).
+// Lock order: kolo_c.cc's mutex, then gMu, then the runtime's own locks.
+#include <kolo/error.h>
+#include <kolo/runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "capi/capi_internal.h"
+#include "common/settings.h"
+#include "runtime/runtime.h"
+
+namespace {
+
+using kolo::capi::fail;
+using kolo::runtime::HandlePtr;
+using kolo::runtime::OpKind;
+using kolo::runtime::OpRequest;
+using kolo::runtime::Runtime;
+
+struct ProcessSet {
+  int id = 0;
+  std::vector<int> ranks;  // world ranks, in the order given
+  std::shared_ptr<kolo::Communicator> comm;
+  std::unique_ptr<Runtime> runtime;
+  std::atomic<int64_t> barriers{0};  // names of kolo_barrier_async
+};
+using ProcessSetPtr = std::shared_ptr<ProcessSet>;
+
+struct Entry {
+  HandlePtr handle;
+  OpKind kind = OpKind::kAllreduce;
+  std::unique_ptr<std::vector<uint8_t>> owned;  // reducescatter's output
+};
+
+struct State {
+  std::shared_ptr<kolo::Communicator> world;
+  kolo::runtime::RuntimeOptions options;  // for process sets (no timeline file)
+  std::map<int, ProcessSetPtr> sets;      // id -> set; 0 always present
+  int nextSetId = 1;
+  std::map<std::vector<int>, int> generations;  // creations per rank list
+  std::unordered_map<kolo_handle, Entry> handles;
+  std::vector<Entry> released;  // released while pending
+};
+
+std::mutex gMu;                 // guards gState (and all inside it)
+std::unique_ptr<State> gState;  // null when not initialized
+std::mutex gLifecycleMu;        // serialises startRuntimes/stopRuntimes
+std::atomic<kolo_handle> gNextHandle{1};
+
+int notInitialized(const char* fn) {
+  return fail(KOLO_ERR_NOT_INITIALIZED,
+              std::string(fn) + " called before kolo_init (or after kolo_finalize)");
+}
+
+int invalid(const std::string& message) {
+  return fail(KOLO_ERR_INVALID_ARGUMENT, message);
+}
+
+// Runs fn and converts every exception to a code plus kolo_last_error().
+template <typename Fn>
+int guarded(const char* fn, Fn&& body) {
+  try {
+    return body();
+  } catch (const kolo::Error& e) {
+    return fail(static_cast<int>(e.code()), e.what());
+  } catch (const std::exception& e) {
+    return fail(KOLO_ERR_INTERNAL, std::string(fn) + ": " + e.what());
+  }
+}
+
+// A C caller may pass any int as an enum: look at the bytes.
+template <typename T>
+int rawValue(const T& v) {
+  static_assert(sizeof(T) == sizeof(int));
+  int raw;
+  std::memcpy(&raw, &v, sizeof(raw));
+  return raw;
+}
+
+// The set `id` on this rank, or an error code (0 when found).
+int findSet(const char* fn, int id, ProcessSetPtr* out) {
+  std::lock_guard<std::mutex> lock(gMu);
+  if (!gState) return notInitialized(fn);
+  auto it = gState->sets.find(id);
+  if (it == gState->sets.end()) {
+    const int rank = gState->world->rank();
+    return invalid(std::string(fn) + ": process set " + std::to_string(id) +
+                   " is not known on rank " + std::to_string(rank) +
+                   " (never created here, destroyed, or this rank is not a member)");
+  }
+  *out = it->second;
+  return KOLO_OK;
+}
+
+kolo_handle addEntry(Entry entry) {
+  const kolo_handle h = gNextHandle.fetch_add(1);
+  std::lock_guard<std::mutex> lock(gMu);
+  if (gState) gState->handles.emplace(h, std::move(entry));
+  return h;
+}
+
+// A handle that failed at submission with a bad argument is not kept: the
+// submitting call returns that error instead. Other failures (the runtime
+// broken by a lost peer, shut down) stay in the handle for kolo_wait.
+int argumentError(const HandlePtr& handle) {
+  if (!handle->poll()) return KOLO_OK;
+  try {
+    handle->wait();
+  } catch (const kolo::Error& e) {
+    if (e.code() == kolo::ErrorCode::kInvalidArgument) {
+      return fail(KOLO_ERR_INVALID_ARGUMENT, e.what());
+    }
+  } catch (...) {
+  }
+  return KOLO_OK;
+}
+
+// Common checks of a submission's C arguments.
+int checkShape(const char* fn, const char* name, int ndim, const int64_t* shape) {
+  if (name == nullptr) return invalid(std::string(fn) + ": name is null");
+  if (ndim < 0) {
+    return invalid(std::string(fn) + " '" + name + "': negative ndim " +
+                   std::to_string(ndim));
+  }
+  if (ndim > 0 && shape == nullptr) {
+    return invalid(std::string(fn) + " '" + name + "': shape is null for ndim " +
+                   std::to_string(ndim));
+  }
+  return KOLO_OK;
+}
+
+int checkDtype(const char* fn, const char* name, kolo_dtype dtype) {
+  const int v = rawValue(dtype);
+  if (v < 0 || v >= kolo::kNumDataTypes) {
+    return invalid(std::string(fn) + " '" + name + "': unknown dtype value " +
+                   std::to_string(v));
+  }
+  return KOLO_OK;
+}
+
+int checkOp(const char* fn, const char* name, kolo_op op) {
+  const int v = rawValue(op);
+  if (v < 0 || v >= kolo::kNumReduceOps) {
+    return invalid(std::string(fn) + " '" + name + "': unknown op value " +
+                   std::to_string(v));
+  }
+  return KOLO_OK;
+}
+
+OpRequest makeRequest(const char* name, OpKind kind, int ndim, const int64_t* shape,
+                      kolo_dtype dtype) {
+  OpRequest r;
+  r.spec.name = name;
+  r.spec.kind = kind;
+  r.spec.dtype = static_cast<kolo::DataType>(rawValue(dtype));
+  if (ndim > 0) r.spec.shape.assign(shape, shape + ndim);
+  return r;
+}
+
+// Enqueues one request on set `id` and stores its handle.
+int submit(const char* fn, int id, OpRequest request, kolo_handle* out,
+           std::unique_ptr<std::vector<uint8_t>> owned = nullptr) {
+  if (out == nullptr) return invalid(std::string(fn) + ": handle pointer is null");
+  ProcessSetPtr set;
+  if (int rc = findSet(fn, id, &set)) return rc;
+  return guarded(fn, [&] {
+    const OpKind kind = request.spec.kind;
+    HandlePtr handle = set->runtime->enqueue(std::move(request));
+    if (int rc = argumentError(handle)) return rc;
+    *out = addEntry(Entry{std::move(handle), kind, std::move(owned)});
+    return KOLO_OK;
+  });
+}
+
+// The entry of `h` (copied out), or an error code.
+int findEntry(const char* fn, kolo_handle h, HandlePtr* handle, OpKind* kind = nullptr,
+              const std::vector<uint8_t>** owned = nullptr) {
+  std::lock_guard<std::mutex> lock(gMu);
+  if (!gState) return notInitialized(fn);
+  auto it = gState->handles.find(h);
+  if (it == gState->handles.end()) {
+    return invalid(std::string(fn) + ": unknown handle " + std::to_string(h) +
+                   " (never returned, or already released)");
+  }
+  *handle = it->second.handle;
+  if (kind) *kind = it->second.kind;
+  if (owned) *owned = it->second.owned.get();
+  return KOLO_OK;
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::ostringstream os;
+  for (size_t i = 0; i < ranks.size(); ++i) os << (i > 0 ? "-" : "") << ranks[i];
+  return os.str();
+}
+
+}  // namespace
+
+namespace kolo::capi {
+
+void startRuntimes(const std::shared_ptr<Communicator>& world) {
+  std::lock_guard<std::mutex> life(gLifecycleMu);
+  auto state = std::make_unique<State>();
+  state->world = world;
+  const auto options = runtime::RuntimeOptions::fromSettings(Settings::fromEnvironment());
+  state->options = options;
+  state->options.timelinePath.clear();  // KOLO_TIMELINE is set 0's
+
+  auto set = std::make_shared<ProcessSet>();
+  set->id = 0;
+  for (int r = 0; r < world->size(); ++r) set->ranks.push_back(r);
+  set->comm = world->split(set->ranks, "runtime/0");
+  set->runtime = std::make_unique<Runtime>(set->comm, options);
+  state->sets.emplace(0, std::move(set));
+
+  std::lock_guard<std::mutex> lock(gMu);
+  gState = std::move(state);
+}
+
+void stopRuntimes() {
+  std::lock_guard<std::mutex> life(gLifecycleMu);
+  std::unique_ptr<State> state;
+  {
+    std::lock_guard<std::mutex> lock(gMu);
+    state.swap(gState);
+  }
+  if (!state) return;
+  // Every runtime first (each stops in its next cycle on all its members,
+  // failing what is pending), then the communicators in id order: each
+  // release is a closing barrier over the set's members, and every member
+  // goes through its sets in the same order.
+  for (auto& [id, set] : state->sets) {
+    try {
+      set->runtime->shutdown();
+    } catch (...) {
+    }
+  }
+  state->handles.clear();
+  state->released.clear();
+  for (auto& [id, set] : state->sets) {
+    set->runtime.reset();
+    set->comm.reset();
+  }
+  state->sets.clear();
+  state->world.reset();
+}
+
+}  // namespace kolo::capi
+
+extern "C" {
+
+// ---- process sets -----------------------------------------------------------
+
+int kolo_process_set_create(const int* ranks, int n, int* id) {
+  const char* fn = "kolo_process_set_create";
+  if (ranks == nullptr || n <= 0) {
+    return invalid(std::string(fn) +
+                   ": needs a non-empty rank list (n = " + std::to_string(n) + ")");
+  }
+  if (id == nullptr) return invalid(std::string(fn) + ": id pointer is null");
+  const std::vector<int> list(ranks, ranks + n);
+  std::shared_ptr<kolo::Communicator> world;
+  kolo::runtime::RuntimeOptions options;
+  int generation = 0;
+  {
+    std::lock_guard<std::mutex> lock(gMu);
+    if (!gState) return notInitialized(fn);
+    world = gState->world;
+    options = gState->options;
+    generation = gState->generations[list];  // counted once the split succeeds
+  }
+  return guarded(fn, [&] {
+    auto set = std::make_shared<ProcessSet>();
+    set->ranks = list;
+    set->comm =
+        world->split(list, "set/" + rankList(list) + "/" + std::to_string(generation));
+    // Agree on the id: the largest of the members' next free ids.
+    int64_t mine = 0;
+    {
+      std::lock_guard<std::mutex> lock(gMu);
+      if (!gState) return notInitialized(fn);
+      gState->generations[list] = generation + 1;
+      mine = gState->nextSetId;
+    }
+    std::vector<int64_t> all(set->comm->size());
+    kolo::AllgatherOptions o;
+    o.send = &mine;
+    o.recv = all.data();
+    o.count = 1;
+    o.dtype = kolo::DataType::kInt64;
+    set->comm->allgather(o);
+    int64_t agreed = mine;
+    for (int64_t v : all) agreed = std::max(agreed, v);
+    set->id = static_cast<int>(agreed);
+    set->runtime = std::make_unique<Runtime>(set->comm, options);
+    std::lock_guard<std::mutex> lock(gMu);
+    if (!gState) return notInitialized(fn);
+    gState->nextSetId = set->id + 1;
+    gState->sets.emplace(set->id, set);
+    *id = set->id;
+    return KOLO_OK;
+  });
+}
+
+int kolo_process_set_destroy(int id) {
+  const char* fn = "kolo_process_set_destroy";
+  if (id == 0) {
+    return invalid(std::string(fn) +
+                   ": process set 0 (every rank) ends with kolo_finalize");
+  }
+  ProcessSetPtr set;
+  {
+    std::lock_guard<std::mutex> lock(gMu);
+    if (!gState) return notInitialized(fn);
+    auto it = gState->sets.find(id);
+    if (it == gState->sets.end()) {
+      return invalid(std::string(fn) + ": process set " + std::to_string(id) +
+                     " is not known on rank " + std::to_string(gState->world->rank()));
+    }
+    set = std::move(it->second);
+    gState->sets.erase(it);
+  }
+  return guarded(fn, [&] {
+    set->runtime->shutdown();  // pending handles of the set fail
+    set->runtime.reset();
+    set->comm.reset();  // closing barrier over the members
+    return KOLO_OK;
+  });
+}
+
+int kolo_process_set_rank(int id, int* rank) {
+  const char* fn = "kolo_process_set_rank";
+  if (rank == nullptr) return invalid(std::string(fn) + ": rank pointer is null");
+  if (id < 0) return invalid(std::string(fn) + ": negative id " + std::to_string(id));
+  std::lock_guard<std::mutex> lock(gMu);
+  if (!gState) return notInitialized(fn);
+  auto it = gState->sets.find(id);
+  // Only members know a set: an unknown id is one this rank is not in.
+  *rank = it == gState->sets.end() ? -1 : it->second->comm->rank();
+  return KOLO_OK;
+}
+
+int kolo_process_set_size(int id, int* size) {
+  const char* fn = "kolo_process_set_size";
+  if (size == nullptr) return invalid(std::string(fn) + ": size pointer is null");
+  ProcessSetPtr set;
+  if (int rc = findSet(fn, id, &set)) return rc;
+  *size = set->comm->size();
+  return KOLO_OK;
+}
+
+// ---- submission -----------------------------------------------------------------
+
+int kolo_allreduce_async(const char* name, const void* send, void* recv, int ndim,
+                         const int64_t* shape, kolo_dtype dtype, kolo_op op,
+                         double prescale, double postscale, int process_set,
+                         kolo_handle* handle) {
+  const char* fn = "kolo_allreduce_async";
+  if (int rc = checkShape(fn, name, ndim, shape)) return rc;
+  if (int rc = checkDtype(fn, name, dtype)) return rc;
+  if (int rc = checkOp(fn, name, op)) return rc;
+  OpRequest r = makeRequest(name, OpKind::kAllreduce, ndim, shape, dtype);
+  r.spec.op = static_cast<kolo::ReduceOp>(rawValue(op));
+  r.spec.prescale = prescale;
+  r.spec.postscale = postscale;
+  r.input = send;
+  r.output = recv;
+  return submit(fn, process_set, std::move(r), handle);
+}
+
+int kolo_grouped_allreduce_async(int n, const char* const* names,
+                                 const void* const* sends, void* const* recvs,
+                                 const int* ndims, const int64_t* const* shapes,
+                                 kolo_dtype dtype, kolo_op op, double prescale,
+                                 double postscale, int process_set,
+                                 kolo_handle* handles) {
+  const char* fn = "kolo_grouped_allreduce_async";
+  if (n < 0) return invalid(std::string(fn) + ": negative n " + std::to_string(n));
+  if (n == 0) return KOLO_OK;
+  if (names == nullptr || sends == nullptr || recvs == nullptr || ndims == nullptr ||
+      shapes == nullptr || handles == nullptr) {
+    return invalid(std::string(fn) + ": a null array for " + std::to_string(n) +
+                   " operations");
+  }
+  std::vector<OpRequest> requests;
+  for (int i = 0; i < n; ++i) {
+    if (int rc = checkShape(fn, names[i], ndims[i], shapes[i])) return rc;
+    if (int rc = checkDtype(fn, names[i], dtype)) return rc;
+    if (int rc = checkOp(fn, names[i], op)) return rc;
+    OpRequest r = makeRequest(names[i], OpKind::kAllreduce, ndims[i], shapes[i], dtype);
+    r.spec.op = static_cast<kolo::ReduceOp>(rawValue(op));
+    r.spec.prescale = prescale;
+    r.spec.postscale = postscale;
+    r.input = sends[i];
+    r.output = recvs[i];
+    requests.push_back(std::move(r));
+  }
+  ProcessSetPtr set;
+  if (int rc = findSet(fn, process_set, &set)) return rc;
+  return guarded(fn, [&] {
+    auto hs = set->runtime->enqueueGroup(std::move(requests));
+    // A bad member fails the whole group at once: report it here.
+    for (const auto& h : hs) {
+      if (int rc = argumentError(h)) return rc;
+    }
+    for (size_t i = 0; i < hs.size(); ++i) {
+      handles[i] = addEntry(Entry{hs[i], OpKind::kAllreduce, nullptr});
+    }
+    return KOLO_OK;
+  });
+}
+
+int kolo_allgather_async(const char* name, const void* send, int ndim,
+                         const int64_t* shape, kolo_dtype dtype, int process_set,
+                         kolo_handle* handle) {
+  const char* fn = "kolo_allgather_async";
+  if (int rc = checkShape(fn, name, ndim, shape)) return rc;
+  if (int rc = checkDtype(fn, name, dtype)) return rc;
+  OpRequest r = makeRequest(name, OpKind::kAllgather, ndim, shape, dtype);
+  r.input = send;
+  return submit(fn, process_set, std::move(r), handle);
+}
+
+int kolo_broadcast_async(const char* name, void* buf, int ndim, const int64_t* shape,
+                         kolo_dtype dtype, int root, int process_set,
+                         kolo_handle* handle) {
+  const char* fn = "kolo_broadcast_async";
+  if (int rc = checkShape(fn, name, ndim, shape)) return rc;
+  if (int rc = checkDtype(fn, name, dtype)) return rc;
+  OpRequest r = makeRequest(name, OpKind::kBroadcast, ndim, shape, dtype);
+  r.spec.root = root;
+  r.input = buf;
+  r.output = buf;
+  return submit(fn, process_set, std::move(r), handle);
+}
+
+int kolo_alltoall_async(const char* name, const void* send, int ndim,
+                        const int64_t* shape, const int64_t* splits, int nsplits,
+                        kolo_dtype dtype, int process_set, kolo_handle* handle) {
+  const char* fn = "kolo_alltoall_async";
+  if (int rc = checkShape(fn, name, ndim, shape)) return rc;
+  if (int rc = checkDtype(fn, name, dtype)) return rc;
+  if (splits != nullptr && nsplits <= 0) {
+    return invalid(std::string(fn) + " '" + name + "': " + std::to_string(nsplits) +
+                   " splits given");
+  }
+  OpRequest r = makeRequest(name, OpKind::kAlltoall, ndim, shape, dtype);
+  if (splits != nullptr) r.splits.assign(splits, splits + nsplits);
+  r.input = send;
+  return submit(fn, process_set, std::move(r), handle);
+}
+
+int kolo_reducescatter_async(const char* name, const void* send, int ndim,
+                             const int64_t* shape, kolo_dtype dtype, kolo_op op,
+                             int process_set, kolo_handle* handle) {
+  const char* fn = "kolo_reducescatter_async";
+  if (int rc = checkShape(fn, name, ndim, shape)) return rc;
+  if (int rc = checkDtype(fn, name, dtype)) return rc;
+  if (int rc = checkOp(fn, name, op)) return rc;
+  OpRequest r = makeRequest(name, OpKind::kReduceScatter, ndim, shape, dtype);
+  r.spec.op = static_cast<kolo::ReduceOp>(rawValue(op));
+  r.input = send;
+  // The output (shape[0] / size rows) is kolo's, read with
+  // kolo_handle_output. A shape the runtime will reject gets no buffer.
+  int size = 0;
+  if (int rc = kolo_process_set_size(process_set, &size)) return rc;
+  auto owned = std::make_unique<std::vector<uint8_t>>();
+  bool valid =
+      ndim > 0 && size > 0 && r.spec.shape[0] >= 0 && r.spec.shape[0] % size == 0;
+  for (int64_t d : r.spec.shape) valid = valid && d >= 0;
+  if (valid) owned->resize(r.spec.bytes() / static_cast<size_t>(size));
+  // With no bytes to write (no rows, or a shape the runtime rejects with its
+  // own message) the runtime still wants a non-null output pointer.
+  static uint8_t nothing;
+  r.output = owned->empty() ? &nothing : owned->data();
+  return submit(fn, process_set, std::move(r), handle, std::move(owned));
+}
+
+int kolo_barrier_async(int process_set, kolo_handle* handle) {
+  const char* fn = "kolo_barrier_async";
+  ProcessSetPtr set;
+  if (int rc = findSet(fn, process_set, &set)) return rc;
+  // Barriers are matched by their position: the n-th barrier of a set on
+  // every member.
+  const std::string name = "kolo.barrier." + std::to_string(set->barriers.fetch_add(1));
+  OpRequest r;
+  r.spec.name = name;
+  r.spec.kind = OpKind::kBarrier;
+  return submit(fn, process_set, std::move(r), handle);
+}
+
+int kolo_join_async(int process_set, kolo_handle* handle) {
+  const char* fn = "kolo_join_async";
+  if (handle == nullptr) return invalid(std::string(fn) + ": handle pointer is null");
+  ProcessSetPtr set;
+  if (int rc = findSet(fn, process_set, &set)) return rc;
+  return guarded(fn, [&] {
+    *handle = addEntry(Entry{set->runtime->join(), OpKind::kJoin, nullptr});
+    return KOLO_OK;
+  });
+}
+
+// ---- completion -----------------------------------------------------------------
+
+int kolo_poll(kolo_handle handle, int* done) {
+  if (done == nullptr) return invalid("kolo_poll: done pointer is null");
+  HandlePtr h;
+  if (int rc = findEntry("kolo_poll", handle, &h)) return rc;
+  *done = h->poll() ? 1 : 0;
+  return KOLO_OK;
+}
+
+int kolo_wait(kolo_handle handle) {
+  HandlePtr h;
+  if (int rc = findEntry("kolo_wait", handle, &h)) return rc;
+  return guarded("kolo_wait", [&] {
+    h->wait();
+    return KOLO_OK;
+  });
+}
+
+int kolo_handle_output(kolo_handle handle, const void** data, size_t* bytes, int* ndim,
+                       const int64_t** shape) {
+  const char* fn = "kolo_handle_output";
+  if (data == nullptr || bytes == nullptr || ndim == nullptr || shape == nullptr) {
+    return invalid(std::string(fn) + ": a null output pointer");
+  }
+  HandlePtr h;
+  OpKind kind;
+  const std::vector<uint8_t>* owned = nullptr;
+  if (int rc = findEntry(fn, handle, &h, &kind, &owned)) return rc;
+  if (kind != OpKind::kAllgather && kind != OpKind::kAlltoall &&
+      kind != OpKind::kReduceScatter) {
+    return invalid(std::string(fn) + ": " + kolo::runtime::toString(kind) + " '" +
+                   h->name() +
+                   "' has no output of kolo's (its result is in the buffer given)");
+  }
+  if (!h->poll()) {
+    return invalid(std::string(fn) + ": " + kolo::runtime::toString(kind) + " '" +
+                   h->name() + "' is still pending (kolo_wait first)");
+  }
+  return guarded(fn, [&] {
+    h->wait();  // a failed operation has no output: its error
+    const std::vector<uint8_t>& out =
+        kind == OpKind::kReduceScatter ? *owned : h->output();
+    *data = out.data();
+    *bytes = out.size();
+    *ndim = static_cast<int>(h->outputShape().size());
+    *shape = h->outputShape().data();
+    return KOLO_OK;
+  });
+}
+
+int kolo_release(kolo_handle handle) {
+  std::lock_guard<std::mutex> lock(gMu);
+  if (!gState) return notInitialized("kolo_release");
+  auto it = gState->handles.find(handle);
+  if (it == gState->handles.end()) {
+    return invalid("kolo_release: unknown handle " + std::to_string(handle) +
+                   " (never returned, or already released)");
+  }
+  auto& released = gState->released;
+  std::erase_if(released, [](const Entry& e) { return e.handle->poll(); });
+  if (!it->second.handle->poll()) released.push_back(std::move(it->second));
+  gState->handles.erase(it);
+  return KOLO_OK;
+}
+
+// ---- tools ------------------------------------------------------------------------
+
+int kolo_start_timeline(const char* path) {
+  const char* fn = "kolo_start_timeline";
+  if (path == nullptr || *path == '\0') return invalid(std::string(fn) + ": empty path");
+  ProcessSetPtr set;
+  if (int rc = findSet(fn, 0, &set)) return rc;
+  return guarded(fn, [&] {
+    set->runtime->startTimeline(path);
+    return KOLO_OK;
+  });
+}
+
+int kolo_stop_timeline(void) {
+  ProcessSetPtr set;
+  if (int rc = findSet("kolo_stop_timeline", 0, &set)) return rc;
+  return guarded("kolo_stop_timeline", [&] {
+    set->runtime->stopTimeline();
+    return KOLO_OK;
+  });
+}
+
+int kolo_straggler_report(int process_set, kolo_rank_lag* lags, int size) {
+  const char* fn = "kolo_straggler_report";
+  ProcessSetPtr set;
+  if (int rc = findSet(fn, process_set, &set)) return rc;
+  if (lags == nullptr || size != set->comm->size()) {
+    return invalid(std::string(fn) + ": process set " + std::to_string(process_set) +
+                   " has " + std::to_string(set->comm->size()) + " ranks; got " +
+                   (lags == nullptr ? std::string("a null array")
+                                    : "room for " + std::to_string(size)));
+  }
+  return guarded(fn, [&] {
+    const auto report = set->runtime->stragglerReport();
+    for (int i = 0; i < size; ++i) {
+      const auto& r = report.ranks.at(i);
+      lags[i].operations = r.operations;
+      lags[i].times_last = r.timesLast;
+      lags[i].mean_lag_seconds = r.meanLagSeconds;
+      lags[i].max_lag_seconds = r.maxLagSeconds;
+    }
+    return KOLO_OK;
+  });
+}
+
+}  // extern "C"
