@@ -7,7 +7,8 @@
 # when python3-matplotlib is installed.
 #
 #   bench/fusion.sh [--build-dir build] [--repeats 3] [--windows 5]
-#                   [--window-time 0.5] [--out DIR] [--nice N] [--strict]
+#                   [--window-time 0.5] [--stat best|median] [--out DIR] [--nice N]
+#                   [--strict] [--from DIR]
 #
 # Workloads (tools/bench/fusion_workload.h), each step submitting every
 # tensor's average allreduce in backward order, then waiting for all:
@@ -22,7 +23,9 @@
 #                 64 MiB vs the same through the Runtime, and one allreduce of
 #                 (a)'s total bytes (the reference of the 15% goal)
 # Each tool reports the median steps/s of its timed windows; each peer runs
-# --repeats times, the runs interleaved, and the median of the runs is kept.
+# --repeats times, the runs interleaved, and the best run (highest steps/s:
+# the one least disturbed on a shared machine) or the median run is kept.
+# --from DIR prints the tables again from an earlier run's raw output.
 #
 # Exit status: 0 when every run worked and every result was right (goals
 # missed are reported; with --strict they exit 3); 1 when a run failed or a
@@ -38,6 +41,8 @@ WINDOW_TIME=0.5
 OUT_DIR=""
 NICE=0
 STRICT=0
+STAT=best
+FROM=""
 PYTHON=/usr/bin/python3
 RUN_TIMEOUT=600
 
@@ -50,7 +55,9 @@ Options:
   --repeats R        runs per peer ($REPEATS)
   --windows N        timed windows per run ($WINDOWS)
   --window-time S    seconds per window ($WINDOW_TIME)
+  --stat S           best (highest steps/s of the runs) or median ($STAT)
   --out DIR          keep the raw JSON, logs and fusion.png there (default: a temp dir)
+  --from DIR         no runs: the tables (and plot) from DIR's raw output
   --nice N           run every peer under 'nice -n N'
   --strict           exit 3 when a goal is missed
 EOF
@@ -74,6 +81,8 @@ while [ $# -gt 0 ]; do
     --repeats) REPEATS="$2" ;;
     --windows) WINDOWS="$2" ;;
     --window-time) WINDOW_TIME="$2" ;;
+    --stat) STAT="$2" ;;
+    --from) FROM="$2" ;;
     --out) OUT_DIR="$2" ;;
     --nice) NICE="$2" ;;
     *) die_usage "$1: unknown option" ;;
@@ -85,96 +94,102 @@ done
 [[ "$WINDOWS" =~ ^[1-9][0-9]*$ ]] || die_usage "--windows '$WINDOWS': expected a positive integer"
 [[ "$WINDOW_TIME" =~ ^[0-9]*\.?[0-9]+$ ]] || die_usage "--window-time '$WINDOW_TIME': expected seconds"
 [[ "$NICE" =~ ^-?[0-9]+$ ]] || die_usage "--nice '$NICE': expected an integer"
+[[ "$STAT" == best || "$STAT" == median ]] || die_usage "--stat '$STAT': expected best or median"
 
-BUILD_DIR="$(cd "$BUILD_DIR" 2> /dev/null && pwd)" || die_usage "--build-dir: no such directory"
-BIN="$BUILD_DIR/bin"
-for tool in kolorun kolo-fusion-bench; do
-  [ -x "$BIN/$tool" ] || die_usage "--build-dir '$BUILD_DIR': no $BIN/$tool (build it first)"
-done
-if [ -z "$OUT_DIR" ]; then
-  OUT_DIR="$(mktemp -d /tmp/kolo-fusion.XXXXXX)"
-fi
-mkdir -p "$OUT_DIR" || die_usage "--out '$OUT_DIR': cannot create it"
-OUT_DIR="$(cd "$OUT_DIR" && pwd)"
-
-WORKLOADS=(resnet50 small)
-for w in "${WORKLOADS[@]}"; do
-  "$BIN/kolo-fusion-bench" --print-tensors "$w" > "$OUT_DIR/$w.tensors"
-done
-
-PEERS=(kolo-fused kolo-unfused)
-if [ -x "$BIN/mpi-fusion-bench" ] && command -v mpirun > /dev/null; then
-  PEERS+=(mpi)
-else
-  echo "# note: no $BIN/mpi-fusion-bench or mpirun: the MPI column stays empty" >&2
-fi
-if "$PYTHON" -c "import torch.distributed as d; assert d.is_gloo_available()" 2> /dev/null; then
-  PEERS+=(gloo)
-else
-  echo "# note: $PYTHON lacks torch with gloo (python3-torch): the gloo column stays empty" >&2
-fi
-
-RUN=(timeout "$RUN_TIMEOUT")
-[ "$NICE" -ne 0 ] && RUN=(nice -n "$NICE" timeout "$RUN_TIMEOUT")
-COMMON=(--json --windows "$WINDOWS" --window-time "$WINDOW_TIME")
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-
-run_peer() {  # peer, workload, output file
-  local peer="$1" w="$2" out="$3"
-  case "$peer" in
-    kolo-fused)
-      KOLO_FUSION_THRESHOLD=67108864 "${RUN[@]}" "$BIN/kolorun" -np "$NP" \
-        "$BIN/kolo-fusion-bench" --workload "$w" "${COMMON[@]}" ;;
-    kolo-unfused)
-      KOLO_FUSION_THRESHOLD=0 "${RUN[@]}" "$BIN/kolorun" -np "$NP" \
-        "$BIN/kolo-fusion-bench" --workload "$w" "${COMMON[@]}" ;;
-    mpi)
-      "${RUN[@]}" mpirun -np "$NP" --oversubscribe "$BIN/mpi-fusion-bench" \
-        --tensors "$OUT_DIR/$w.tensors" --workload "$w" "${COMMON[@]}" ;;
-    gloo)
-      "${RUN[@]}" "$PYTHON" "$ROOT/bench/gloo_fusion.py" -np "$NP" \
-        --tensors "$OUT_DIR/$w.tensors" --workload "$w" "${COMMON[@]}" ;;
-    direct)
-      KOLO_FUSION_THRESHOLD=67108864 "${RUN[@]}" "$BIN/kolorun" -np "$NP" \
-        "$BIN/kolo-fusion-bench" --mode direct "${COMMON[@]}" ;;
-  esac > "$out" 2> "${out%.jsonl}.stderr"
-}
-
-cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
-echo "# fusion: $NP ranks on one host; workloads (a) resnet50, (b) small; peers ${PEERS[*]} + direct"
-echo "# machine: $(nproc) cores, $cpu, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# each run: $WINDOWS windows of ~$WINDOW_TIME s, median steps/s; $REPEATS runs per peer" \
-  "(interleaved), median of the runs kept"
-echo "# raw output: $OUT_DIR$([ "$NICE" -ne 0 ] && echo ", peers run under nice -n $NICE")"
 failed=0
-for rep in $(seq 1 "$REPEATS"); do
-  jobs=()
-  for w in "${WORKLOADS[@]}"; do
-    for peer in "${PEERS[@]}"; do jobs+=("$peer:$w"); done
+PEERS=()
+if [ -n "$FROM" ]; then
+  [ -d "$FROM" ] || die_usage "--from '$FROM': no such directory"
+  OUT_DIR="$(cd "$FROM" && pwd)"
+else
+  BUILD_DIR="$(cd "$BUILD_DIR" 2> /dev/null && pwd)" || die_usage "--build-dir: no such directory"
+  BIN="$BUILD_DIR/bin"
+  for tool in kolorun kolo-fusion-bench; do
+    [ -x "$BIN/$tool" ] || die_usage "--build-dir '$BUILD_DIR': no $BIN/$tool (build it first)"
   done
-  jobs+=("direct:-")
-  for job in "${jobs[@]}"; do
-    peer="${job%%:*}" w="${job#*:}"
-    out="$OUT_DIR/$peer.$w.run$rep.jsonl"
-    start=$(date +%s%N)
-    status=ok
-    run_peer "$peer" "$w" "$out" || { status="FAILED (exit $?)"; failed=1; }
-    elapsed_ms=$((($(date +%s%N) - start) / 1000000))
-    printf '# run %d/%d %-12s %-8s %4d.%01d s  %s\n' "$rep" "$REPEATS" "$peer" "$w" \
-      $((elapsed_ms / 1000)) $((elapsed_ms % 1000 / 100)) "$status"
-    if [ "$status" != ok ]; then
-      sed 's/^/#   /' "${out%.jsonl}.stderr" | tail -5
-    fi
-  done
-done
-echo "# load after the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
+  if [ -z "$OUT_DIR" ]; then
+    OUT_DIR="$(mktemp -d /tmp/kolo-fusion.XXXXXX)"
+  fi
+  mkdir -p "$OUT_DIR" || die_usage "--out '$OUT_DIR': cannot create it"
+  OUT_DIR="$(cd "$OUT_DIR" && pwd)"
 
+  WORKLOADS=(resnet50 small)
+  for w in "${WORKLOADS[@]}"; do
+    "$BIN/kolo-fusion-bench" --print-tensors "$w" > "$OUT_DIR/$w.tensors"
+  done
+
+  PEERS=(kolo-fused kolo-unfused)
+  if [ -x "$BIN/mpi-fusion-bench" ] && command -v mpirun > /dev/null; then
+    PEERS+=(mpi)
+  else
+    echo "# note: no $BIN/mpi-fusion-bench or mpirun: the MPI column stays empty" >&2
+  fi
+  if "$PYTHON" -c "import torch.distributed as d; assert d.is_gloo_available()" 2> /dev/null; then
+    PEERS+=(gloo)
+  else
+    echo "# note: $PYTHON lacks torch with gloo (python3-torch): the gloo column stays empty" >&2
+  fi
+
+  RUN=(timeout "$RUN_TIMEOUT")
+  [ "$NICE" -ne 0 ] && RUN=(nice -n "$NICE" timeout "$RUN_TIMEOUT")
+  COMMON=(--json --windows "$WINDOWS" --window-time "$WINDOW_TIME")
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+  run_peer() {  # peer, workload, output file
+    local peer="$1" w="$2" out="$3"
+    case "$peer" in
+      kolo-fused)
+        KOLO_FUSION_THRESHOLD=67108864 "${RUN[@]}" "$BIN/kolorun" -np "$NP" \
+          "$BIN/kolo-fusion-bench" --workload "$w" "${COMMON[@]}" ;;
+      kolo-unfused)
+        KOLO_FUSION_THRESHOLD=0 "${RUN[@]}" "$BIN/kolorun" -np "$NP" \
+          "$BIN/kolo-fusion-bench" --workload "$w" "${COMMON[@]}" ;;
+      mpi)
+        "${RUN[@]}" mpirun -np "$NP" --oversubscribe "$BIN/mpi-fusion-bench" \
+          --tensors "$OUT_DIR/$w.tensors" --workload "$w" "${COMMON[@]}" ;;
+      gloo)
+        "${RUN[@]}" "$PYTHON" "$ROOT/bench/gloo_fusion.py" -np "$NP" \
+          --tensors "$OUT_DIR/$w.tensors" --workload "$w" "${COMMON[@]}" ;;
+      direct)
+        KOLO_FUSION_THRESHOLD=67108864 "${RUN[@]}" "$BIN/kolorun" -np "$NP" \
+          "$BIN/kolo-fusion-bench" --mode direct "${COMMON[@]}" ;;
+    esac > "$out" 2> "${out%.jsonl}.stderr"
+  }
+
+  cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
+  echo "# fusion: $NP ranks on one host; workloads (a) resnet50, (b) small; peers ${PEERS[*]} + direct"
+  echo "# machine: $(nproc) cores, $cpu, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "# each run: $WINDOWS windows of ~$WINDOW_TIME s, median steps/s; $REPEATS runs per peer" \
+    "(interleaved), median of the runs kept"
+  echo "# raw output: $OUT_DIR$([ "$NICE" -ne 0 ] && echo ", peers run under nice -n $NICE")"
+  for rep in $(seq 1 "$REPEATS"); do
+    jobs=()
+    for w in "${WORKLOADS[@]}"; do
+      for peer in "${PEERS[@]}"; do jobs+=("$peer:$w"); done
+    done
+    jobs+=("direct:-")
+    for job in "${jobs[@]}"; do
+      peer="${job%%:*}" w="${job#*:}"
+      out="$OUT_DIR/$peer.$w.run$rep.jsonl"
+      start=$(date +%s%N)
+      status=ok
+      run_peer "$peer" "$w" "$out" || { status="FAILED (exit $?)"; failed=1; }
+      elapsed_ms=$((($(date +%s%N) - start) / 1000000))
+      printf '# run %d/%d %-12s %-8s %4d.%01d s  %s\n' "$rep" "$REPEATS" "$peer" "$w" \
+        $((elapsed_ms / 1000)) $((elapsed_ms % 1000 / 100)) "$status"
+      if [ "$status" != ok ]; then
+        sed 's/^/#   /' "${out%.jsonl}.stderr" | tail -5
+      fi
+    done
+  done
+  echo "# load after the runs: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+fi
 rc=0
-"$PYTHON" - "$OUT_DIR" "$NP" "$STRICT" "${PEERS[@]}" <<'EOF' || rc=$?
+"$PYTHON" - "$OUT_DIR" "$NP" "$STRICT" "$STAT" <<'EOF' || rc=$?
 import glob, json, os, statistics, sys
 
-out_dir, np, strict = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
-peers = sys.argv[4:]
+out_dir, np, strict, stat = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
 
 # runs[(peer, workload, case)] = [steps/s of each run]
 runs, wrong, meta = {}, [], {}
@@ -197,7 +212,7 @@ for path in sorted(glob.glob(os.path.join(out_dir, "*.run*.jsonl"))):
 def sps(peer, workload, case=None):
     case = case or {"kolo-fused": "runtime", "kolo-unfused": "runtime"}.get(peer, peer)
     v = runs.get((peer, workload, case))
-    return statistics.median(v) if v else None
+    return (max(v) if stat == "best" else statistics.median(v)) if v else None
 
 def ratio(a, b):
     return a / b if (a and b) else None
@@ -205,7 +220,8 @@ def ratio(a, b):
 fmt = lambda v, d=1: f"{v:.{d}f}" if v is not None else "-"
 names = {"resnet50": "(a) resnet50", "small": "(b) small"}
 cols = ["kolo-fused", "kolo-unfused", "mpi", "gloo"]
-print("\n## steps per second (median of the runs; higher is better)\n")
+nruns = max((len(v) for v in runs.values()), default=0)
+print(f"\n## steps per second ({stat} of {nruns} runs; higher is better)\n")
 print("| workload | tensors | MiB | kolo fused | kolo unfused | MPI per tensor | gloo per tensor"
       " | fused / unfused | fused / MPI | fused / gloo |")
 print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -222,7 +238,7 @@ for w in ("resnet50", "small"):
 d64, r64, dtot, copy = (sps("direct", "-", c)
                         for c in ("direct-64M", "runtime-64M", "direct-total", "copy-total"))
 ms = lambda s: 1e3 / s if s else None
-print("\n## single collectives (ms per call, median of the runs)\n")
+print(f"\n## single collectives (ms per call, {stat} of the runs)\n")
 print("copy-total: (a)'s tensors copied into one buffer and back, no collective (what a\n"
       "fusion buffer adds to direct-total)\n")
 print("| case | bytes | ms |")
