@@ -1,0 +1,521 @@
+// kolo._native: the Python binding of kolo's C API (include/kolo/kolo.h and
+// include/kolo/runtime.h), and nothing else. It never includes a
+// framework's headers: tensors cross as raw data addresses (Python ints) or
+// objects with the buffer protocol, plus a shape and a dtype code, so one
+// build serves every framework version (docs/python.md).
+//
+// Errors: every non-zero C return code becomes an exception whose class
+// follows the code (KoloError and its subclasses, created here) and whose
+// message is kolo_last_error(); `.code` holds the code. Nothing aborts the
+// interpreter.
+//
+// The GIL is released around every call that can block on other ranks
+// (wait, the synchronous collectives, init, shutdown, process set
+// creation and destruction).
+#include <kolo/kolo.h>
+#include <kolo/runtime.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+// The exception classes, by error code (filled at import).
+struct Errors {
+  PyObject* base = nullptr;
+  PyObject* mismatch = nullptr;
+  PyObject* peerLost = nullptr;
+  PyObject* timeout = nullptr;
+  PyObject* notInitialized = nullptr;
+  PyObject* invalidArgument = nullptr;
+};
+Errors gErrors;
+
+PyObject* classFor(int code) {
+  switch (code) {
+    case KOLO_ERR_MISMATCH: return gErrors.mismatch;
+    case KOLO_ERR_PEER_LOST: return gErrors.peerLost;
+    case KOLO_ERR_TIMEOUT: return gErrors.timeout;
+    case KOLO_ERR_NOT_INITIALIZED: return gErrors.notInitialized;
+    case KOLO_ERR_INVALID_ARGUMENT: return gErrors.invalidArgument;
+    default: return gErrors.base;
+  }
+}
+
+[[noreturn]] void raise(int code, const std::string& message) {
+  PyObject* cls = classFor(code);
+  py::object exc = py::reinterpret_borrow<py::object>(cls)(message);
+  exc.attr("code") = code;
+  exc.attr("code_name") = kolo_error_name(code);
+  PyErr_SetObject(cls, exc.ptr());
+  throw py::error_already_set();
+}
+
+// Raises for a non-zero code, with the calling thread's kolo_last_error().
+void check(int rc) {
+  if (rc != KOLO_OK) raise(rc, kolo_last_error());
+}
+
+// A data address: a Python int, or an object with the buffer protocol (the
+// caller keeps it alive until the operation ends). None is a null pointer.
+void* addressOf(const py::handle& obj, bool writable) {
+  if (obj.is_none()) return nullptr;
+  if (py::isinstance<py::int_>(obj)) {
+    return reinterpret_cast<void*>(obj.cast<uintptr_t>());
+  }
+  if (PyObject_CheckBuffer(obj.ptr())) {
+    Py_buffer view;
+    const int flags = writable ? (PyBUF_WRITABLE | PyBUF_ANY_CONTIGUOUS) : PyBUF_ANY_CONTIGUOUS;
+    if (PyObject_GetBuffer(obj.ptr(), &view, flags) != 0) throw py::error_already_set();
+    void* p = view.buf;
+    PyBuffer_Release(&view);
+    return p;
+  }
+  raise(KOLO_ERR_INVALID_ARGUMENT,
+        "expected a data address (int) or a contiguous buffer, got " +
+            std::string(py::str(py::type::of(obj))));
+}
+
+// Any int as a C enum: the C API checks the value (an int outside the
+// enumerators must not go through static_cast).
+template <typename E>
+E asEnum(int v) {
+  static_assert(sizeof(E) == sizeof(int));
+  E e;
+  std::memcpy(&e, &v, sizeof(e));
+  return e;
+}
+
+int dims(const std::vector<int64_t>& shape) {
+  return static_cast<int>(shape.size());
+}
+
+const int64_t* dimsData(const std::vector<int64_t>& shape) {
+  return shape.empty() ? nullptr : shape.data();
+}
+
+int layoutValue(int v) {
+  if (v < 0) raise(KOLO_ERR_NOT_INITIALIZED, kolo_last_error());
+  return v;
+}
+
+PyObject* newError(py::module_& m, const char* name, PyObject* bases, const char* doc) {
+  const std::string full = std::string("kolo._native.") + name;
+  PyObject* cls = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases, nullptr);
+  if (cls == nullptr) throw py::error_already_set();
+  m.add_object(name, py::handle(cls));  // the module keeps a reference
+  return cls;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "kolo's C API for Python (docs/python.md). Tensors cross as data "
+            "addresses plus shape and dtype; kolo.numpy and kolo.torch build on it.";
+
+  // ---- exceptions ----
+  gErrors.base = newError(m, "KoloError", PyExc_RuntimeError,
+                          "A kolo call failed; .code is the kolo_error code, the "
+                          "message is kolo_last_error().");
+  auto sub = [&](const char* name, PyObject* also, const char* doc) {
+    py::tuple bases = also ? py::make_tuple(py::handle(gErrors.base), py::handle(also))
+                           : py::make_tuple(py::handle(gErrors.base));
+    return newError(m, name, bases.ptr(), doc);
+  };
+  gErrors.mismatch = sub("MismatchError", nullptr,
+                         "Ranks disagree on an operation (shape, dtype, op, root...).");
+  gErrors.peerLost = sub("PeerLostError", nullptr,
+                         "A peer process died, closed its link or shut down.");
+  gErrors.timeout = sub("KoloTimeoutError", PyExc_TimeoutError,
+                        "A peer stopped answering (KOLO_TIMEOUT), or a stall shutdown.");
+  gErrors.notInitialized = sub("NotInitializedError", nullptr,
+                               "Called before init() or after shutdown().");
+  gErrors.invalidArgument =
+      sub("InvalidArgumentError", PyExc_ValueError,
+          "A bad argument: unknown dtype or op, bad shape, root, splits, name...");
+
+  // ---- codes ----
+  m.attr("FLOAT32") = static_cast<int>(KOLO_FLOAT32);
+  m.attr("FLOAT64") = static_cast<int>(KOLO_FLOAT64);
+  m.attr("FLOAT16") = static_cast<int>(KOLO_FLOAT16);
+  m.attr("BFLOAT16") = static_cast<int>(KOLO_BFLOAT16);
+  m.attr("INT32") = static_cast<int>(KOLO_INT32);
+  m.attr("INT64") = static_cast<int>(KOLO_INT64);
+  m.attr("UINT8") = static_cast<int>(KOLO_UINT8);
+  m.attr("SUM") = static_cast<int>(KOLO_SUM);
+  m.attr("AVG") = static_cast<int>(KOLO_AVG);
+  m.attr("MIN") = static_cast<int>(KOLO_MIN);
+  m.attr("MAX") = static_cast<int>(KOLO_MAX);
+  m.attr("PROD") = static_cast<int>(KOLO_PROD);
+  m.attr("ERR_INVALID_ARGUMENT") = static_cast<int>(KOLO_ERR_INVALID_ARGUMENT);
+  m.attr("ERR_NOT_INITIALIZED") = static_cast<int>(KOLO_ERR_NOT_INITIALIZED);
+  m.attr("ERR_ALREADY_INITIALIZED") = static_cast<int>(KOLO_ERR_ALREADY_INITIALIZED);
+  m.attr("ERR_MISMATCH") = static_cast<int>(KOLO_ERR_MISMATCH);
+  m.attr("ERR_PEER_LOST") = static_cast<int>(KOLO_ERR_PEER_LOST);
+  m.attr("ERR_TIMEOUT") = static_cast<int>(KOLO_ERR_TIMEOUT);
+  m.attr("ERR_IO") = static_cast<int>(KOLO_ERR_IO);
+  m.attr("ERR_INTERNAL") = static_cast<int>(KOLO_ERR_INTERNAL);
+  m.def("error_name", &kolo_error_name, py::arg("code"));
+  m.def(
+      "dtype_size",
+      [](int dtype) -> int {
+        switch (dtype) {
+          case KOLO_FLOAT32:
+          case KOLO_INT32: return 4;
+          case KOLO_FLOAT64:
+          case KOLO_INT64: return 8;
+          case KOLO_FLOAT16:
+          case KOLO_BFLOAT16: return 2;
+          case KOLO_UINT8: return 1;
+        }
+        raise(KOLO_ERR_INVALID_ARGUMENT, "unknown dtype value " + std::to_string(dtype));
+      },
+      py::arg("dtype"), "Bytes per element of a dtype code.");
+
+  // ---- lifetime and layout ----
+  m.def(
+      "init",
+      [] {
+        if (kolo_initialized()) return;  // idempotent, like Horovod's init
+        int rc;
+        {
+          py::gil_scoped_release nogil;
+          rc = kolo_init();
+        }
+        check(rc);
+      },
+      "Joins the job (layout from kolorun, mpirun, srun or torchrun variables) and "
+      "starts the runtime. A second call does nothing.");
+  m.def(
+      "shutdown",
+      [] {
+        if (!kolo_initialized()) return;
+        int rc;
+        {
+          py::gil_scoped_release nogil;
+          rc = kolo_finalize();
+        }
+        check(rc);
+      },
+      "Stops the runtimes (pending operations fail) and leaves the job. Does nothing "
+      "when not initialized.");
+  m.def("is_initialized", [] { return kolo_initialized() == 1; });
+  m.def("rank", [] { return layoutValue(kolo_rank()); });
+  m.def("size", [] { return layoutValue(kolo_size()); });
+  m.def("local_rank", [] { return layoutValue(kolo_local_rank()); });
+  m.def("local_size", [] { return layoutValue(kolo_local_size()); });
+  m.def("cross_rank", [] { return layoutValue(kolo_cross_rank()); });
+  m.def("cross_size", [] { return layoutValue(kolo_cross_size()); });
+
+  // ---- asynchronous operations (the runtime) ----
+  m.def(
+      "allreduce_async",
+      [](const std::string& name, py::handle send, py::handle recv,
+         std::vector<int64_t> shape, int dtype, int op, double prescale, double postscale,
+         int processSet) {
+        kolo_handle h = 0;
+        check(kolo_allreduce_async(name.c_str(), addressOf(send, false),
+                                   addressOf(recv, true), dims(shape), dimsData(shape),
+                                   asEnum<kolo_dtype>(dtype), asEnum<kolo_op>(op),
+                                   prescale, postscale, processSet, &h));
+        return h;
+      },
+      py::arg("name"), py::arg("send_ptr"), py::arg("recv_ptr"), py::arg("shape"),
+      py::arg("dtype"), py::arg("op"), py::arg("prescale") = 1.0,
+      py::arg("postscale") = 1.0, py::arg("process_set") = 0,
+      "Submits an allreduce; recv may equal send. Returns a handle.");
+  m.def(
+      "grouped_allreduce_async",
+      [](const std::vector<std::string>& names, const std::vector<py::handle>& sends,
+         const std::vector<py::handle>& recvs, const std::vector<std::vector<int64_t>>& shapes,
+         int dtype, int op, double prescale, double postscale, int processSet) {
+        const size_t n = names.size();
+        if (sends.size() != n || recvs.size() != n || shapes.size() != n) {
+          raise(KOLO_ERR_INVALID_ARGUMENT,
+                "grouped_allreduce_async: " + std::to_string(n) + " names, " +
+                    std::to_string(sends.size()) + " sends, " +
+                    std::to_string(recvs.size()) + " recvs, " +
+                    std::to_string(shapes.size()) + " shapes");
+        }
+        std::vector<const char*> cNames(n);
+        std::vector<const void*> cSends(n);
+        std::vector<void*> cRecvs(n);
+        std::vector<int> ndims(n);
+        std::vector<const int64_t*> cShapes(n);
+        for (size_t i = 0; i < n; ++i) {
+          cNames[i] = names[i].c_str();
+          cSends[i] = addressOf(sends[i], false);
+          cRecvs[i] = addressOf(recvs[i], true);
+          ndims[i] = dims(shapes[i]);
+          cShapes[i] = dimsData(shapes[i]);
+        }
+        std::vector<kolo_handle> handles(n);
+        check(kolo_grouped_allreduce_async(
+            static_cast<int>(n), cNames.data(), cSends.data(), cRecvs.data(), ndims.data(),
+            cShapes.data(), asEnum<kolo_dtype>(dtype), asEnum<kolo_op>(op),
+            prescale, postscale, processSet, handles.data()));
+        return handles;
+      },
+      py::arg("names"), py::arg("send_ptrs"), py::arg("recv_ptrs"), py::arg("shapes"),
+      py::arg("dtype"), py::arg("op"), py::arg("prescale") = 1.0,
+      py::arg("postscale") = 1.0, py::arg("process_set") = 0,
+      "Allreduces that always run together (one fusion bucket). Returns handles.");
+  m.def(
+      "allgather_async",
+      [](const std::string& name, py::handle send, std::vector<int64_t> shape, int dtype,
+         int processSet) {
+        kolo_handle h = 0;
+        check(kolo_allgather_async(name.c_str(), addressOf(send, false), dims(shape),
+                                   dimsData(shape), asEnum<kolo_dtype>(dtype),
+                                   processSet, &h));
+        return h;
+      },
+      py::arg("name"), py::arg("send_ptr"), py::arg("shape"), py::arg("dtype"),
+      py::arg("process_set") = 0,
+      "Submits an allgather (first dimensions may differ); read the result with "
+      "output().");
+  m.def(
+      "broadcast_async",
+      [](const std::string& name, py::handle buf, std::vector<int64_t> shape, int dtype,
+         int root, int processSet) {
+        kolo_handle h = 0;
+        check(kolo_broadcast_async(name.c_str(), addressOf(buf, true), dims(shape),
+                                   dimsData(shape), asEnum<kolo_dtype>(dtype), root,
+                                   processSet, &h));
+        return h;
+      },
+      py::arg("name"), py::arg("ptr"), py::arg("shape"), py::arg("dtype"), py::arg("root"),
+      py::arg("process_set") = 0, "Submits an in-place broadcast from `root`.");
+  m.def(
+      "alltoall_async",
+      [](const std::string& name, py::handle send, std::vector<int64_t> shape, int dtype,
+         std::optional<std::vector<int64_t>> splits, int processSet) {
+        kolo_handle h = 0;
+        const int64_t* s = splits ? splits->data() : nullptr;
+        const int ns = splits ? static_cast<int>(splits->size()) : 0;
+        if (splits && splits->empty()) {
+          raise(KOLO_ERR_INVALID_ARGUMENT,
+                "alltoall_async '" + name + "': empty splits (give None for equal)");
+        }
+        check(kolo_alltoall_async(name.c_str(), addressOf(send, false), dims(shape),
+                                  dimsData(shape), s, ns, asEnum<kolo_dtype>(dtype),
+                                  processSet, &h));
+        return h;
+      },
+      py::arg("name"), py::arg("send_ptr"), py::arg("shape"), py::arg("dtype"),
+      py::arg("splits") = py::none(), py::arg("process_set") = 0,
+      "Submits an alltoall; splits: rows to each rank (None: equal). Result: output().");
+  m.def(
+      "reducescatter_async",
+      [](const std::string& name, py::handle send, std::vector<int64_t> shape, int dtype,
+         int op, int processSet) {
+        kolo_handle h = 0;
+        check(kolo_reducescatter_async(name.c_str(), addressOf(send, false), dims(shape),
+                                       dimsData(shape), asEnum<kolo_dtype>(dtype),
+                                       asEnum<kolo_op>(op), processSet, &h));
+        return h;
+      },
+      py::arg("name"), py::arg("send_ptr"), py::arg("shape"), py::arg("dtype"), py::arg("op"),
+      py::arg("process_set") = 0,
+      "Submits a reducescatter (first dimension divisible by the set size); result: "
+      "output().");
+  m.def(
+      "barrier_async",
+      [](int processSet) {
+        kolo_handle h = 0;
+        check(kolo_barrier_async(processSet, &h));
+        return h;
+      },
+      py::arg("process_set") = 0);
+  m.def(
+      "join_async",
+      [](int processSet) {
+        kolo_handle h = 0;
+        check(kolo_join_async(processSet, &h));
+        return h;
+      },
+      py::arg("process_set") = 0,
+      "This rank is out of data: it contributes zeros until every rank has joined.");
+
+  // ---- completion ----
+  m.def(
+      "poll",
+      [](kolo_handle h) {
+        int done = 0;
+        check(kolo_poll(h, &done));
+        return done == 1;
+      },
+      py::arg("handle"), "True once the operation has finished (well or not).");
+  m.def(
+      "wait",
+      [](kolo_handle h) {
+        int rc;
+        std::string message;
+        {
+          py::gil_scoped_release nogil;
+          rc = kolo_wait(h);
+          if (rc != KOLO_OK) message = kolo_last_error();
+        }
+        if (rc != KOLO_OK) raise(rc, message);
+      },
+      py::arg("handle"),
+      "Blocks (without the GIL) until done; raises the operation's error.");
+  m.def(
+      "output",
+      [](kolo_handle h) {
+        const void* data = nullptr;
+        size_t bytes = 0;
+        int ndim = 0;
+        const int64_t* shape = nullptr;
+        check(kolo_handle_output(h, &data, &bytes, &ndim, &shape));
+        std::vector<int64_t> s(shape, shape + ndim);
+        return py::make_tuple(py::bytes(static_cast<const char*>(data), bytes), s);
+      },
+      py::arg("handle"),
+      "(bytes, shape) of an allgather, alltoall or reducescatter result (a copy).");
+  m.def(
+      "output_shape",
+      [](kolo_handle h) {
+        const void* data = nullptr;
+        size_t bytes = 0;
+        int ndim = 0;
+        const int64_t* shape = nullptr;
+        check(kolo_handle_output(h, &data, &bytes, &ndim, &shape));
+        return std::vector<int64_t>(shape, shape + ndim);
+      },
+      py::arg("handle"), "The shape of output() without copying the data.");
+  m.def(
+      "output_into",
+      [](kolo_handle h, py::handle dest, size_t capacity) {
+        const void* data = nullptr;
+        size_t bytes = 0;
+        int ndim = 0;
+        const int64_t* shape = nullptr;
+        check(kolo_handle_output(h, &data, &bytes, &ndim, &shape));
+        if (bytes > capacity) {
+          raise(KOLO_ERR_INVALID_ARGUMENT, "output_into: the result has " +
+                                               std::to_string(bytes) + " bytes, room for " +
+                                               std::to_string(capacity));
+        }
+        if (bytes > 0) std::memcpy(addressOf(dest, true), data, bytes);
+        return bytes;
+      },
+      py::arg("handle"), py::arg("dest_ptr"), py::arg("capacity"),
+      "Copies output() into memory at dest_ptr (room for `capacity` bytes); returns "
+      "the bytes copied.");
+  m.def(
+      "release", [](kolo_handle h) { check(kolo_release(h)); }, py::arg("handle"),
+      "Frees the handle; a pending operation still runs (keep its buffers alive).");
+
+  // ---- process sets ----
+  m.def(
+      "process_set_create",
+      [](const std::vector<int>& ranks) {
+        int id = -1, rc;
+        {
+          py::gil_scoped_release nogil;
+          rc = kolo_process_set_create(ranks.data(), static_cast<int>(ranks.size()), &id);
+        }
+        check(rc);
+        return id;
+      },
+      py::arg("ranks"),
+      "Collective over the listed ranks only (same list, same order on each). Returns "
+      "the id, agreed by the members.");
+  m.def(
+      "process_set_destroy",
+      [](int id) {
+        int rc;
+        {
+          py::gil_scoped_release nogil;
+          rc = kolo_process_set_destroy(id);
+        }
+        check(rc);
+      },
+      py::arg("id"));
+  m.def(
+      "process_set_rank",
+      [](int id) {
+        int r = -1;
+        check(kolo_process_set_rank(id, &r));
+        return r;
+      },
+      py::arg("id"), "This rank's index in the set; -1 when not a member.");
+  m.def(
+      "process_set_size",
+      [](int id) {
+        int s = 0;
+        check(kolo_process_set_size(id, &s));
+        return s;
+      },
+      py::arg("id"));
+
+  // ---- tools ----
+  m.def(
+      "start_timeline", [](const std::string& path) { check(kolo_start_timeline(path.c_str())); },
+      py::arg("path"));
+  m.def("stop_timeline", [] { check(kolo_stop_timeline()); });
+  m.def(
+      "straggler_report",
+      [](int processSet) {
+        int size = 0;
+        check(kolo_process_set_size(processSet, &size));
+        std::vector<kolo_rank_lag> lags(size);
+        check(kolo_straggler_report(processSet, lags.data(), size));
+        py::list out;
+        for (const auto& l : lags) {
+          py::dict d;
+          d["operations"] = l.operations;
+          d["times_last"] = l.times_last;
+          d["mean_lag_seconds"] = l.mean_lag_seconds;
+          d["max_lag_seconds"] = l.max_lag_seconds;
+          out.append(d);
+        }
+        return out;
+      },
+      py::arg("process_set") = 0);
+
+  // ---- synchronous collectives (kolo.h, world communicator) ----
+  m.def(
+      "allreduce",
+      [](py::handle send, py::handle recv, size_t count, int dtype, int op) {
+        const void* s = addressOf(send, false);
+        void* r = addressOf(recv, true);
+        int rc;
+        {
+          py::gil_scoped_release nogil;
+          rc = kolo_allreduce(s, r, count, asEnum<kolo_dtype>(dtype),
+                              asEnum<kolo_op>(op));
+        }
+        check(rc);
+      },
+      py::arg("send_ptr"), py::arg("recv_ptr"), py::arg("count"), py::arg("dtype"),
+      py::arg("op"));
+  m.def(
+      "broadcast",
+      [](py::handle buf, size_t count, int dtype, int root) {
+        void* b = addressOf(buf, true);
+        int rc;
+        {
+          py::gil_scoped_release nogil;
+          rc = kolo_broadcast(b, count, asEnum<kolo_dtype>(dtype), root);
+        }
+        check(rc);
+      },
+      py::arg("ptr"), py::arg("count"), py::arg("dtype"), py::arg("root"));
+  m.def("barrier", [] {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = kolo_barrier();
+    }
+    check(rc);
+  });
+}
