@@ -63,7 +63,7 @@
 namespace kolo::bench {
 namespace {
 
-constexpr size_t kBigCount = size_t{64} << 20 >> 2;  // 64 MiB of float32
+constexpr size_t kBigBytes = size_t{64} << 20;  // direct mode's tensor
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -76,7 +76,9 @@ struct Options {
   double windowTime = 0.5;
   long steps = 0;  // steps per window; 0: from --window-time
   long warmup = 3;
+  size_t bigBytes = kBigBytes;  // --big-bytes (direct mode)
   bool json = false;
+  bool waitLastFirst = false;  // --wait last-first
   bool help = false;
   std::optional<Workload> printTensors;
 };
@@ -92,7 +94,14 @@ const char kUsage[] =
     "  --windows N                timed windows (5); the median is reported\n"
     "  --window-time S            seconds per window (0.5)\n"
     "  --steps N                  steps per window instead of --window-time\n"
+    "  --big-bytes N              direct mode: the single tensor's bytes, a multiple\n"
+    "                             of 4 (67108864); cases are named direct-64M and\n"
+    "                             runtime-64M for the default, else direct-N\n"
     "  --warmup N                 untimed steps first (3)\n"
+    "  --wait in-order|last-first runtime mode: wait for the handles in submission\n"
+    "                             order (in-order, the default), or the last one\n"
+    "                             first (one wake-up per step instead of one per\n"
+    "                             tensor)\n"
     "  --json                     one JSON object per measurement\n"
     "  --print-tensors W          list workload W in submission order (count,\n"
     "                             name, shape), no job needed\n";
@@ -140,8 +149,17 @@ Options parseOptions(int argc, char** argv) {
         if (value.empty() || *end != '\0' || !(o.windowTime > 0 && o.windowTime < 3600)) {
           throw UsageError(flag + " '" + value + "': expected seconds in (0, 3600)");
         }
+      } else if (flag == "--wait") {
+        if (value != "in-order" && value != "last-first") {
+          throw UsageError(flag + " '" + value + "': expected in-order or last-first");
+        }
+        o.waitLastFirst = value == "last-first";
       } else if (flag == "--steps") {
         o.steps = parseLong(flag, value, 1);
+      } else if (flag == "--big-bytes") {
+        o.bigBytes = static_cast<size_t>(parseLong(flag, value, 4));
+        if (o.bigBytes % 4 != 0)
+          throw UsageError(flag + " '" + value + "': not a multiple of 4");
       } else if (flag == "--warmup") {
         o.warmup = parseLong(flag, value, 0);
       } else {
@@ -358,7 +376,11 @@ class FusionBench {
       const double t0 = now();
       for (size_t i = 0; i < requests.size(); ++i) handles[i] = rt.enqueue(requests[i]);
       submitSeconds += now() - t0;
-      for (auto& h : handles) h->wait();
+      if (o_.waitLastFirst) {
+        for (auto it = handles.rbegin(); it != handles.rend(); ++it) (*it)->wait();
+      } else {
+        for (auto& h : handles) h->wait();
+      }
     };
 
     Result res;
@@ -396,7 +418,7 @@ class FusionBench {
   int runDirect() {
     size_t total = 0;
     for (const auto& t : resnet50Parameters()) total += static_cast<size_t>(t.elements());
-    std::vector<float> big(kBigCount), whole(total);
+    std::vector<float> big(o_.bigBytes / sizeof(float)), whole(total);
     const runtime::RuntimeOptions ro = runtimeOptions();
 
     auto direct = [&](std::vector<float>& buf) {
@@ -433,8 +455,10 @@ class FusionBench {
       r.bytes = bytes;
       return r;
     };
-    Result d64 = result("direct-64M", kBigCount * sizeof(float));
-    Result r64 = result("runtime-64M", kBigCount * sizeof(float));
+    const std::string label =
+        o_.bigBytes == kBigBytes ? "64M" : std::to_string(o_.bigBytes);
+    Result d64 = result(("direct-" + label).c_str(), o_.bigBytes);
+    Result r64 = result(("runtime-" + label).c_str(), o_.bigBytes);
     Result dTotal = result("direct-total", total * sizeof(float));
     Result copy = result("copy-total", total * sizeof(float));
     std::vector<std::vector<float>> parts;
