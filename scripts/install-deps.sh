@@ -17,6 +17,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin
   # PyTorch (Gloo baseline, Python bindings, libtorch examples)
   python3 python3-dev python3-torch python3-numpy libtorch-dev pybind11-dev
+  python3-pytest python3-pip
   libgloo-dev
   # examples: real Fashion-MNIST files, image-folder JPEG classifier
   dataset-fashion-mnist libjpeg-dev zlib1g-dev

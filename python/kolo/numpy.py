@@ -102,7 +102,10 @@ def _native_contiguous(array, name):
     a = np.asarray(array)
     code = _dtype_code(a.dtype, name)
     dt = a.dtype.newbyteorder("=") if not a.dtype.isnative else a.dtype
-    return np.ascontiguousarray(a, dtype=dt), code
+    if a.dtype == dt and a.flags.c_contiguous:
+        return a, code
+    # (np.ascontiguousarray would turn a 0-d array into a 1-d one.)
+    return np.array(a, dtype=dt, order="C"), code
 
 
 def _process_set_id(process_set):
