@@ -1,0 +1,147 @@
+"""kolo.torch: Horovod's PyTorch API on kolo's runtime.
+
+A Horovod script changes only its import line::
+
+    import kolo.torch as hvd
+    hvd.init()
+    torch.manual_seed(hvd.rank())
+    optimizer = hvd.DistributedOptimizer(
+        optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+
+Pure Python over the native module ``kolo._native`` (which binds kolo's C
+API and never torch's headers), so one build serves every PyTorch version.
+Tensors are CPU tensors here (this build has no CUDA support; a CUDA tensor
+raises InvalidArgumentError). See docs/python.md.
+"""
+
+from kolo import _native
+from kolo import (KoloError, MismatchError, PeerLostError, KoloTimeoutError,
+                  NotInitializedError, InvalidArgumentError)
+
+from kolo.torch import collectives as _collectives
+from kolo.torch import process_sets as _process_sets
+from kolo.torch.collectives import (
+    Average, Sum, Min, Max, Product, Adasum,
+    allreduce, allreduce_, allreduce_async, allreduce_async_,
+    grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
+    grouped_allreduce_async_,
+    allgather, allgather_async,
+    broadcast, broadcast_, broadcast_async, broadcast_async_,
+    alltoall, alltoall_async, reducescatter, reducescatter_async,
+    synchronize, poll, join, barrier)
+from kolo.torch.compression import Compression, Compressor
+from kolo.torch.errors import AdasumNotSupportedError
+from kolo.torch.functions import (broadcast_parameters, broadcast_optimizer_state,
+                                  broadcast_object, allgather_object,
+                                  metric_average)
+from kolo.torch.optimizer import DistributedOptimizer
+from kolo.torch.process_sets import (ProcessSet, add_process_set,
+                                     remove_process_set, global_process_set)
+from kolo.torch.sync_batch_norm import SyncBatchNorm
+
+
+def init(comm=None, process_sets=None):
+    """Starts kolo (rendezvous with the other ranks, background runtime).
+    Calling it again while initialised does nothing. ``process_sets``: a
+    list of ProcessSet to add (every rank passes the same list)."""
+    if comm is not None:
+        raise InvalidArgumentError(
+            "init(comm=...) is not supported: kolo takes its ranks from the "
+            "launcher's environment; use process sets for subsets")
+    if not _native.is_initialized():
+        _native.init()
+    for ps in process_sets or []:
+        add_process_set(ps)
+
+
+def shutdown():
+    """Stops kolo on this rank; pending operations fail."""
+    _collectives._forget_all()
+    _process_sets._forget_all()
+    if _native.is_initialized():
+        _native.shutdown()
+
+
+def is_initialized():
+    return bool(_native.is_initialized())
+
+
+def rank():
+    return _native.rank()
+
+
+def size():
+    return _native.size()
+
+
+def local_rank():
+    return _native.local_rank()
+
+
+def local_size():
+    return _native.local_size()
+
+
+def cross_rank():
+    return _native.cross_rank()
+
+
+def cross_size():
+    return _native.cross_size()
+
+
+def start_timeline(file_path, mark_cycles=False):
+    """Writes a Chrome-trace timeline (open in Perfetto) to ``file_path``."""
+    del mark_cycles
+    _native.start_timeline(file_path)
+
+
+def stop_timeline():
+    _native.stop_timeline()
+
+
+def straggler_report(process_set=global_process_set):
+    """Per rank: operations, times arrived last, mean and max lag (seconds)."""
+    return _native.straggler_report(
+        _process_sets._native_id(process_set, "straggler_report"))
+
+
+def mpi_threads_supported():
+    return True
+
+
+def mpi_enabled():
+    return False
+
+
+def mpi_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def gloo_built():
+    return False
+
+
+def nccl_built():
+    return 0
+
+
+def cuda_built():
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
