@@ -1,0 +1,415 @@
+// Fashion-MNIST with libtorch on N ranks: a small CNN trained with
+// kolo::torch::DistributedOptimizer (docs/training.md).
+//
+//   build/bin/kolorun -np 2 build/bin/fashion_mnist --epochs 3
+//
+// Each rank reads its shard of the training set (DistributedSampler,
+// reshuffled each epoch), computes gradients on --batch-size images, and
+// the optimizer averages them across ranks before every step. The learning
+// rate is the base --lr scaled by the world size (--scale) and reached by a
+// linear warm-up over --warmup-epochs (Goyal et al.). Rank 0 shows a
+// progress bar per epoch on stderr, then the epoch's loss (averaged over
+// ranks), the accuracy on the full test set (each rank evaluates a part;
+// the counts are summed), images per second (all ranks) and the epoch's
+// time. A 1-rank run records its throughput in
+// <build>/fashion_mnist_1rank.json (or --baseline FILE); a run on more
+// ranks prints its speedup over that record.
+//
+// --data DIR is either the Fashion-MNIST IDX files (default: Debian's
+// /usr/share/datasets/fashion-mnist) or an image folder with train/ and
+// test/ subfolders of class folders of JPEG files (as fmnist-to-jpeg
+// writes them), decoded by a background prefetching thread.
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/distributed_sampler.h"
+#include "data/fashion_mnist.h"
+#include "data/image_folder.h"
+#include "data/prefetcher.h"
+#include "frameworks/torch/distributed_optimizer.h"
+#include "frameworks/torch/lars.h"
+#include "train/lr_schedule.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace kd = kolo::data;
+
+struct Flags {
+  int epochs = 3;
+  int batchSize = 64;
+  double lr = -1;  // -1: the optimizer's default
+  std::string scale = "linear";
+  double warmupEpochs = 0;
+  std::string decay = "constant";
+  std::string optimizer = "adam";
+  std::string data = kd::kFashionMnistDir;
+  int threads = 1;
+  uint64_t seed = 42;
+  std::string json;
+  std::string baseline;
+  bool progress = true;
+};
+
+void usage() {
+  std::cerr
+      << "usage: fashion_mnist [--epochs N] [--batch-size B (per rank)] [--lr BASE]\n"
+         "  [--scale linear|sqrt|none] [--warmup-epochs K] [--decay "
+         "constant|cosine|step|exp]\n"
+         "  [--optimizer sgd|adam|lars] [--data DIR] [--threads N] [--seed S]\n"
+         "  [--json FILE] [--baseline FILE] [--no-progress]\n";
+}
+
+Flags parseFlags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        usage();
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--epochs")
+      f.epochs = std::stoi(value());
+    else if (a == "--batch-size")
+      f.batchSize = std::stoi(value());
+    else if (a == "--lr")
+      f.lr = std::stod(value());
+    else if (a == "--scale")
+      f.scale = value();
+    else if (a == "--warmup-epochs")
+      f.warmupEpochs = std::stod(value());
+    else if (a == "--decay")
+      f.decay = value();
+    else if (a == "--optimizer")
+      f.optimizer = value();
+    else if (a == "--data")
+      f.data = value();
+    else if (a == "--threads")
+      f.threads = std::stoi(value());
+    else if (a == "--seed")
+      f.seed = std::stoull(value());
+    else if (a == "--json")
+      f.json = value();
+    else if (a == "--baseline")
+      f.baseline = value();
+    else if (a == "--no-progress")
+      f.progress = false;
+    else if (a == "-h" || a == "--help") {
+      usage();
+      std::exit(0);
+    } else {
+      std::cerr << "fashion_mnist: unknown flag " << a << "\n";
+      usage();
+      std::exit(2);
+    }
+  }
+  if (f.epochs < 1 || f.batchSize < 1 || f.threads < 1) {
+    std::cerr << "fashion_mnist: --epochs, --batch-size and --threads must be >= 1\n";
+    std::exit(2);
+  }
+  return f;
+}
+
+// Two convolutions and two fully connected layers: about 90-91% test
+// accuracy after a few epochs.
+struct CnnImpl : torch::nn::Module {
+  explicit CnnImpl(int channels) {
+    conv1 = register_module("conv1",
+                            torch::nn::Conv2d(torch::nn::Conv2dOptions(channels, 16, 3)));
+    conv2 =
+        register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(16, 32, 3)));
+    fc1 = register_module("fc1", torch::nn::Linear(32 * 5 * 5, 128));
+    fc2 = register_module("fc2", torch::nn::Linear(128, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::max_pool2d(torch::relu(conv1(x)), 2);  // 28 -> 26 -> 13
+    x = torch::max_pool2d(torch::relu(conv2(x)), 2);  // 13 -> 11 -> 5
+    x = torch::relu(fc1(x.flatten(1)));
+    return fc2(x);
+  }
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(Cnn);
+
+// A data set: either Fashion-MNIST in memory or an image folder on disk.
+class Dataset {
+ public:
+  static std::unique_ptr<Dataset> open(const std::string& dir, bool train) {
+    auto d = std::make_unique<Dataset>();
+    if (std::filesystem::exists(dir + "/train-images-idx3-ubyte.gz") ||
+        !std::filesystem::is_directory(dir + "/train")) {
+      d->mnist_ = kd::loadFashionMnist(dir, train ? kd::Split::kTrain : kd::Split::kTest);
+    } else {
+      kd::ImageFolderOptions o;  // 28 x 28 grayscale
+      d->folder_ =
+          std::make_unique<kd::ImageFolder>(dir + (train ? "/train" : "/test"), o);
+    }
+    return d;
+  }
+  int64_t size() const { return folder_ ? folder_->size() : mnist_.count; }
+  // Normalized images [n, 1, 28, 28] and labels [n] of the listed samples.
+  kd::ImageBatch load(const std::vector<int64_t>& indices) const {
+    if (folder_) return kd::loadBatch(*folder_, indices);
+    kd::ImageBatch b;
+    b.count = static_cast<int64_t>(indices.size());
+    const int64_t pixels = mnist_.rows * mnist_.cols;
+    b.images.resize(static_cast<size_t>(b.count * pixels));
+    for (size_t j = 0; j < indices.size(); ++j) {
+      const uint8_t* src = mnist_.images.data() + indices[j] * pixels;
+      for (int64_t p = 0; p < pixels; ++p)
+        b.images[j * pixels + p] = src[p] * (1.0f / 255);
+      b.labels.push_back(mnist_.labels[static_cast<size_t>(indices[j])]);
+    }
+    return b;
+  }
+
+ private:
+  kd::FashionMnist mnist_;
+  std::unique_ptr<kd::ImageFolder> folder_;
+};
+
+std::pair<torch::Tensor, torch::Tensor> toTensors(kd::ImageBatch& b) {
+  auto x = torch::from_blob(b.images.data(), {b.count, 1, 28, 28}, torch::kFloat32);
+  x = (x - 0.2860f) / 0.3530f;  // a new tensor: b may go
+  auto y = torch::tensor(b.labels, torch::kLong);
+  return {x, y};
+}
+
+std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const Flags& f, Cnn& model,
+                                                       double lr) {
+  if (f.optimizer == "sgd") {
+    return std::make_unique<torch::optim::SGD>(
+        model->parameters(), torch::optim::SGDOptions(lr).momentum(0.9));
+  }
+  if (f.optimizer == "adam") {
+    return std::make_unique<torch::optim::Adam>(model->parameters(),
+                                                torch::optim::AdamOptions(lr));
+  }
+  if (f.optimizer == "lars") {
+    return std::make_unique<kolo::torch::Lars>(
+        model->parameters(),
+        kolo::torch::LarsOptions(lr).momentum(0.9).weightDecay(5e-4));
+  }
+  std::cerr << "fashion_mnist: unknown optimizer " << f.optimizer
+            << " (sgd, adam, lars)\n";
+  std::exit(2);
+}
+
+double defaultLr(const std::string& optimizer) {
+  if (optimizer == "sgd") return 0.02;
+  if (optimizer == "lars") return 2.0;
+  return 0.001;
+}
+
+void progressBar(int epoch, int epochs, int64_t done, int64_t total, double loss,
+                 double imagesPerSecond) {
+  const int width = 30;
+  const int filled = static_cast<int>(width * done / std::max<int64_t>(total, 1));
+  std::string bar(static_cast<size_t>(filled), '=');
+  if (filled < width) bar += '>';
+  bar.resize(width, ' ');
+  std::fprintf(
+      stderr, "\repoch %d/%d [%s] %3d%% %lld/%lld loss %.4f %.0f img/s", epoch, epochs,
+      bar.c_str(), static_cast<int>(100 * done / std::max<int64_t>(total, 1)),
+      static_cast<long long>(done), static_cast<long long>(total), loss, imagesPerSecond);
+  std::fflush(stderr);
+}
+
+// <directory of this executable>/../fashion_mnist_1rank.json, i.e.
+// build/fashion_mnist_1rank.json for build/bin/fashion_mnist.
+std::string defaultBaselinePath() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "fashion_mnist_1rank.json";
+  return (exe.parent_path().parent_path() / "fashion_mnist_1rank.json").string();
+}
+
+// The number after "key": in a flat JSON object (what this program writes).
+double jsonNumber(const std::string& text, const std::string& key, double otherwise) {
+  const auto at = text.find("\"" + key + "\":");
+  if (at == std::string::npos) return otherwise;
+  return std::strtod(text.c_str() + at + key.size() + 3, nullptr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags f = parseFlags(argc, argv);
+  torch::set_num_threads(f.threads);
+  try {
+    auto ctx = kolo::torch::Context::fromEnvironment();
+    const int rank = ctx->rank();
+    const int size = ctx->size();
+    const bool lead = rank == 0;
+
+    auto train = Dataset::open(f.data, true);
+    auto test = Dataset::open(f.data, false);
+
+    torch::manual_seed(f.seed);
+    Cnn model(1);
+    kolo::torch::broadcastParameters(*ctx, model->named_parameters(), 0);
+
+    const double base = f.lr > 0 ? f.lr : defaultLr(f.optimizer);
+    kolo::train::LrSchedule schedule;
+    schedule.warmupStartLr = base;
+    schedule.peakLr = kolo::train::scaleLearningRate(
+        base, size, kolo::train::parseScalingRule(f.scale));
+    schedule.warmup = f.warmupEpochs;
+    schedule.decay = kolo::train::parseDecayRule(f.decay);
+    schedule.total = f.epochs;
+    schedule.decayInterval = std::max(1.0, f.epochs / 3.0);
+    schedule.validate();
+
+    auto optimizer = makeOptimizer(f, model, kolo::train::learningRateAt(schedule, 0));
+    kolo::torch::DistributedOptimizer dopt(*optimizer, model->named_parameters(), ctx);
+    kolo::torch::broadcastOptimizerState(*ctx, *optimizer, 0);
+
+    kd::DistributedSampler sampler(train->size(), rank, size, f.seed);
+    const int64_t perRank = sampler.numSamples();
+    const int64_t batches = (perRank + f.batchSize - 1) / f.batchSize;
+    if (lead) {
+      std::printf(
+          "fashion_mnist: %d rank(s), %lld training images (%lld per rank), batch %d per "
+          "rank, %s lr %.5g -> %.5g (%s, warm-up %.3g epochs, %s decay), %d thread(s)\n",
+          size, static_cast<long long>(train->size()), static_cast<long long>(perRank),
+          f.batchSize, f.optimizer.c_str(), base, schedule.peakLr, f.scale.c_str(),
+          f.warmupEpochs, f.decay.c_str(), f.threads);
+      std::fflush(stdout);
+    }
+
+    std::vector<double> epochSeconds, epochRates;
+    double accuracy = 0, lastLoss = 0;
+    for (int epoch = 0; epoch < f.epochs; ++epoch) {
+      sampler.setEpoch(epoch);
+      const std::vector<int64_t> order = sampler.indices();
+      kd::Prefetcher<kd::ImageBatch> pipeline(
+          batches,
+          [&](int64_t b) {
+            const auto first = order.begin() + b * f.batchSize;
+            const auto last =
+                order.begin() + std::min<int64_t>((b + 1) * f.batchSize, perRank);
+            return train->load(std::vector<int64_t>(first, last));
+          },
+          4);
+      model->train();
+      double lossSum = 0;
+      const auto start = Clock::now();
+      auto lastDraw = start;
+      for (int64_t b = 0; b < batches; ++b) {
+        kd::ImageBatch batch = pipeline.next().value();
+        auto [x, y] = toTensors(batch);
+        const double lr = kolo::train::learningRateAt(
+            schedule, kolo::train::epochProgress(epoch, b, batches));
+        for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+        dopt.zeroGrad();
+        auto loss = torch::cross_entropy_loss(model->forward(x), y);
+        loss.backward();
+        dopt.step();
+        lossSum += loss.item<double>();
+        const auto now = Clock::now();
+        if (lead && f.progress &&
+            (b + 1 == batches || now - lastDraw > std::chrono::milliseconds(200))) {
+          const double s = std::chrono::duration<double>(now - start).count();
+          progressBar(epoch + 1, f.epochs, b + 1, batches, lossSum / (b + 1),
+                      (b + 1) * f.batchSize * size / std::max(s, 1e-9));
+          lastDraw = now;
+        }
+      }
+      double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      if (lead && f.progress) std::fprintf(stderr, "\n");
+      // Global figures: the slowest rank's time, every rank's loss and the
+      // whole test set's accuracy.
+      seconds = kolo::torch::allreduceMetric(*ctx, seconds, "epoch_seconds",
+                                             kolo::ReduceOp::kMax);
+      lastLoss = kolo::torch::allreduceMetric(*ctx, lossSum / batches, "train_loss");
+      model->eval();
+      torch::NoGradGuard noGrad;
+      const kd::Range mine = kd::evaluationRange(test->size(), rank, size);
+      double correct = 0;
+      for (int64_t i = mine.begin; i < mine.end; i += 1000) {
+        std::vector<int64_t> idx;
+        for (int64_t j = i; j < std::min<int64_t>(i + 1000, mine.end); ++j)
+          idx.push_back(j);
+        kd::ImageBatch batch = test->load(idx);
+        auto [x, y] = toTensors(batch);
+        correct += model->forward(x).argmax(1).eq(y).sum().item<double>();
+      }
+      correct = kolo::torch::allreduceMetric(*ctx, correct, "test_correct",
+                                             kolo::ReduceOp::kSum);
+      accuracy = correct / static_cast<double>(test->size());
+      const double rate = static_cast<double>(perRank * size) / seconds;
+      epochSeconds.push_back(seconds);
+      epochRates.push_back(rate);
+      if (lead) {
+        std::printf(
+            "epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f images/s, %.1f s\n",
+            epoch + 1, f.epochs, lastLoss, 100 * accuracy, rate, seconds);
+        std::fflush(stdout);
+      }
+    }
+
+    // Throughput: the mean over epochs, leaving out the first (warming up
+    // caches and the runtime's response cache) when there are several.
+    const size_t skip = epochRates.size() > 1 ? 1 : 0;
+    double rate = 0;
+    for (size_t i = skip; i < epochRates.size(); ++i) rate += epochRates[i];
+    rate /= static_cast<double>(epochRates.size() - skip);
+    if (lead) {
+      std::ostringstream json;
+      json << "{\"ranks\": " << size << ", \"epochs\": " << f.epochs
+           << ", \"batch_size\": " << f.batchSize << ", \"threads\": " << f.threads
+           << ", \"optimizer\": \"" << f.optimizer << "\", \"base_lr\": " << base
+           << ", \"peak_lr\": " << schedule.peakLr << ", \"scale\": \"" << f.scale
+           << "\", \"train_loss\": " << lastLoss << ", \"test_accuracy\": " << accuracy
+           << ", \"images_per_second\": " << rate << ", \"epoch_seconds\": [";
+      for (size_t i = 0; i < epochSeconds.size(); ++i) {
+        json << (i ? ", " : "") << epochSeconds[i];
+      }
+      json << "]}\n";
+      if (!f.json.empty()) std::ofstream(f.json) << json.str();
+      const std::string baselinePath =
+          f.baseline.empty() ? defaultBaselinePath() : f.baseline;
+      std::printf("final: test accuracy %.2f%%, %.0f images/s on %d rank(s)\n",
+                  100 * accuracy, rate, size);
+      if (size == 1) {
+        std::ofstream(baselinePath) << json.str();
+        std::printf("recorded as the 1-rank baseline in %s\n", baselinePath.c_str());
+      } else if (std::ifstream in{baselinePath}) {
+        std::stringstream text;
+        text << in.rdbuf();
+        const double one = jsonNumber(text.str(), "images_per_second", 0);
+        const double bs = jsonNumber(text.str(), "batch_size", 0);
+        if (one > 0) {
+          std::printf(
+              "speedup over 1 rank: %.2fx (%.0f -> %.0f images/s; efficiency %.0f%%)%s\n",
+              rate / one, one, rate, 100 * rate / one / size,
+              bs == f.batchSize ? "" : " [the 1-rank run used another batch size]");
+        }
+      } else {
+        std::printf("no 1-rank baseline at %s: run with -np 1 first for the speedup\n",
+                    baselinePath.c_str());
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "\nfashion_mnist: %s\n", e.what());
+    return 1;
+  }
+}
