@@ -282,7 +282,7 @@ try:
         ax.set_title(f"{names[w]}: {meta.get((w, 'tensors'), '?')} tensors")
         ax.set_ylabel("steps / s (higher is better)")
         ax.tick_params(axis="x", labelsize=8)
-    fig.suptitle(f"kolo runtime fusion, {np} ranks, one host")
+    fig.suptitle(f"kolo runtime fusion, {np} ranks, one host ({stat} of {nruns} runs)")
     fig.tight_layout()
     png = os.path.join(out_dir, "fusion.png")
     fig.savefig(png, dpi=100)
