@@ -72,7 +72,8 @@ void* addressOf(const py::handle& obj, bool writable) {
   }
   if (PyObject_CheckBuffer(obj.ptr())) {
     Py_buffer view;
-    const int flags = writable ? (PyBUF_WRITABLE | PyBUF_ANY_CONTIGUOUS) : PyBUF_ANY_CONTIGUOUS;
+    const int flags =
+        writable ? (PyBUF_WRITABLE | PyBUF_ANY_CONTIGUOUS) : PyBUF_ANY_CONTIGUOUS;
     if (PyObject_GetBuffer(obj.ptr(), &view, flags) != 0) throw py::error_already_set();
     void* p = view.buf;
     PyBuffer_Release(&view);
@@ -117,8 +118,9 @@ PyObject* newError(py::module_& m, const char* name, PyObject* bases, const char
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
-  m.doc() = "kolo's C API for Python (docs/python.md). Tensors cross as data "
-            "addresses plus shape and dtype; kolo.numpy and kolo.torch build on it.";
+  m.doc() =
+      "kolo's C API for Python (docs/python.md). Tensors cross as data "
+      "addresses plus shape and dtype; kolo.numpy and kolo.torch build on it.";
 
   // ---- exceptions ----
   gErrors.base = newError(m, "KoloError", PyExc_RuntimeError,
@@ -131,12 +133,12 @@ PYBIND11_MODULE(_native, m) {
   };
   gErrors.mismatch = sub("MismatchError", nullptr,
                          "Ranks disagree on an operation (shape, dtype, op, root...).");
-  gErrors.peerLost = sub("PeerLostError", nullptr,
-                         "A peer process died, closed its link or shut down.");
+  gErrors.peerLost =
+      sub("PeerLostError", nullptr, "A peer process died, closed its link or shut down.");
   gErrors.timeout = sub("KoloTimeoutError", PyExc_TimeoutError,
                         "A peer stopped answering (KOLO_TIMEOUT), or a stall shutdown.");
-  gErrors.notInitialized = sub("NotInitializedError", nullptr,
-                               "Called before init() or after shutdown().");
+  gErrors.notInitialized =
+      sub("NotInitializedError", nullptr, "Called before init() or after shutdown().");
   gErrors.invalidArgument =
       sub("InvalidArgumentError", PyExc_ValueError,
           "A bad argument: unknown dtype or op, bad shape, root, splits, name...");
@@ -234,8 +236,9 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "grouped_allreduce_async",
       [](const std::vector<std::string>& names, const std::vector<py::handle>& sends,
-         const std::vector<py::handle>& recvs, const std::vector<std::vector<int64_t>>& shapes,
-         int dtype, int op, double prescale, double postscale, int processSet) {
+         const std::vector<py::handle>& recvs,
+         const std::vector<std::vector<int64_t>>& shapes, int dtype, int op,
+         double prescale, double postscale, int processSet) {
         const size_t n = names.size();
         if (sends.size() != n || recvs.size() != n || shapes.size() != n) {
           raise(KOLO_ERR_INVALID_ARGUMENT,
@@ -258,8 +261,8 @@ PYBIND11_MODULE(_native, m) {
         }
         std::vector<kolo_handle> handles(n);
         check(kolo_grouped_allreduce_async(
-            static_cast<int>(n), cNames.data(), cSends.data(), cRecvs.data(), ndims.data(),
-            cShapes.data(), asEnum<kolo_dtype>(dtype), asEnum<kolo_op>(op),
+            static_cast<int>(n), cNames.data(), cSends.data(), cRecvs.data(),
+            ndims.data(), cShapes.data(), asEnum<kolo_dtype>(dtype), asEnum<kolo_op>(op),
             prescale, postscale, processSet, handles.data()));
         return handles;
       },
@@ -273,8 +276,8 @@ PYBIND11_MODULE(_native, m) {
          int processSet) {
         kolo_handle h = 0;
         check(kolo_allgather_async(name.c_str(), addressOf(send, false), dims(shape),
-                                   dimsData(shape), asEnum<kolo_dtype>(dtype),
-                                   processSet, &h));
+                                   dimsData(shape), asEnum<kolo_dtype>(dtype), processSet,
+                                   &h));
         return h;
       },
       py::arg("name"), py::arg("send_ptr"), py::arg("shape"), py::arg("dtype"),
@@ -291,8 +294,9 @@ PYBIND11_MODULE(_native, m) {
                                    processSet, &h));
         return h;
       },
-      py::arg("name"), py::arg("ptr"), py::arg("shape"), py::arg("dtype"), py::arg("root"),
-      py::arg("process_set") = 0, "Submits an in-place broadcast from `root`.");
+      py::arg("name"), py::arg("ptr"), py::arg("shape"), py::arg("dtype"),
+      py::arg("root"), py::arg("process_set") = 0,
+      "Submits an in-place broadcast from `root`.");
   m.def(
       "alltoall_async",
       [](const std::string& name, py::handle send, std::vector<int64_t> shape, int dtype,
@@ -322,8 +326,8 @@ PYBIND11_MODULE(_native, m) {
                                        asEnum<kolo_op>(op), processSet, &h));
         return h;
       },
-      py::arg("name"), py::arg("send_ptr"), py::arg("shape"), py::arg("dtype"), py::arg("op"),
-      py::arg("process_set") = 0,
+      py::arg("name"), py::arg("send_ptr"), py::arg("shape"), py::arg("dtype"),
+      py::arg("op"), py::arg("process_set") = 0,
       "Submits a reducescatter (first dimension divisible by the set size); result: "
       "output().");
   m.def(
@@ -400,9 +404,9 @@ PYBIND11_MODULE(_native, m) {
         const int64_t* shape = nullptr;
         check(kolo_handle_output(h, &data, &bytes, &ndim, &shape));
         if (bytes > capacity) {
-          raise(KOLO_ERR_INVALID_ARGUMENT, "output_into: the result has " +
-                                               std::to_string(bytes) + " bytes, room for " +
-                                               std::to_string(capacity));
+          raise(KOLO_ERR_INVALID_ARGUMENT,
+                "output_into: the result has " + std::to_string(bytes) +
+                    " bytes, room for " + std::to_string(capacity));
         }
         if (bytes > 0) std::memcpy(addressOf(dest, true), data, bytes);
         return bytes;
@@ -459,7 +463,8 @@ PYBIND11_MODULE(_native, m) {
 
   // ---- tools ----
   m.def(
-      "start_timeline", [](const std::string& path) { check(kolo_start_timeline(path.c_str())); },
+      "start_timeline",
+      [](const std::string& path) { check(kolo_start_timeline(path.c_str())); },
       py::arg("path"));
   m.def("stop_timeline", [] { check(kolo_stop_timeline()); });
   m.def(
@@ -491,8 +496,8 @@ PYBIND11_MODULE(_native, m) {
         int rc;
         {
           py::gil_scoped_release nogil;
-          rc = kolo_allreduce(s, r, count, asEnum<kolo_dtype>(dtype),
-                              asEnum<kolo_op>(op));
+          rc =
+              kolo_allreduce(s, r, count, asEnum<kolo_dtype>(dtype), asEnum<kolo_op>(op));
         }
         check(rc);
       },
