@@ -281,6 +281,33 @@ TEST(FusionPlannerTest, KeysKindsAndLargeOperations) {
             (std::vector<std::vector<size_t>>{{0, 2, 7}, {1}, {3}, {4}, {5}, {6}}));
 }
 
+TEST(FusionPlannerTest, AllreducesAboveTheAloneCutoffRunAloneUnlessGrouped) {
+  std::vector<ReadyOp> ops;
+  ops.push_back(ready(spec("s1", {10})));    // 40 bytes
+  ops.push_back(ready(spec("big", {100})));  // 400 bytes > cutoff 200
+  ops.push_back(ready(spec("s2", {10})));
+  ops.push_back(ready(spec("edge", {50})));  // 200 bytes: at the cutoff, packed
+  for (int i = 0; i < 2; ++i) {
+    OpSpec s = spec("g" + std::to_string(i), {100});  // grouped: packed anyway
+    s.group = 4;
+    s.groupSize = 2;
+    ops.push_back(ready(s));
+  }
+  auto b = planBuckets(ops, 4096, 200);
+  std::vector<std::vector<size_t>> members;
+  for (auto& x : b) members.push_back(x.members);
+  EXPECT_EQ(members, (std::vector<std::vector<size_t>>{{0, 2, 3, 4, 5}, {1}}));
+  // The default cutoff is 1 MiB.
+  std::vector<ReadyOp> large;
+  large.push_back(ready(spec("a", {1 << 18})));        // 1 MiB: packed
+  large.push_back(ready(spec("b", {(1 << 18) + 1})));  // above: alone
+  large.push_back(ready(spec("c", {1 << 18})));
+  auto d = planBuckets(large, 64 << 20);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0].members, (std::vector<size_t>{0, 2}));
+  EXPECT_EQ(d[1].members, (std::vector<size_t>{1}));
+}
+
 TEST(FusionPlannerTest, GroupsStayWholeEvenAboveTheThreshold) {
   std::vector<ReadyOp> ops;
   ops.push_back(ready(spec("x", {100})));  // 400 bytes

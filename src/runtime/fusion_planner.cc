@@ -4,8 +4,9 @@
 // it and opens the next. A group is placed whole: into its key's open bucket
 // when it fits (or that bucket is empty), else into a new one; a group that
 // is not all allreduces of one key gets a bucket of its own (the runtime
-// runs its members one after another). Buckets are sorted by their first
-// member.
+// runs its members one after another). An allreduce above `aloneBytes`
+// outside a group gets a bucket of its own and leaves the open bucket open.
+// Buckets are sorted by their first member.
 #include "runtime/fusion_planner.h"
 
 #include <algorithm>
@@ -24,8 +25,8 @@ FusionKey keyOf(const OpSpec& s) {
 
 }  // namespace
 
-std::vector<Bucket> planBuckets(const std::vector<ReadyOp>& ready,
-                                int64_t thresholdBytes) {
+std::vector<Bucket> planBuckets(const std::vector<ReadyOp>& ready, int64_t thresholdBytes,
+                                size_t aloneBytes) {
   const size_t threshold = thresholdBytes > 0 ? static_cast<size_t>(thresholdBytes) : 0;
   std::vector<Bucket> buckets;
   std::map<FusionKey, size_t> open;  // key -> index of its open bucket
@@ -67,7 +68,7 @@ std::vector<Bucket> planBuckets(const std::vector<ReadyOp>& ready,
       }
       continue;
     }
-    if (s.kind != OpKind::kAllreduce) {
+    if (s.kind != OpKind::kAllreduce || s.bytes() > aloneBytes) {
       buckets.push_back(Bucket{{i}, s.bytes()});
       continue;
     }

@@ -119,7 +119,6 @@ int ReadyOp::contributors() const {
 }
 
 struct Negotiator::Candidate {
-  std::string name;
   OpSpec spec;
   std::vector<bool> submitted;
   std::vector<int64_t> firstDims;
@@ -243,29 +242,44 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
     }
   }
 
-  auto seen = [&](const std::string& name, int r) {
-    auto& v = firstSeen_[name];
-    if (v.empty()) v.assign(n, Clock::time_point::min());
-    if (v[r] == Clock::time_point::min()) v[r] = now;
+  // Per-rank first-seen times (the straggler tracker's input) are kept only
+  // for names that stay undecided past a cycle: a name decided in the cycle
+  // that first saw a rank's submission gets `now` for that rank.
+  auto arrivalsOf = [&](const std::string& name, const std::vector<bool>& submitted) {
+    std::vector<Clock::time_point> a(n, Clock::time_point::min());
+    const auto f = firstSeen_.empty() ? firstSeen_.end() : firstSeen_.find(name);
+    for (int r = 0; r < n; ++r) {
+      if (!submitted[r]) continue;
+      a[r] = f != firstSeen_.end() && f->second[r] != Clock::time_point::min()
+                 ? f->second[r]
+                 : now;
+    }
+    if (f != firstSeen_.end()) firstSeen_.erase(f);
+    return a;
   };
 
-  // 1. Holders of each cached slot, against the cache the messages used.
+  // 1. Holders of each cached slot, against the cache the messages used, in
+  // slot order. Entries point into the cache: every use below comes before
+  // this cycle's insertions (which may evict).
   struct Held {
-    OpSpec spec;
-    std::vector<int64_t> firstDims;
+    size_t slot;
+    const ResponseCache::Entry* entry;  // null: evicted by a new spec (step 2)
     std::vector<bool> has;
   };
-  std::map<size_t, Held> holders;
+  std::vector<Held> holders;
   const size_t bitsAt = kHeaderBytes;
-  for (size_t s = 0; s < cache_.capacity(); ++s) {
-    const auto* e = cache_.atSlot(s);
-    for (int r = 0; r < n; ++r) {
-      if (!(fixed[r][bitsAt + s / 8] & (1u << (s % 8)))) continue;
+  const size_t bitBytes = (cache_.capacity() + 7) / 8;
+  for (size_t byte = 0; byte < bitBytes; ++byte) {
+    uint8_t any = 0;
+    for (int r = 0; r < n; ++r) any |= fixed[r][bitsAt + byte];
+    if (any == 0) continue;
+    for (size_t s = byte * 8; s < byte * 8 + 8 && s < cache_.capacity(); ++s) {
+      if (!(any & (1u << (s % 8)))) continue;
+      const auto* e = cache_.atSlot(s);
       if (!e) continue;  // cannot happen with identical caches
-      auto& h = holders[s];
-      if (h.has.empty()) h = Held{e->spec, e->firstDims, std::vector<bool>(n, false)};
-      h.has[r] = true;
-      seen(e->spec.name, r);
+      Held h{s, e, std::vector<bool>(n, false)};
+      for (int r = 0; r < n; ++r) h.has[r] = (fixed[r][bitsAt + byte] >> (s % 8)) & 1u;
+      holders.push_back(std::move(h));
     }
   }
 
@@ -273,10 +287,12 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
   for (int r = 0; r < n; ++r) {
     for (auto& spec : newSpecs[r]) {
       if (const auto* e = cache_.find(spec.name)) {
-        holders.erase(e->slot);
+        auto h =
+            std::lower_bound(holders.begin(), holders.end(), e->slot,
+                             [](const Held& x, size_t slot) { return x.slot < slot; });
+        if (h != holders.end() && h->slot == e->slot) h->entry = nullptr;
         cache_.erase(spec.name);
       }
-      seen(spec.name, r);
       auto& v = sent_[spec.name];
       if (v.empty()) v.resize(n);
       v[r] = std::move(spec);
@@ -292,32 +308,40 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
     return any;
   };
 
-  // 3. Candidates.
+  // 3. Candidates. Holders that are not candidates are waiting; every
+  // candidate is decided (ready or failed) or held for its group.
   std::vector<Candidate> candidates;
-  std::set<std::string> decided;  // ready or failed this cycle
+  std::vector<Outcome::Waiting> waitingCached;
   auto failLocal = [&](const std::string& name, const std::string& message) {
     auto it = pending_.find(name);
     if (it != pending_.end()) {
       out.errors.push_back({it->second.id, name, message});
       pending_.erase(it);
     }
-    decided.insert(name);
+    firstSeen_.erase(name);
   };
-  for (auto& [slot, h] : holders) {
-    if (!allLiveHave(h.has)) continue;
-    Candidate c{h.spec.name, h.spec, h.has, {}, true, slot};
-    if (firstDimMayDiffer(h.spec.kind) && !h.spec.shape.empty()) {
+  candidates.reserve(holders.size());
+  for (auto& h : holders) {
+    if (!h.entry) continue;
+    const OpSpec& spec = h.entry->spec;
+    if (!allLiveHave(h.has)) {
+      waitingCached.push_back({spec.name, spec.kind, std::move(h.has)});
+      continue;
+    }
+    Candidate c{spec, std::move(h.has), {}, true, h.slot};
+    if (firstDimMayDiffer(spec.kind) && !spec.shape.empty()) {
       c.firstDims.assign(n, 0);
       for (int r = 0; r < n; ++r) {
-        if (h.has[r] && r < static_cast<int>(h.firstDims.size())) {
-          c.firstDims[r] = h.firstDims[r];
+        if (c.submitted[r] && r < static_cast<int>(h.entry->firstDims.size())) {
+          c.firstDims[r] = h.entry->firstDims[r];
         }
       }
     }
     candidates.push_back(std::move(c));
   }
+  holders.clear();  // its entries may be evicted from here on
   for (auto it = sent_.begin(); it != sent_.end();) {
-    const auto& specs = it->second;
+    auto& specs = it->second;
     std::vector<bool> has(n);
     for (int r = 0; r < n; ++r) has[r] = specs[r].has_value();
     if (!allLiveHave(has)) {
@@ -352,9 +376,9 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
         if (specs[r]) firstDims[r] = specs[r]->shape[0];
       }
     }
-    OpSpec spec = *ref;
+    OpSpec spec = std::move(*const_cast<OpSpec*>(ref));
     const auto ins = cache_.insert(spec, firstDims);
-    candidates.push_back(Candidate{spec.name, std::move(spec), has, std::move(firstDims),
+    candidates.push_back(Candidate{std::move(spec), std::move(has), std::move(firstDims),
                                    false, ins.slot});
     it = sent_.erase(it);
   }
@@ -364,14 +388,15 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
   for (const auto& c : candidates) {
     if (c.spec.group != 0) ++groupCount[c.spec.group];
   }
-  std::vector<Candidate> ready;
-  std::set<std::string> held;
+  std::vector<Candidate*> ready;
+  std::vector<const Candidate*> heldSeen;
+  ready.reserve(candidates.size());
   for (auto& c : candidates) {
     const uint64_t g = c.spec.group;
     if (g != 0) {
       if (auto f = failedGroups_.find(g); f != failedGroups_.end()) {
-        failLocal(c.name,
-                  std::string(toString(c.spec.kind)) + " '" + c.name +
+        failLocal(c.spec.name,
+                  std::string(toString(c.spec.kind)) + " '" + c.spec.name +
                       "': another member of its group failed: " + f->second.message);
         if (f->second.remaining <= 1) {
           failedGroups_.erase(f);
@@ -380,50 +405,46 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
         }
         continue;
       }
-      if (groupCount[g] < c.spec.groupSize) {
-        held.insert(c.name);
+      if (groupCount[g] < c.spec.groupSize) {  // held: not waiting
+        heldSeen.push_back(&c);
         continue;
       }
     }
-    ready.push_back(std::move(c));
+    ready.push_back(&c);
   }
 
   // 5. Order: cached by slot, then new by name (the candidates' order
   // already), each group gathered at its first member.
-  std::vector<const Candidate*> order;
+  std::vector<Candidate*> order;
+  order.reserve(ready.size());
   std::set<uint64_t> placed;
-  for (const auto& c : ready) {
-    if (c.spec.group == 0) {
-      order.push_back(&c);
+  for (Candidate* c : ready) {
+    if (c->spec.group == 0) {
+      order.push_back(c);
       continue;
     }
-    if (!placed.insert(c.spec.group).second) continue;
-    for (const auto& m : ready) {
-      if (m.spec.group == c.spec.group) order.push_back(&m);
+    if (!placed.insert(c->spec.group).second) continue;
+    for (Candidate* m : ready) {
+      if (m->spec.group == c->spec.group) order.push_back(m);
     }
   }
-  for (const Candidate* c : order) {
+  out.ready.reserve(order.size());
+  for (Candidate* c : order) {
     ReadyOp op;
-    op.spec = c->spec;
-    op.firstDims = c->firstDims;
-    op.submitted = c->submitted;
-    op.arrivals.assign(n, Clock::time_point::min());
-    if (auto f = firstSeen_.find(c->name); f != firstSeen_.end()) {
-      for (int r = 0; r < n; ++r) {
-        if (c->submitted[r]) op.arrivals[r] = f->second[r];
-      }
-    }
+    op.arrivals = arrivalsOf(c->spec.name, c->submitted);
     if (c->submitted[rank_]) {
-      auto it = pending_.find(c->name);
+      auto it = pending_.find(c->spec.name);
       KOLO_CHECK(it != pending_.end());
       op.localId = it->second.id;
       pending_.erase(it);
     }
-    if (const auto* e = cache_.find(c->name)) cache_.touch(e->slot);  // in ready order
-    decided.insert(c->name);
+    if (const auto* e = cache_.find(c->spec.name))
+      cache_.touch(e->slot);  // in ready order
+    op.spec = std::move(c->spec);
+    op.firstDims = std::move(c->firstDims);
+    op.submitted = std::move(c->submitted);
     out.ready.push_back(std::move(op));
   }
-  for (const auto& name : decided) firstSeen_.erase(name);
 
   // 6. Pending states follow the cache.
   for (auto& [name, local] : pending_) {
@@ -442,10 +463,7 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
   }
 
   // Waiting: pending somewhere, not ready, not merely held for its group.
-  for (const auto& [slot, h] : holders) {
-    if (decided.count(h.spec.name) || held.count(h.spec.name)) continue;
-    out.waiting.push_back({h.spec.name, h.spec.kind, h.has});
-  }
+  out.waiting = std::move(waitingCached);
   for (const auto& [name, specs] : sent_) {
     Outcome::Waiting w{name, OpKind::kAllreduce, std::vector<bool>(n)};
     for (int r = 0; r < n; ++r) {
@@ -455,6 +473,16 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
     }
     out.waiting.push_back(std::move(w));
   }
+  // First-seen times of what still waits (or is held for its group).
+  auto keepSeen = [&](const std::string& name, const std::vector<bool>& submitted) {
+    auto& v = firstSeen_[name];
+    if (v.empty()) v.assign(n, Clock::time_point::min());
+    for (int r = 0; r < n; ++r) {
+      if (submitted[r] && v[r] == Clock::time_point::min()) v[r] = now;
+    }
+  };
+  for (const auto& w : out.waiting) keepSeen(w.name, w.submitted);
+  for (const Candidate* c : heldSeen) keepSeen(c->spec.name, c->submitted);
   return out;
 }
 

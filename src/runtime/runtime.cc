@@ -7,17 +7,22 @@
 //   handles -> planBuckets -> run each bucket -> stall inspector, straggler
 //   tracker, autotuner -> wait for the next cycle.
 // Waiting: the next cycle starts `cycle time` (rank 0's) after this one
-// started; when nothing was pending anywhere, the first submission starts
-// it at once (so a lone operation does not wait for the pacing). join() and
+// started; when nothing is pending anywhere after a cycle, the loop sleeps
+// until the first submission (or one cycle time for an empty exchange), and
+// that submission opens a gathering window of at most one cycle time that
+// closes once the queue stopped growing for kGatherQuiet (so a burst lands in
+// one cycle, and a lone operation waits only that quiet time). join() and
 // shutdown() wake the loop.
 //
 // Running a bucket of allreduces: each member's input is copied into the
 // fusion buffer (times prescale; a rank that did not submit the operation
 // writes the reduction's identity: zeros for sum and average), one
 // allreduce runs in place (average as a sum), and each slice is divided by
-// the number of contributing ranks (average), multiplied by postscale and
-// copied to the member's output. A bucket of one allreduce runs in place in
-// the caller's output buffer. Other kinds run one collective per operation.
+// the number of contributing ranks (average) and multiplied by postscale on
+// its way to the member's output (one pass). A bucket of one allreduce runs
+// in place in the caller's output buffer; the fusion planner gives every
+// allreduce above kFusionAloneBytes (1 MiB) such a bucket, so only small
+// tensors pay for the copies. Other kinds run one collective per operation.
 #include "runtime/runtime.h"
 
 #include <algorithm>
@@ -84,6 +89,64 @@ void scaleInPlace(void* buf, size_t count, DataType dtype, double factor) {
   }
 }
 
+// dst[i] = src[i] * factor, one pass for float32 and float64 (bitwise what
+// a copy followed by scaleInPlace gives); dst may equal src.
+void copyScaled(void* dst, const void* src, size_t count, DataType dtype, double factor) {
+  if (count == 0) return;
+  if (factor != 1.0 && dtype == DataType::kFloat32) {
+    const float f = static_cast<float>(factor);
+    const auto* s = static_cast<const float*>(src);
+    auto* d = static_cast<float*>(dst);
+    for (size_t i = 0; i < count; ++i) d[i] = s[i] * f;
+    return;
+  }
+  if (factor != 1.0 && dtype == DataType::kFloat64) {
+    const auto* s = static_cast<const double*>(src);
+    auto* d = static_cast<double*>(dst);
+    for (size_t i = 0; i < count; ++i) d[i] = s[i] * factor;
+    return;
+  }
+  if (dst != src) std::memcpy(dst, src, count * elementSize(dtype));
+  scaleInPlace(dst, count, dtype, factor);
+}
+
+// An allreduce's result from its sum: dst[i] = src[i] / divisor (divisor 1:
+// none) * postscale. One pass for float32 and float64, bitwise what
+// divideInPlace followed by scaleInPlace gives (IEEE division, then the
+// multiplication, each rounded); other types take the two passes. dst may
+// equal src.
+template <typename T>
+void divideScaleLoop(void* dst, const void* src, size_t count, T divisor, T factor) {
+  const auto* s = static_cast<const T*>(src);
+  auto* d = static_cast<T*>(dst);
+  if (factor == T(1)) {
+    for (size_t i = 0; i < count; ++i) d[i] = s[i] / divisor;
+  } else if (divisor == T(1)) {
+    for (size_t i = 0; i < count; ++i) d[i] = s[i] * factor;
+  } else {
+    for (size_t i = 0; i < count; ++i) d[i] = (s[i] / divisor) * factor;
+  }
+}
+
+void finishInto(void* dst, const void* src, size_t count, DataType dtype, int divisor,
+                double postscale) {
+  if (count == 0) return;
+  if (divisor == 1 && postscale == 1.0) {
+    if (dst != src) std::memcpy(dst, src, count * elementSize(dtype));
+    return;
+  }
+  if (dtype == DataType::kFloat32) {
+    return divideScaleLoop<float>(dst, src, count, static_cast<float>(divisor),
+                                  static_cast<float>(postscale));
+  }
+  if (dtype == DataType::kFloat64) {
+    return divideScaleLoop<double>(dst, src, count, divisor, postscale);
+  }
+  if (dst != src) std::memcpy(dst, src, count * elementSize(dtype));
+  if (divisor != 1) collectives::divideInPlace(dst, count, dtype, divisor);
+  scaleInPlace(dst, count, dtype, postscale);
+}
+
 template <typename T>
 void fillWith(void* buf, size_t count, T v) {
   std::fill_n(static_cast<T*>(buf), count, v);
@@ -128,6 +191,11 @@ void fillIdentity(void* buf, size_t count, DataType dtype, ReduceOp op) {
       return fillWith<uint8_t>(buf, count, pick(uint8_t{1}, uint8_t{255}, uint8_t{0}));
   }
 }
+
+// The gathering window's quiet time: after an idle spell, the first
+// submission's cycle waits until no submission arrived for this long (at
+// most one cycle time).
+constexpr std::chrono::microseconds kGatherQuiet{50};
 
 std::exception_ptr errorPtr(ErrorCode code, const std::string& message, int peer = -1) {
   return std::make_exception_ptr(Error(code, message, peer));
@@ -205,87 +273,90 @@ HandlePtr Runtime::failed(HandlePtr handle, const std::exception_ptr& error) {
 
 void Runtime::validate(const OpRequest& r) const {
   const OpSpec& s = r.spec;
-  const std::string what = std::string(toString(s.kind)) + " '" + s.name + "'";
+  // Built only for an error message.
+  auto what = [&s] { return std::string(toString(s.kind)) + " '" + s.name + "'"; };
   if (s.name.empty()) {
     KOLO_THROW(ErrorCode::kInvalidArgument, toString(s.kind) << ": empty operation name");
   }
   if (s.kind == OpKind::kJoin ||
       static_cast<int>(s.kind) > static_cast<int>(OpKind::kJoin)) {
-    KOLO_THROW(ErrorCode::kInvalidArgument,
-               what << ": invalid kind " << static_cast<int>(s.kind) << " (use join())");
+    KOLO_THROW(ErrorCode::kInvalidArgument, what() << ": invalid kind "
+                                                   << static_cast<int>(s.kind)
+                                                   << " (use join())");
   }
   if (s.kind == OpKind::kBarrier) return;
   if (!isValid(s.dtype)) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
-               what << ": unknown dtype value " << static_cast<int>(s.dtype));
+               what() << ": unknown dtype value " << static_cast<int>(s.dtype));
   }
   const bool reduces = s.kind == OpKind::kAllreduce || s.kind == OpKind::kReduceScatter;
   if (reduces && !isValid(s.op)) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
-               what << ": unknown reduction value " << static_cast<int>(s.op));
+               what() << ": unknown reduction value " << static_cast<int>(s.op));
   }
   for (int64_t d : s.shape) {
     if (d < 0) {
       KOLO_THROW(ErrorCode::kInvalidArgument,
-                 what << ": negative dimension in shape " << shapeString(s.shape));
+                 what() << ": negative dimension in shape " << shapeString(s.shape));
     }
   }
   if (reduces && (!std::isfinite(s.prescale) || !std::isfinite(s.postscale))) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
-               what << ": scale factors must be finite (prescale " << s.prescale
-                    << ", postscale " << s.postscale << ")");
+               what() << ": scale factors must be finite (prescale " << s.prescale
+                      << ", postscale " << s.postscale << ")");
   }
   const size_t bytes = s.bytes();
   if (bytes > 0 && r.input == nullptr) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
-               what << ": null input buffer for " << bytes << " bytes");
+               what() << ": null input buffer for " << bytes << " bytes");
   }
   const bool callerOutput = s.kind == OpKind::kAllreduce ||
                             s.kind == OpKind::kBroadcast ||
                             s.kind == OpKind::kReduceScatter;
   if (callerOutput && bytes > 0 && r.output == nullptr) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
-               what << ": null output buffer for " << bytes << " bytes");
+               what() << ": null output buffer for " << bytes << " bytes");
   }
   if (s.kind == OpKind::kBroadcast && (s.root < 0 || s.root >= size_)) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
-               what << ": root " << s.root << " outside 0.." << size_ - 1);
+               what() << ": root " << s.root << " outside 0.." << size_ - 1);
   }
   if (s.kind == OpKind::kReduceScatter || s.kind == OpKind::kAllgather ||
       s.kind == OpKind::kAlltoall) {
     if (s.shape.empty()) {
       KOLO_THROW(ErrorCode::kInvalidArgument,
-                 what << ": needs at least one dimension (shape [])");
+                 what() << ": needs at least one dimension (shape [])");
     }
   }
   if (s.kind == OpKind::kReduceScatter && s.shape[0] % size_ != 0) {
-    KOLO_THROW(ErrorCode::kInvalidArgument, what << ": first dimension " << s.shape[0]
-                                                 << " does not divide by the " << size_
-                                                 << " ranks");
+    KOLO_THROW(ErrorCode::kInvalidArgument, what() << ": first dimension " << s.shape[0]
+                                                   << " does not divide by the " << size_
+                                                   << " ranks");
   }
   if (s.kind == OpKind::kAlltoall) {
     if (r.splits.empty()) {
       if (s.shape[0] % size_ != 0) {
-        KOLO_THROW(ErrorCode::kInvalidArgument, what << ": first dimension " << s.shape[0]
-                                                     << " does not divide by the "
-                                                     << size_ << " ranks (give splits)");
+        KOLO_THROW(ErrorCode::kInvalidArgument, what()
+                                                    << ": first dimension " << s.shape[0]
+                                                    << " does not divide by the " << size_
+                                                    << " ranks (give splits)");
       }
     } else {
       if (static_cast<int>(r.splits.size()) != size_) {
-        KOLO_THROW(ErrorCode::kInvalidArgument, what << ": " << r.splits.size()
-                                                     << " splits for " << size_
-                                                     << " ranks");
+        KOLO_THROW(ErrorCode::kInvalidArgument, what() << ": " << r.splits.size()
+                                                       << " splits for " << size_
+                                                       << " ranks");
       }
       int64_t sum = 0;
       for (int64_t v : r.splits) {
         if (v < 0)
-          KOLO_THROW(ErrorCode::kInvalidArgument, what << ": negative split " << v);
+          KOLO_THROW(ErrorCode::kInvalidArgument, what() << ": negative split " << v);
         sum += v;
       }
       if (sum != s.shape[0]) {
-        KOLO_THROW(ErrorCode::kInvalidArgument, what << ": splits sum to " << sum
-                                                     << ", first dimension is "
-                                                     << s.shape[0]);
+        KOLO_THROW(ErrorCode::kInvalidArgument, what() << ": splits sum to " << sum
+                                                       << ", first dimension is "
+                                                       << s.shape[0]);
       }
     }
   }
@@ -449,6 +520,23 @@ void Runtime::admit(std::vector<Submission> items) {
   }
 }
 
+// A bucket's handles: one lock for the pending names, then the completions.
+void Runtime::finishAll(const std::vector<OpId>& ids) {
+  std::vector<HandlePtr> handles;
+  handles.reserve(ids.size());
+  for (OpId id : ids) {
+    auto it = ops_.find(id);
+    if (it == ops_.end()) continue;
+    handles.push_back(std::move(it->second.handle));
+    ops_.erase(it);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& h : handles) names_.erase(h->name());
+  }
+  for (const auto& h : handles) h->complete();
+}
+
 void Runtime::finish(OpId id, std::exception_ptr error) {
   auto it = ops_.find(id);
   if (it == ops_.end()) return;
@@ -594,11 +682,26 @@ void Runtime::loop() {
         return;
       }
 
-      const bool idle = outcome.ready.empty() && outcome.waiting.empty() &&
-                        negotiator_.pendingCount() == 0 && !joined_;
+      // Pacing. Idle (nothing pending on any rank once this cycle's ready
+      // operations ran): sleep until a submission arrives, or one cycle time
+      // from now for the next (empty) exchange; a submission opens the
+      // gathering window, which lasts while submissions keep arriving (until
+      // kGatherQuiet passes without one, at most one cycle time), so a burst
+      // lands in one cycle. Otherwise the next cycle starts one cycle time
+      // after this one started.
+      const bool idle =
+          outcome.waiting.empty() && negotiator_.pendingCount() == 0 && !joined_;
       const auto pace = std::chrono::duration_cast<Clock::duration>(
           std::chrono::duration<double, std::milli>(std::max(0.0, outcome.cycleTimeMs)));
-      queue_.waitUntil(cycleStart + pace, idle);
+      if (idle) {
+        if (queue_.waitUntil(Clock::now() + pace, true) &&
+            pace > Clock::duration::zero()) {
+          const auto quiet = std::min<Clock::duration>(kGatherQuiet, pace);
+          queue_.waitQuiet(quiet, Clock::now() + pace);
+        }
+      } else {
+        queue_.waitUntil(cycleStart + pace, false);
+      }
     }
   } catch (...) {
     // A transport failure, a lost peer, a timeout: every pending and later
@@ -693,13 +796,11 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
                       {"bucket", std::to_string(bucketIndex)},
                       {"tensors", std::to_string(members.size())}});
   }
-  // After the sum: average and postscale, in place.
-  auto finishValues = [&](const ReadyOp& r, void* p) {
+  // After the sum: average and postscale, from `src` into `dst` in one pass.
+  auto finishValues = [&](const ReadyOp& r, void* dst, const void* src) {
     const size_t n = static_cast<size_t>(r.spec.elements());
-    if (op == ReduceOp::kAverage && n > 0) {
-      collectives::divideInPlace(p, n, dtype, std::max(1, r.contributors()));
-    }
-    scaleInPlace(p, n, dtype, r.spec.postscale);
+    const int divisor = op == ReduceOp::kAverage ? std::max(1, r.contributors()) : 1;
+    finishInto(dst, src, n, dtype, divisor, r.spec.postscale);
   };
   cycleBytes_ += bytes;
 
@@ -708,10 +809,7 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
     ReadyOp& r = *members[0];
     Op& o = ops_.at(*r.localId);
     const size_t n = static_cast<size_t>(r.spec.elements());
-    if (n > 0 && o.request.input != o.request.output) {
-      std::memcpy(o.request.output, o.request.input, n * esize);
-    }
-    scaleInPlace(o.request.output, n, dtype, r.spec.prescale);
+    copyScaled(o.request.output, o.request.input, n, dtype, r.spec.prescale);
     if (tl) tl->begin(r.spec.name, phase::kCollective, args);
     AllreduceOptions ar;
     ar.send = ar.recv = o.request.output;
@@ -721,7 +819,7 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
     ar.algorithm = algorithm_;
     comm_->allreduce(ar);
     if (tl) tl->end(r.spec.name);
-    finishValues(r, o.request.output);
+    finishValues(r, o.request.output, o.request.output);
     finish(*r.localId);
     return;
   }
@@ -736,8 +834,7 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
     if (tl && r.localId) tl->begin(r.spec.name, phase::kMemcpyIn);
     if (r.localId) {
       const Op& o = ops_.at(*r.localId);
-      if (n > 0) std::memcpy(p, o.request.input, n * esize);
-      scaleInPlace(p, n, dtype, r.spec.prescale);
+      copyScaled(p, o.request.input, n, dtype, r.spec.prescale);
     } else {
       fillIdentity(p, n, dtype, commOp);
     }
@@ -757,6 +854,8 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
   ar.algorithm = algorithm_;
   comm_->allreduce(ar);
   at = 0;
+  std::vector<OpId> done;
+  done.reserve(members.size());
   for (const ReadyOp* m : members) {
     const ReadyOp& r = *m;
     const size_t n = static_cast<size_t>(r.spec.elements());
@@ -767,12 +866,12 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
       tl->end(r.spec.name);
       tl->begin(r.spec.name, phase::kMemcpyOut);
     }
-    finishValues(r, p);
     const Op& o = ops_.at(*r.localId);
-    if (n > 0) std::memcpy(o.request.output, p, n * esize);
+    finishValues(r, o.request.output, p);
     if (tl) tl->end(r.spec.name);
-    finish(*r.localId);
+    done.push_back(*r.localId);
   }
+  finishAll(done);
 }
 
 // Every kind but a fused allreduce: one collective for one operation. A

@@ -114,6 +114,7 @@ class Runtime {
   void runOne(ReadyOp& op, int bucketIndex);
   void observe(const Outcome& outcome, Clock::time_point now);
   void finish(OpId id, std::exception_ptr error = nullptr);
+  void finishAll(const std::vector<OpId>& ids);  // success, one lock
   // Ends the loop: marks the runtime broken with `error` (later enqueues
   // fail with it) and fails everything pending or queued with
   // errorFor(name).

@@ -1,24 +1,34 @@
 #include "runtime/submission_queue.h"
 
+#include <algorithm>
+
 namespace kolo::runtime {
 
+// Only a consumer blocked in waitUntil(.., wakeOnItem = true) is notified:
+// the others wake on their deadline, wake() or close() anyway.
 bool SubmissionQueue::push(Submission item) {
+  bool notify;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return false;
     items_.push_back(std::move(item));
+    ++pushed_;
+    notify = waitingForItem_;
   }
-  cv_.notify_all();
+  if (notify) cv_.notify_all();
   return true;
 }
 
 bool SubmissionQueue::pushAll(std::vector<Submission> items) {
+  bool notify;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return false;
     for (auto& item : items) items_.push_back(std::move(item));
+    pushed_ += items.size();
+    notify = waitingForItem_;
   }
-  cv_.notify_all();
+  if (notify) cv_.notify_all();
   return true;
 }
 
@@ -29,10 +39,25 @@ std::vector<Submission> SubmissionQueue::drain() {
   return out;
 }
 
-void SubmissionQueue::waitUntil(Clock::time_point deadline, bool wakeOnItem) {
+bool SubmissionQueue::waitUntil(Clock::time_point deadline, bool wakeOnItem) {
   std::unique_lock<std::mutex> lock(mu_);
+  waitingForItem_ = wakeOnItem;
   cv_.wait_until(lock, deadline,
                  [&] { return woken_ || closed_ || (wakeOnItem && !items_.empty()); });
+  waitingForItem_ = false;
+  const bool items = !woken_ && !closed_ && !items_.empty();
+  woken_ = false;
+  return items;
+}
+
+void SubmissionQueue::waitQuiet(Clock::duration quiet, Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!woken_ && !closed_) {
+    const uint64_t before = pushed_;
+    const auto until = std::min(Clock::now() + quiet, deadline);
+    cv_.wait_until(lock, until, [&] { return woken_ || closed_; });
+    if (pushed_ == before || Clock::now() >= deadline) break;
+  }
   woken_ = false;
 }
 

@@ -8,7 +8,12 @@
 // - waitUntil(deadline, wakeOnItem): blocks until the deadline, wake() or
 //   close(), or, with wakeOnItem, until something is queued (at once when
 //   something already is). A wake() before the call makes it return at
-//   once; the wake-up is consumed.
+//   once; the wake-up is consumed. Returns true when items are queued and
+//   neither wake() nor close() ended the wait.
+// - waitQuiet(quiet, deadline): the gathering window. Blocks while items
+//   keep arriving: returns once nothing was pushed for `quiet`, at the
+//   deadline, or on wake() (consumed) or close(). Pushes do not wake it (it
+//   sleeps `quiet` at a time), so a burst of pushes costs no wake-ups.
 // - close(): later pushes fail; waiters return.
 // - All methods are thread-safe.
 #pragma once
@@ -49,7 +54,8 @@ class SubmissionQueue {
   bool push(Submission item);
   bool pushAll(std::vector<Submission> items);
   std::vector<Submission> drain();
-  void waitUntil(Clock::time_point deadline, bool wakeOnItem);
+  bool waitUntil(Clock::time_point deadline, bool wakeOnItem);
+  void waitQuiet(Clock::duration quiet, Clock::time_point deadline);
   void wake();
   void close();
   bool closed() const;
@@ -59,6 +65,8 @@ class SubmissionQueue {
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
   std::vector<Submission> items_;
+  uint64_t pushed_ = 0;          // items ever pushed (waitQuiet)
+  bool waitingForItem_ = false;  // a waitUntil(.., true) is blocked: push notifies
   bool woken_ = false;
   bool closed_ = false;
 };
