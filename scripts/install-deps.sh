@@ -23,8 +23,10 @@ PACKAGES=(
   dataset-fashion-mnist libjpeg-dev zlib1g-dev
   # multi-host tests in network namespaces
   iproute2
-  # bench/fusion.sh's plot
+  # bench/fusion.sh's and bench/train_scaling.sh's plots
   python3-matplotlib
+  # bench/synthetic.py --model resnet50
+  python3-torchvision
 )
 
 # One dpkg-query for all; a package it does not know is simply not listed.
