@@ -39,6 +39,7 @@ from kolo.torch.optimizer import DistributedOptimizer
 from kolo.torch.process_sets import (ProcessSet, add_process_set,
                                      remove_process_set, global_process_set)
 from kolo.torch.sync_batch_norm import SyncBatchNorm
+from kolo.torch import lr  # noqa: F401  (hvd.lr.LRSchedule, hvd.lr.LARS)
 
 
 def init(comm=None, process_sets=None):

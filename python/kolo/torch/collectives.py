@@ -29,6 +29,7 @@ thread (autograd hooks call them from the backward pass); one handle must be
 synchronized by one thread.
 """
 
+import collections
 import itertools
 import threading
 import time
@@ -65,7 +66,7 @@ _NATIVE_DTYPES = {
 # Pointer for empty tensors (never read or written: zero bytes).
 _EMPTY_BUFFER = torch.zeros(8, dtype=torch.float64)
 
-_name_counter = itertools.count()
+_name_counters = collections.defaultdict(itertools.count)  # per process set
 _handle_counter = itertools.count(1)
 _lock = threading.Lock()
 _operations = {}  # Python handle -> _Operation
@@ -83,13 +84,16 @@ class _Operation:
         self.finish = finish
 
 
-def _auto_name(kind, name):
+def _auto_name(kind, name, ps_id):
+    """``name``, or ``<kind>.noname.<n>`` with n counting this rank's unnamed
+    operations on the process set (per set, so that operations on a set
+    some ranks do not belong to leave the others' counts alone)."""
     if name is not None:
         if not isinstance(name, str) or not name:
             raise errors.invalid_argument(
                 "%s: name must be a non-empty string, got %r" % (kind, name))
         return name
-    return "%s.noname.%d" % (kind, next(_name_counter))
+    return "%s.noname.%d" % (kind, next(_name_counters[ps_id]))
 
 
 def _register(native_handles, keep_alive, finish):
@@ -223,9 +227,9 @@ def allreduce_async(tensor, average=None, name=None, op=None,
     synchronize() / poll()."""
     what = "allreduce"
     op = _resolve_op(average, op, what)
-    name = _auto_name(what, name)
+    ps_id = _native_id(process_set, what)
+    name = _auto_name(what, name, ps_id)
     _check_tensor(tensor, what, name)
-    ps_id = _native_id(process_set, "%s '%s'" % (what, name))
     src = _contiguous(tensor.detach())
     out = torch.empty(src.shape, dtype=src.dtype)
     h = _allreduce_submit(src, out, name, op, prescale_factor,
@@ -240,9 +244,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None,
     same tensor holding the result."""
     what = "allreduce"
     op = _resolve_op(average, op, what)
-    name = _auto_name(what, name)
+    ps_id = _native_id(process_set, what)
+    name = _auto_name(what, name, ps_id)
     _check_tensor(tensor, what, name)
-    ps_id = _native_id(process_set, "%s '%s'" % (what, name))
     buf = tensor.detach()
     inplace = buf.is_contiguous()
     if not inplace:
@@ -315,7 +319,8 @@ def _grouped_submit(tensors, outputs, average, name, op, prescale, postscale,
                     process_set, finish_results):
     what = "grouped_allreduce"
     op = _resolve_op(average, op, what)
-    base = _auto_name(what, name)
+    ps_id = _native_id(process_set, what)
+    base = _auto_name(what, name, ps_id)
     if not tensors:
         raise errors.invalid_argument("%s '%s': no tensors" % (what, base))
     names = ["%s.%d" % (base, i) for i in range(len(tensors))]
@@ -327,7 +332,6 @@ def _grouped_submit(tensors, outputs, average, name, op, prescale, postscale,
             "%s '%s': all tensors of a group must have one dtype, got %s" %
             (what, base, sorted(str(d) for d in dtypes)))
     code = _reduce_dtype(tensors[0], what, base)
-    ps_id = _native_id(process_set, "%s '%s'" % (what, base))
     hs = _native.grouped_allreduce_async(
         names, [_ptr(s) for s in tensors], [_ptr(o) for o in outputs],
         [list(s.shape) for s in tensors], code, op, float(prescale),
@@ -400,9 +404,9 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts an allgather: the ranks' tensors concatenated along the first
     dimension (which may differ across ranks). A 0-d tensor counts as [1]."""
     what = "allgather"
-    name = _auto_name(what, name)
+    ps_id = _native_id(process_set, what)
+    name = _auto_name(what, name, ps_id)
     _check_tensor(tensor, what, name)
-    ps_id = _native_id(process_set, "%s '%s'" % (what, name))
     src = _contiguous(tensor.detach())
     if src.dim() == 0:
         src = src.reshape(1)
@@ -469,9 +473,9 @@ def _broadcast_submit(buf, root_rank, name, ps_id):
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts a broadcast from ``root_rank`` into a new tensor."""
     what = "broadcast"
-    name = _auto_name(what, name)
+    ps_id = _native_id(process_set, what)
+    name = _auto_name(what, name, ps_id)
     _check_tensor(tensor, what, name)
-    ps_id = _native_id(process_set, "%s '%s'" % (what, name))
     out = tensor.detach().clone(memory_format=torch.contiguous_format)
     h, view = _broadcast_submit(out, root_rank, name, ps_id)
     return _register([h], (out, view), lambda: out)
@@ -481,9 +485,9 @@ def broadcast_async_(tensor, root_rank, name=None,
                      process_set=global_process_set):
     """Starts an in-place broadcast of ``tensor`` from ``root_rank``."""
     what = "broadcast"
-    name = _auto_name(what, name)
+    ps_id = _native_id(process_set, what)
+    name = _auto_name(what, name, ps_id)
     _check_tensor(tensor, what, name)
-    ps_id = _native_id(process_set, "%s '%s'" % (what, name))
     buf = tensor.detach()
     inplace = buf.is_contiguous()
     if not inplace:
@@ -543,9 +547,9 @@ def alltoall_async(tensor, splits=None, name=None,
     equally. synchronize() returns the received rows in rank order, and with
     ``splits`` given, also how many rows came from each rank."""
     what = "alltoall"
-    name = _auto_name(what, name)
+    ps_id = _native_id(process_set, what)
+    name = _auto_name(what, name, ps_id)
     _check_tensor(tensor, what, name)
-    ps_id = _native_id(process_set, "%s '%s'" % (what, name))
     src = _contiguous(tensor.detach())
     if src.dim() == 0:
         raise errors.invalid_argument(
@@ -607,9 +611,9 @@ def reducescatter_async(tensor, name=None, op=Average,
     to each its block of dimension 0 (which must divide by the set size)."""
     what = "reducescatter"
     op = _resolve_op(None, op, what)
-    name = _auto_name(what, name)
+    ps_id = _native_id(process_set, what)
+    name = _auto_name(what, name, ps_id)
     _check_tensor(tensor, what, name)
-    ps_id = _native_id(process_set, "%s '%s'" % (what, name))
     code = _reduce_dtype(tensor, what, name)
     src = _contiguous(tensor.detach())
     if prescale_factor != 1.0:

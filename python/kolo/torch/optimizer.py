@@ -185,10 +185,15 @@ class _DistributedMixin:
         if not self._member:
             self._synchronized = True
             return
+        first_error = None
         for p in self._requires_update:
             if self._handles.get(p, (None, None))[0] is None:
-                self._handles[p] = self._allreduce_grad_async(p)
-        first_error = None
+                try:
+                    self._handles[p] = self._allreduce_grad_async(p)
+                except Exception as e:  # still wait for the others below
+                    self._handles.pop(p, None)
+                    if first_error is None:
+                        first_error = e
         for p, (handle, info) in list(self._handles.items()):
             try:
                 output = C.synchronize(handle)
