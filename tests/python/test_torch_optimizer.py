@@ -68,6 +68,7 @@ def assert_same_on_every_rank(model):
         assert torch.equal(everyone[r], mine), "rank %d differs" % r
 
 
+@pytest.mark.filterwarnings("ignore:Detected call of")
 def test_step_equals_single_process_on_union_batch():
     model = make_net()
     reference = copy.deepcopy(model)

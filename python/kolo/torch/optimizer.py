@@ -115,14 +115,14 @@ class _DistributedMixin:
             first, other = set(everyone[0]), set(theirs)
             only_first = sorted(first - other)
             only_other = sorted(other - first)
+            parts = []
             if only_first:
-                detail = "parameters %s exist on rank %d but not on rank %d" % (
-                    ", ".join(only_first[:8]), ranks[0], r)
-            elif only_other:
-                detail = "parameters %s exist on rank %d but not on rank %d" % (
-                    ", ".join(only_other[:8]), r, ranks[0])
-            else:
-                detail = "the parameters are in a different order"
+                parts.append("parameters %s exist on rank %d but not on rank %d"
+                             % (", ".join(only_first[:8]), ranks[0], r))
+            if only_other:
+                parts.append("parameters %s exist on rank %d but not on rank %d"
+                             % (", ".join(only_other[:8]), r, ranks[0]))
+            detail = "; ".join(parts) or "the parameters are in a different order"
             raise errors.mismatch(
                 "DistributedOptimizer: the models differ across ranks: %s "
                 "(rank %d has %d parameters, rank %d has %d)" %
