@@ -141,18 +141,20 @@ size_t Negotiator::variableBytes(const std::vector<uint8_t>& fixed) {
   return getAt<uint32_t>(fixed, 4);
 }
 
-void Negotiator::submit(OpId id, const OpSpec& spec) {
+void Negotiator::submit(OpId id, OpSpec spec) {
   if (pending_.count(spec.name)) {
     KOLO_THROW(ErrorCode::kInvalidArgument, toString(spec.kind)
                                                 << " '" << spec.name << "' on rank "
                                                 << rank_ << ": name already pending");
   }
-  Local local{id, spec, Local::State::kUnsent, 0};
+  Local local{id, OpSpec{}, Local::State::kUnsent, 0};
   if (const auto* e = cache_.find(spec.name); e && e->matches(spec, rank_)) {
     local.state = Local::State::kCached;
     local.slot = e->slot;
   }
-  pending_.emplace(spec.name, std::move(local));
+  std::string key = spec.name;
+  local.spec = std::move(spec);
+  pending_.emplace(std::move(key), std::move(local));
 }
 
 Message Negotiator::prepare(const CycleFlags& flags) {
@@ -489,6 +491,7 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
 std::vector<OpId> Negotiator::pendingIds() const {
   std::vector<OpId> ids;
   for (const auto& [name, local] : pending_) ids.push_back(local.id);
+  std::sort(ids.begin(), ids.end());
   return ids;
 }
 

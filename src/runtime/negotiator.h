@@ -10,7 +10,7 @@
 //
 // Contract
 // - submit(id, spec): an operation pending on this rank; `id` is the
-//   runtime's token for it. Throws Error(kInvalidArgument) when a pending
+//   runtime's token for it (opaque here). Throws Error(kInvalidArgument) when a pending
 //   operation already has that name.
 // - prepare(flags) -> Message: this rank's message for the cycle. Every
 //   rank must call prepare() then process() exactly once per cycle.
@@ -47,6 +47,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/op_spec.h"
@@ -109,7 +110,7 @@ class Negotiator {
  public:
   Negotiator(int rank, int size, size_t cacheCapacity = 1024);
 
-  void submit(OpId id, const OpSpec& spec);
+  void submit(OpId id, OpSpec spec);  // pass an rvalue to spare the copy
   Message prepare(const CycleFlags& flags);
   // Size of every rank's fixed part, and the variable part's size that a
   // fixed part announces (what the runtime's allgatherv needs).
@@ -135,8 +136,9 @@ class Negotiator {
   };
   struct Candidate;
 
-  // This rank's pending operations by name.
-  std::map<std::string, Local> pending_;
+  // This rank's pending operations by name (unordered: every decision goes
+  // by cache slot or by the names of sent_).
+  std::unordered_map<std::string, Local> pending_;
   // Names not (or no longer) cached: the spec each rank sent, kept by every
   // rank until the name is decided. Ordered, so decisions go by name.
   std::map<std::string, std::vector<std::optional<OpSpec>>> sent_;

@@ -89,62 +89,53 @@ void scaleInPlace(void* buf, size_t count, DataType dtype, double factor) {
   }
 }
 
-// dst[i] = src[i] * factor, one pass for float32 and float64 (bitwise what
-// a copy followed by scaleInPlace gives); dst may equal src.
+// Copies with a per-element operation go through L1-sized chunks: the chunk
+// is copied, then the vectorized kernels (divideInPlace; scaleInPlace)
+// rework it while it is in cache, so the pair costs about one pass over
+// memory. The kernels' per-element results are those of the whole-buffer
+// calls, so a result does not depend on the path (deterministic sums).
+constexpr size_t kChunkBytes = size_t{16} << 10;
+
+// dst = src * factor; dst may equal src.
 void copyScaled(void* dst, const void* src, size_t count, DataType dtype, double factor) {
   if (count == 0) return;
-  if (factor != 1.0 && dtype == DataType::kFloat32) {
-    const float f = static_cast<float>(factor);
-    const auto* s = static_cast<const float*>(src);
-    auto* d = static_cast<float*>(dst);
-    for (size_t i = 0; i < count; ++i) d[i] = s[i] * f;
+  if (dst == src || factor == 1.0) {
+    if (dst != src) std::memcpy(dst, src, count * elementSize(dtype));
+    scaleInPlace(dst, count, dtype, factor);
     return;
   }
-  if (factor != 1.0 && dtype == DataType::kFloat64) {
-    const auto* s = static_cast<const double*>(src);
-    auto* d = static_cast<double*>(dst);
-    for (size_t i = 0; i < count; ++i) d[i] = s[i] * factor;
-    return;
-  }
-  if (dst != src) std::memcpy(dst, src, count * elementSize(dtype));
-  scaleInPlace(dst, count, dtype, factor);
-}
-
-// An allreduce's result from its sum: dst[i] = src[i] / divisor (divisor 1:
-// none) * postscale. One pass for float32 and float64, bitwise what
-// divideInPlace followed by scaleInPlace gives (IEEE division, then the
-// multiplication, each rounded); other types take the two passes. dst may
-// equal src.
-template <typename T>
-void divideScaleLoop(void* dst, const void* src, size_t count, T divisor, T factor) {
-  const auto* s = static_cast<const T*>(src);
-  auto* d = static_cast<T*>(dst);
-  if (factor == T(1)) {
-    for (size_t i = 0; i < count; ++i) d[i] = s[i] / divisor;
-  } else if (divisor == T(1)) {
-    for (size_t i = 0; i < count; ++i) d[i] = s[i] * factor;
-  } else {
-    for (size_t i = 0; i < count; ++i) d[i] = (s[i] / divisor) * factor;
+  const size_t esize = elementSize(dtype);
+  const size_t chunk = std::max<size_t>(1, kChunkBytes / esize);
+  for (size_t at = 0; at < count; at += chunk) {
+    const size_t m = std::min(chunk, count - at);
+    void* d = static_cast<uint8_t*>(dst) + at * esize;
+    std::memcpy(d, static_cast<const uint8_t*>(src) + at * esize, m * esize);
+    scaleInPlace(d, m, dtype, factor);
   }
 }
 
+// An allreduce's result from its sum: dst = src / divisor (1: none) *
+// postscale; dst may equal src.
 void finishInto(void* dst, const void* src, size_t count, DataType dtype, int divisor,
                 double postscale) {
   if (count == 0) return;
-  if (divisor == 1 && postscale == 1.0) {
+  auto rework = [&](void* p, size_t m) {
+    if (divisor != 1) collectives::divideInPlace(p, m, dtype, divisor);
+    scaleInPlace(p, m, dtype, postscale);
+  };
+  if (dst == src || (divisor == 1 && postscale == 1.0)) {
     if (dst != src) std::memcpy(dst, src, count * elementSize(dtype));
+    rework(dst, count);
     return;
   }
-  if (dtype == DataType::kFloat32) {
-    return divideScaleLoop<float>(dst, src, count, static_cast<float>(divisor),
-                                  static_cast<float>(postscale));
+  const size_t esize = elementSize(dtype);
+  const size_t chunk = std::max<size_t>(1, kChunkBytes / esize);
+  for (size_t at = 0; at < count; at += chunk) {
+    const size_t m = std::min(chunk, count - at);
+    void* d = static_cast<uint8_t*>(dst) + at * esize;
+    std::memcpy(d, static_cast<const uint8_t*>(src) + at * esize, m * esize);
+    rework(d, m);
   }
-  if (dtype == DataType::kFloat64) {
-    return divideScaleLoop<double>(dst, src, count, divisor, postscale);
-  }
-  if (dst != src) std::memcpy(dst, src, count * elementSize(dtype));
-  if (divisor != 1) collectives::divideInPlace(dst, count, dtype, divisor);
-  scaleInPlace(dst, count, dtype, postscale);
 }
 
 template <typename T>
@@ -373,19 +364,47 @@ HandlePtr Runtime::enqueue(OpRequest request) {
   request.spec.groupSize = 0;
   std::lock_guard<std::mutex> lock(mu_);
   if (broken_) return failed(handle, broken_);
-  if (names_.count(request.spec.name)) {
+  const uint32_t nameId = nameIdLocked(request.spec.name);
+  if (namePending_[nameId]) {
     return failed(handle, errorPtr(ErrorCode::kInvalidArgument,
                                    std::string(toString(request.spec.kind)) + " '" +
                                        request.spec.name + "' on rank " +
                                        std::to_string(rank_) + ": name already pending"));
   }
-  const std::string name = request.spec.name;
-  if (!queue_.push(Submission{std::move(request), handle, false})) {
+  if (!queue_.push(Submission{std::move(request), handle, false, nameId})) {
     return failed(handle,
                   errorPtr(ErrorCode::kNotInitialized, "the runtime has stopped"));
   }
-  names_.insert(name);
+  namePending_[nameId] = 1;
   return handle;
+}
+
+uint32_t Runtime::nameIdLocked(const std::string& name) {
+  if (auto it = nameIds_.find(name); it != nameIds_.end()) return it->second;
+  if (nameIds_.size() >= nameSweepAt_) {
+    // Names used once (e.g. with a step number in them) would pile up:
+    // drop those not pending, then allow twice what is left before the next
+    // sweep (amortized constant time per new name).
+    for (auto it = nameIds_.begin(); it != nameIds_.end();) {
+      if (namePending_[it->second]) {
+        ++it;
+      } else {
+        freeNameIds_.push_back(it->second);
+        it = nameIds_.erase(it);
+      }
+    }
+    nameSweepAt_ = std::max<size_t>(4096, 2 * nameIds_.size());
+  }
+  uint32_t id;
+  if (!freeNameIds_.empty()) {
+    id = freeNameIds_.back();
+    freeNameIds_.pop_back();
+  } else {
+    id = static_cast<uint32_t>(namePending_.size());
+    namePending_.push_back(0);
+  }
+  nameIds_.emplace(name, id);
+  return id;
 }
 
 std::vector<HandlePtr> Runtime::enqueueGroup(std::vector<OpRequest> requests) {
@@ -430,17 +449,20 @@ std::vector<HandlePtr> Runtime::enqueueGroup(std::vector<OpRequest> requests) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (broken_) return failAll(broken_);
-  for (const auto& n : names) {
-    if (names_.count(n)) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    items[i].nameId = nameIdLocked(names[i]);
+    if (namePending_[items[i].nameId]) {
       return failAll(errorPtr(ErrorCode::kInvalidArgument,
-                              "group member '" + n + "' on rank " +
+                              "group member '" + names[i] + "' on rank " +
                                   std::to_string(rank_) + ": name already pending"));
     }
   }
+  std::vector<uint32_t> ids;
+  for (const auto& item : items) ids.push_back(item.nameId);
   if (!queue_.pushAll(std::move(items))) {
     return failAll(errorPtr(ErrorCode::kNotInitialized, "the runtime has stopped"));
   }
-  names_.insert(names.begin(), names.end());
+  for (uint32_t id : ids) namePending_[id] = 1;
   return handles;
 }
 
@@ -504,19 +526,29 @@ void Runtime::admit(std::vector<Submission> items) {
       joinHandles_.push_back(std::move(item.handle));
       continue;
     }
-    const OpId id = nextId_++;
+    uint32_t slot;
+    if (!freeOps_.empty()) {
+      slot = freeOps_.back();
+      freeOps_.pop_back();
+    } else {
+      slot = static_cast<uint32_t>(ops_.size());
+      ops_.emplace_back();
+    }
+    const OpId id = (nextSeq_++ << 32) | slot;
+    if (tl) tl->begin(item.request.spec.name, phase::kNegotiate);
     try {
-      negotiator_.submit(id, item.request.spec);
+      negotiator_.submit(id, std::move(item.request.spec));
     } catch (...) {
+      if (tl) tl->end(item.handle->name());
+      freeOps_.push_back(slot);
       {
         std::lock_guard<std::mutex> lock(mu_);
-        names_.erase(item.request.spec.name);
+        namePending_[item.nameId] = 0;
       }
       item.handle->fail(std::current_exception());
       continue;
     }
-    if (tl) tl->begin(item.request.spec.name, phase::kNegotiate);
-    ops_.emplace(id, Op{std::move(item.request), std::move(item.handle)});
+    ops_[slot] = Op{std::move(item.request), std::move(item.handle), item.nameId, id};
   }
 }
 
@@ -524,28 +556,30 @@ void Runtime::admit(std::vector<Submission> items) {
 void Runtime::finishAll(const std::vector<OpId>& ids) {
   std::vector<HandlePtr> handles;
   handles.reserve(ids.size());
-  for (OpId id : ids) {
-    auto it = ops_.find(id);
-    if (it == ops_.end()) continue;
-    handles.push_back(std::move(it->second.handle));
-    ops_.erase(it);
-  }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& h : handles) names_.erase(h->name());
+    for (OpId id : ids) {
+      Op& o = opAt(id);
+      if (!o.handle) continue;
+      handles.push_back(std::move(o.handle));
+      namePending_[o.nameId] = 0;
+      o.request = OpRequest{};
+      freeOps_.push_back(static_cast<uint32_t>(id));
+    }
   }
   for (const auto& h : handles) h->complete();
 }
 
 void Runtime::finish(OpId id, std::exception_ptr error) {
-  auto it = ops_.find(id);
-  if (it == ops_.end()) return;
-  HandlePtr handle = std::move(it->second.handle);
-  ops_.erase(it);
+  Op& o = opAt(id);
+  if (!o.handle) return;
+  HandlePtr handle = std::move(o.handle);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    names_.erase(handle->name());
+    namePending_[o.nameId] = 0;
   }
+  o.request = OpRequest{};
+  freeOps_.push_back(static_cast<uint32_t>(id));
   if (error) {
     handle->fail(error);
   } else {
@@ -562,10 +596,14 @@ void Runtime::stop(
     queue_.close();
   }
   admit(queue_.drain());
+  // Everything still held: pending in the negotiator, or ready in a cycle
+  // that a failure cut short. In submission order.
   std::vector<OpId> ids;
-  for (const auto& [id, op] : ops_) ids.push_back(id);
+  for (const Op& o : ops_) {
+    if (o.handle) ids.push_back(o.id);
+  }
   std::sort(ids.begin(), ids.end());
-  for (OpId id : ids) finish(id, errorFor(ops_.at(id).handle->name()));
+  for (OpId id : ids) finish(id, errorFor(opAt(id).handle->name()));
   for (auto& h : joinHandles_) h->fail(errorFor("join"));
   joinHandles_.clear();
 }
@@ -807,7 +845,7 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
   // One operation of this rank's: in place in the caller's output buffer.
   if (members.size() == 1 && members[0]->localId) {
     ReadyOp& r = *members[0];
-    Op& o = ops_.at(*r.localId);
+    Op& o = opAt(*r.localId);
     const size_t n = static_cast<size_t>(r.spec.elements());
     copyScaled(o.request.output, o.request.input, n, dtype, r.spec.prescale);
     if (tl) tl->begin(r.spec.name, phase::kCollective, args);
@@ -833,7 +871,7 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
     uint8_t* p = fusion_.data() + at;
     if (tl && r.localId) tl->begin(r.spec.name, phase::kMemcpyIn);
     if (r.localId) {
-      const Op& o = ops_.at(*r.localId);
+      const Op& o = opAt(*r.localId);
       copyScaled(p, o.request.input, n, dtype, r.spec.prescale);
     } else {
       fillIdentity(p, n, dtype, commOp);
@@ -866,7 +904,7 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
       tl->end(r.spec.name);
       tl->begin(r.spec.name, phase::kMemcpyOut);
     }
-    const Op& o = ops_.at(*r.localId);
+    const Op& o = opAt(*r.localId);
     finishValues(r, o.request.output, p);
     if (tl) tl->end(r.spec.name);
     done.push_back(*r.localId);
@@ -883,7 +921,7 @@ void Runtime::runOne(ReadyOp& r, int bucketIndex) {
   if (s.kind == OpKind::kAllreduce) {
     return runAllreduce({&r}, s.bytes(), bucketIndex);
   }
-  Op* o = r.localId ? &ops_.at(*r.localId) : nullptr;
+  Op* o = r.localId ? &opAt(*r.localId) : nullptr;
   const size_t esize = s.kind == OpKind::kBarrier ? 1 : elementSize(s.dtype);
   const size_t n = static_cast<size_t>(s.kind == OpKind::kBarrier ? 0 : s.elements());
   auto tl = timeline();

@@ -95,15 +95,23 @@ class Runtime {
 
  private:
   using Clock = std::chrono::steady_clock;
+  // One pending operation, in a reused slot of ops_. Its OpId is
+  // (submission number << 32) | slot, so ids sort in submission order.
   struct Op {
-    OpRequest request;
-    HandlePtr handle;
+    OpRequest request;  // spec moved to the negotiator; buffers, splits
+    HandlePtr handle;   // null: the slot is free
+    uint32_t nameId = 0;
+    OpId id = 0;
   };
+  Op& opAt(OpId id) { return ops_[static_cast<uint32_t>(id)]; }
 
   // Caller side.
   // Fails `handle` at once and returns it.
   static HandlePtr failed(HandlePtr handle, const std::exception_ptr& error);
   void validate(const OpRequest& request) const;  // throws Error
+  // The interned id of `name` (guarded by mu_): a name keeps its id while
+  // it is pending; names not pending are dropped now and then (sweep).
+  uint32_t nameIdLocked(const std::string& name);
 
   // Background thread.
   void loop();
@@ -132,15 +140,21 @@ class Runtime {
 
   // Lock order: mu_, then the queue's lock, then a Handle's lock.
   mutable std::mutex mu_;
-  std::unordered_set<std::string> names_;  // pending on this rank (guarded by mu_)
-  std::exception_ptr broken_;              // guarded by mu_: the loop ended
+  // Names pending on this rank (guarded by mu_): interned once, then a flag
+  // per id, so a steady-state enqueue allocates nothing for its name.
+  std::unordered_map<std::string, uint32_t> nameIds_;
+  std::vector<uint8_t> namePending_;  // by name id
+  std::vector<uint32_t> freeNameIds_;
+  size_t nameSweepAt_ = 4096;
+  std::exception_ptr broken_;  // guarded by mu_: the loop ended
   std::once_flag shutdownOnce_;
   std::atomic<bool> shutdownRequested_{false};
 
   // Owned by the background thread.
   Negotiator negotiator_;
-  std::unordered_map<OpId, Op> ops_;
-  OpId nextId_ = 1;
+  std::vector<Op> ops_;            // by slot (OpId's low 32 bits)
+  std::vector<uint32_t> freeOps_;  // free slots of ops_
+  uint64_t nextSeq_ = 1;           // OpId's high 32 bits
   std::vector<HandlePtr> joinHandles_;
   bool joined_ = false;
   std::vector<uint8_t> fusion_;            // the fusion buffer, kept across cycles

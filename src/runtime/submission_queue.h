@@ -44,7 +44,8 @@ struct OpRequest {
 struct Submission {
   OpRequest request;
   HandlePtr handle;
-  bool join = false;  // the join() marker (request unused)
+  bool join = false;    // the join() marker (request unused)
+  uint32_t nameId = 0;  // the runtime's interned id of request.spec.name
 };
 
 class SubmissionQueue {
