@@ -62,6 +62,7 @@ struct Flags {
   std::string json;
   std::string baseline;
   bool progress = true;
+  int64_t maxSteps = 0;  // 0: the whole shard each epoch
 };
 
 void usage() {
@@ -70,7 +71,7 @@ void usage() {
          "  [--scale linear|sqrt|none] [--warmup-epochs K] [--decay "
          "constant|cosine|step|exp]\n"
          "  [--optimizer sgd|adam|lars] [--data DIR] [--threads N] [--seed S]\n"
-         "  [--json FILE] [--baseline FILE] [--no-progress]\n";
+         "  [--json FILE] [--baseline FILE] [--max-steps N] [--no-progress]\n";
 }
 
 Flags parseFlags(int argc, char** argv) {
@@ -108,6 +109,8 @@ Flags parseFlags(int argc, char** argv) {
       f.json = value();
     else if (a == "--baseline")
       f.baseline = value();
+    else if (a == "--max-steps")
+      f.maxSteps = std::stoll(value());
     else if (a == "--no-progress")
       f.progress = false;
     else if (a == "-h" || a == "--help") {
@@ -119,8 +122,9 @@ Flags parseFlags(int argc, char** argv) {
       std::exit(2);
     }
   }
-  if (f.epochs < 1 || f.batchSize < 1 || f.threads < 1) {
-    std::cerr << "fashion_mnist: --epochs, --batch-size and --threads must be >= 1\n";
+  if (f.epochs < 1 || f.batchSize < 1 || f.threads < 1 || f.maxSteps < 0) {
+    std::cerr << "fashion_mnist: --epochs, --batch-size and --threads must be >= 1, "
+                 "--max-steps >= 0\n";
     std::exit(2);
   }
   return f;
@@ -284,6 +288,9 @@ int main(int argc, char** argv) {
     kd::DistributedSampler sampler(train->size(), rank, size, f.seed);
     const int64_t perRank = sampler.numSamples();
     const int64_t batches = (perRank + f.batchSize - 1) / f.batchSize;
+    // --max-steps cuts every epoch short (smoke tests, fixed-length
+    // throughput runs); the learning-rate schedule still counts full epochs.
+    const int64_t steps = f.maxSteps > 0 ? std::min(batches, f.maxSteps) : batches;
     if (lead) {
       std::printf(
           "fashion_mnist: %d rank(s), %lld training images (%lld per rank), batch %d per "
@@ -300,7 +307,7 @@ int main(int argc, char** argv) {
       sampler.setEpoch(epoch);
       const std::vector<int64_t> order = sampler.indices();
       kd::Prefetcher<kd::ImageBatch> pipeline(
-          batches,
+          steps,
           [&](int64_t b) {
             const auto first = order.begin() + b * f.batchSize;
             const auto last =
@@ -312,7 +319,7 @@ int main(int argc, char** argv) {
       double lossSum = 0;
       const auto start = Clock::now();
       auto lastDraw = start;
-      for (int64_t b = 0; b < batches; ++b) {
+      for (int64_t b = 0; b < steps; ++b) {
         kd::ImageBatch batch = pipeline.next().value();
         auto [x, y] = toTensors(batch);
         const double lr = kolo::train::learningRateAt(
@@ -325,9 +332,9 @@ int main(int argc, char** argv) {
         lossSum += loss.item<double>();
         const auto now = Clock::now();
         if (lead && f.progress &&
-            (b + 1 == batches || now - lastDraw > std::chrono::milliseconds(200))) {
+            (b + 1 == steps || now - lastDraw > std::chrono::milliseconds(200))) {
           const double s = std::chrono::duration<double>(now - start).count();
-          progressBar(epoch + 1, f.epochs, b + 1, batches, lossSum / (b + 1),
+          progressBar(epoch + 1, f.epochs, b + 1, steps, lossSum / (b + 1),
                       (b + 1) * f.batchSize * size / std::max(s, 1e-9));
           lastDraw = now;
         }
@@ -338,7 +345,7 @@ int main(int argc, char** argv) {
       // whole test set's accuracy.
       seconds = kolo::torch::allreduceMetric(*ctx, seconds, "epoch_seconds",
                                              kolo::ReduceOp::kMax);
-      lastLoss = kolo::torch::allreduceMetric(*ctx, lossSum / batches, "train_loss");
+      lastLoss = kolo::torch::allreduceMetric(*ctx, lossSum / steps, "train_loss");
       model->eval();
       torch::NoGradGuard noGrad;
       const kd::Range mine = kd::evaluationRange(test->size(), rank, size);
@@ -354,7 +361,8 @@ int main(int argc, char** argv) {
       correct = kolo::torch::allreduceMetric(*ctx, correct, "test_correct",
                                              kolo::ReduceOp::kSum);
       accuracy = correct / static_cast<double>(test->size());
-      const double rate = static_cast<double>(perRank * size) / seconds;
+      const double rate =
+          static_cast<double>(std::min(steps * f.batchSize, perRank) * size) / seconds;
       epochSeconds.push_back(seconds);
       epochRates.push_back(rate);
       if (lead) {

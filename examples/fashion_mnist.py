@@ -1,0 +1,358 @@
+#!/usr/bin/python3
+"""Fashion-MNIST with PyTorch on N ranks: the small CNN of
+examples/fashion_mnist.cpp trained with kolo.torch's DistributedOptimizer
+(Horovod's API; docs/training.md).
+
+    build/bin/kolorun -np 2 env PYTHONPATH=build/python \\
+        /usr/bin/python3 examples/fashion_mnist.py --epochs 3
+
+Each rank reads its shard of the training set (a distributed sampler:
+disjoint shards of equal length, reshuffled every epoch from --seed, the
+same permutation on every rank) and computes gradients on --batch-size
+images; the optimizer averages them across ranks before every step. The
+learning rate is the base --lr scaled by the number of ranks (--scale) and
+reached by a linear warm-up over --warmup-epochs, advanced every step
+(Goyal et al.). Rank 0 draws a progress bar per epoch on stderr, then
+prints the epoch's training loss (averaged over ranks), the accuracy on the
+full test set (each rank evaluates a part, the counts are summed), images
+per second (all ranks, over the slowest rank's time) and the time. A 1-rank
+run records its results as JSON (the scheme of the C++ example) in
+--baseline; a run on more ranks prints its speedup over that record.
+
+The data are the IDX files of Debian's dataset-fashion-mnist package, read
+with gzip and NumPy (no download).
+"""
+
+import argparse
+import gzip
+import json
+import math
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import kolo.torch as kolo
+
+DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
+MEAN, STD = 0.2860, 0.3530
+DEFAULT_LR = {"sgd": 0.02, "adam": 0.001, "lars": 2.0}
+# --decay names (those of the C++ example) -> kolo.lr.LRSchedule's.
+DECAYS = {"constant": "none", "cosine": "cosine", "step": "step",
+          "exp": "exponential"}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        description="Train a small CNN on Fashion-MNIST with kolo.torch")
+    p.add_argument("--epochs", type=int, default=3, help="passes over the training set")
+    p.add_argument("--batch-size", type=int, default=64, help="images per rank per step")
+    p.add_argument("--lr", type=float, default=None,
+                   help="the 1-rank learning rate (sgd 0.02, adam 0.001, lars 2.0)")
+    p.add_argument("--scale", choices=["linear", "sqrt", "none"], default="linear",
+                   help="scaling of --lr by the number of ranks")
+    p.add_argument("--warmup-epochs", type=float, default=0.0,
+                   help="linear warm-up from --lr to the scaled rate over K epochs")
+    p.add_argument("--decay", choices=sorted(DECAYS), default="constant",
+                   help="after warm-up (cosine ends at the last epoch; step/exp "
+                        "every epochs/3, factor 0.1)")
+    p.add_argument("--optimizer", choices=["sgd", "adam", "lars"], default="adam",
+                   help="SGD (momentum 0.9), Adam, or LARS (momentum 0.9, "
+                        "weight decay 5e-4)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--seed", type=int, default=42,
+                   help="model initialisation and shuffling")
+    p.add_argument("--data", default=DEFAULT_DATA, help="directory of the IDX files")
+    p.add_argument("--json", default=None, help="write the run's results as JSON")
+    p.add_argument("--baseline", default=None,
+                   help="the 1-rank record (default: fashion_mnist_py_1rank.json "
+                        "in the build directory, else the current one)")
+    p.add_argument("--max-steps", type=int, default=0,
+                   help="stop each epoch after this many steps (0: the whole shard)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    a = p.parse_args(argv)
+    if a.epochs < 1 or a.batch_size < 1 or a.threads < 1 or a.max_steps < 0:
+        p.error("--epochs, --batch-size and --threads must be >= 1, --max-steps >= 0")
+    return a
+
+
+# ---------------------------------------------------------------- data
+
+
+def _read_idx(path, magic, what):
+    """The payload of an IDX file (gzip or plain) as a uint8 array of the
+    header's shape, after checking its magic number and size."""
+    if not os.path.exists(path):
+        plain = path[:-3] if path.endswith(".gz") else path
+        if os.path.exists(plain):
+            path = plain
+        else:
+            raise FileNotFoundError(
+                "Fashion-MNIST %s not found: %s (install Debian's package: "
+                "apt-get install dataset-fashion-mnist, or pass --data DIR)"
+                % (what, path))
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    if len(data) < 8:
+        raise ValueError("%s: too short for an IDX header" % path)
+    got = struct.unpack(">I", data[:4])[0]
+    if got != magic:
+        raise ValueError("%s: IDX magic number 0x%x, expected 0x%x" % (path, got, magic))
+    dims = magic & 0xFF
+    header = 4 + 4 * dims
+    shape = struct.unpack(">%dI" % dims, data[4:header])
+    count = int(np.prod(shape))
+    if len(data) - header != count:
+        raise ValueError("%s: %d bytes of data, the header %s says %d"
+                         % (path, len(data) - header, list(shape), count))
+    return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(shape)
+
+
+def load_fashion_mnist(directory, train):
+    """(images uint8 [n, 28, 28], labels int64 [n]) as torch tensors."""
+    prefix = "train" if train else "t10k"
+    images = _read_idx(os.path.join(directory, prefix + "-images-idx3-ubyte.gz"),
+                       0x803, "images")
+    labels = _read_idx(os.path.join(directory, prefix + "-labels-idx1-ubyte.gz"),
+                       0x801, "labels")
+    if images.shape[0] != labels.shape[0]:
+        raise ValueError("%s: %d images but %d labels"
+                         % (directory, images.shape[0], labels.shape[0]))
+    return torch.from_numpy(images.copy()), torch.from_numpy(labels.astype(np.int64))
+
+
+def to_input(images):
+    """uint8 [n, 28, 28] -> normalized float [n, 1, 28, 28]."""
+    return ((images.float() * (1.0 / 255) - MEAN) / STD).unsqueeze(1)
+
+
+class DistributedSampler:
+    """Indices of this rank's shard of n samples. Every epoch (set_epoch) a
+    permutation drawn from (seed, epoch), the same on every rank, is padded
+    with its first elements to a multiple of the number of ranks and dealt
+    round-robin: the shards are disjoint (apart from the fewer than `size`
+    padded repeats) and of equal length, so every rank takes the same number
+    of steps."""
+
+    def __init__(self, n, rank, size, seed):
+        self.n, self.rank, self.size, self.seed = n, rank, size, seed
+        self.num_samples = (n + size - 1) // size
+        self.epoch = 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def indices(self):
+        g = torch.Generator().manual_seed(self.seed * 1000003 + self.epoch)
+        order = torch.randperm(self.n, generator=g)
+        pad = self.num_samples * self.size - self.n
+        if pad:
+            order = torch.cat([order, order[:pad]])
+        return order[self.rank::self.size]
+
+
+def evaluation_range(n, rank, size):
+    """This rank's contiguous part of a validation set of n, unpadded: the
+    parts cover it exactly once."""
+    return n * rank // size, n * (rank + 1) // size
+
+
+# ---------------------------------------------------------------- model
+
+
+class Cnn(nn.Module):
+    """conv 3x3 16, pool, conv 3x3 32, pool, fc 128, fc 10 (as the C++ example)."""
+
+    def __init__(self, channels=1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, 16, 3)
+        self.conv2 = nn.Conv2d(16, 32, 3)
+        self.fc1 = nn.Linear(32 * 5 * 5, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)  # 28 -> 26 -> 13
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)  # 13 -> 11 -> 5
+        x = F.relu(self.fc1(x.flatten(1)))
+        return self.fc2(x)
+
+
+def make_optimizer(name, params, lr):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    return kolo.lr.LARS(params, lr=lr, momentum=0.9, weight_decay=5e-4)
+
+
+# ---------------------------------------------------------------- output
+
+
+def progress_bar(epoch, epochs, done, total, loss, rate):
+    width = 30
+    filled = width * done // max(total, 1)
+    bar = ("=" * filled + (">" if filled < width else "")).ljust(width)
+    sys.stderr.write("\repoch %d/%d [%s] %3d%% %d/%d loss %.4f %.0f img/s"
+                     % (epoch, epochs, bar, 100 * done // max(total, 1), done, total,
+                        loss, rate))
+    sys.stderr.flush()
+
+
+def default_baseline_path():
+    """<build>/fashion_mnist_py_1rank.json when kolo is imported from a build
+    tree (<build>/python/kolo), else in the current directory."""
+    build = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(kolo.__file__))))
+    if os.path.exists(os.path.join(build, "CMakeCache.txt")):
+        return os.path.join(build, "fashion_mnist_py_1rank.json")
+    return "fashion_mnist_py_1rank.json"
+
+
+def global_value(value, name, op):
+    t = torch.tensor(float(value), dtype=torch.float64)
+    return float(kolo.allreduce(t, name="metric." + name, op=op).item())
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    kolo.init()
+    rank, size = kolo.rank(), kolo.size()
+    lead = rank == 0
+
+    train_x, train_y = load_fashion_mnist(args.data, train=True)
+    test_x, test_y = load_fashion_mnist(args.data, train=False)
+
+    torch.manual_seed(args.seed)
+    model = Cnn()
+    kolo.broadcast_parameters(model.state_dict(), root_rank=0)
+
+    base = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
+    sampler = DistributedSampler(len(train_y), rank, size, args.seed)
+    per_rank = sampler.num_samples
+    batches = (per_rank + args.batch_size - 1) // args.batch_size
+    steps = min(batches, args.max_steps) if args.max_steps else batches
+    decay = DECAYS[args.decay]
+    schedule = kolo.lr.LRSchedule(
+        world_size=size, scaling=args.scale, warmup=args.warmup_epochs, decay=decay,
+        gamma=0.1, step_size=max(1.0, args.epochs / 3.0) if decay == "step" else None,
+        total=args.epochs if decay == "cosine" else None, steps_per_epoch=batches)
+    peak = kolo.lr.scale_lr(base, size, args.scale)
+
+    optimizer = make_optimizer(args.optimizer, model.parameters(), schedule.lr(base, 0))
+    optimizer = kolo.DistributedOptimizer(optimizer,
+                                          named_parameters=model.named_parameters())
+    kolo.broadcast_optimizer_state(optimizer, root_rank=0)
+
+    if lead:
+        print("fashion_mnist.py: %d rank(s), %d training images (%d per rank), batch "
+              "%d per rank, %s lr %.5g -> %.5g (%s, warm-up %.3g epochs, %s decay), "
+              "%d thread(s)%s" % (size, len(train_y), per_rank, args.batch_size,
+                                  args.optimizer, base, peak, args.scale,
+                                  args.warmup_epochs, args.decay, args.threads,
+                                  ", %d steps per epoch" % steps if steps < batches
+                                  else ""), flush=True)
+
+    epoch_seconds, epoch_rates = [], []
+    accuracy = loss_avg = 0.0
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        order = sampler.indices()
+        model.train()
+        loss_sum = 0.0
+        start = last_draw = time.perf_counter()
+        for b in range(steps):
+            idx = order[b * args.batch_size:(b + 1) * args.batch_size]
+            x, y = to_input(train_x[idx]), train_y[idx]
+            lr = schedule.lr(base, epoch * batches + b)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            loss_sum += loss.item()
+            now = time.perf_counter()
+            if lead and not args.no_progress and (b + 1 == steps or now - last_draw > 0.2):
+                progress_bar(epoch + 1, args.epochs, b + 1, steps, loss_sum / (b + 1),
+                             (b + 1) * args.batch_size * size / max(now - start, 1e-9))
+                last_draw = now
+        seconds = time.perf_counter() - start
+        if lead and not args.no_progress:
+            sys.stderr.write("\n")
+        # Global figures: the slowest rank's time, every rank's loss, the
+        # whole test set's accuracy.
+        seconds = global_value(seconds, "epoch_seconds", kolo.Max)
+        loss_avg = global_value(loss_sum / steps, "train_loss", kolo.Average)
+        model.eval()
+        correct = 0
+        lo, hi = evaluation_range(len(test_y), rank, size)
+        with torch.no_grad():
+            for i in range(lo, hi, 1000):
+                j = min(i + 1000, hi)
+                correct += int((model(to_input(test_x[i:j])).argmax(1) ==
+                                test_y[i:j]).sum())
+        correct = global_value(correct, "test_correct", kolo.Sum)
+        accuracy = correct / len(test_y)
+        images = min(steps * args.batch_size, per_rank) * size
+        rate = images / seconds
+        epoch_seconds.append(seconds)
+        epoch_rates.append(rate)
+        if lead:
+            print("epoch %d/%d: loss %.4f, test accuracy %.2f%%, %.0f images/s, %.1f s"
+                  % (epoch + 1, args.epochs, loss_avg, 100 * accuracy, rate, seconds),
+                  flush=True)
+
+    # Throughput: the mean over epochs, leaving out the first (warming up)
+    # when there are several.
+    rates = epoch_rates[1:] if len(epoch_rates) > 1 else epoch_rates
+    rate = sum(rates) / len(rates)
+    if lead:
+        record = {"ranks": size, "epochs": args.epochs, "batch_size": args.batch_size,
+                  "threads": args.threads, "optimizer": args.optimizer,
+                  "base_lr": base, "peak_lr": peak, "scale": args.scale,
+                  "train_loss": loss_avg, "test_accuracy": accuracy,
+                  "images_per_second": rate, "epoch_seconds": epoch_seconds}
+        text = json.dumps(record) + "\n"
+        if args.json:
+            with open(args.json, "w") as f:
+                f.write(text)
+        baseline = args.baseline or default_baseline_path()
+        print("final: test accuracy %.2f%%, %.0f images/s on %d rank(s)"
+              % (100 * accuracy, rate, size))
+        if size == 1:
+            with open(baseline, "w") as f:
+                f.write(text)
+            print("recorded as the 1-rank baseline in %s" % baseline)
+        elif os.path.exists(baseline):
+            with open(baseline) as f:
+                one = json.load(f)
+            r1 = float(one.get("images_per_second", 0))
+            if r1 > 0:
+                print("speedup over 1 rank: %.2fx (%.0f -> %.0f images/s; efficiency "
+                      "%.0f%%)%s" % (rate / r1, r1, rate, 100 * rate / r1 / size,
+                                     "" if one.get("batch_size") == args.batch_size
+                                     else " [the 1-rank run used another batch size]"))
+        else:
+            print("no 1-rank baseline at %s: run with -np 1 first for the speedup"
+                  % baseline)
+        sys.stdout.flush()
+    kolo.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (FileNotFoundError, ValueError, kolo.KoloError) as e:
+        sys.stderr.write("\nfashion_mnist.py: %s\n" % e)
+        sys.exit(1)
