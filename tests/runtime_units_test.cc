@@ -297,11 +297,11 @@ TEST(FusionPlannerTest, AllreducesAboveTheAloneCutoffRunAloneUnlessGrouped) {
   std::vector<std::vector<size_t>> members;
   for (auto& x : b) members.push_back(x.members);
   EXPECT_EQ(members, (std::vector<std::vector<size_t>>{{0, 2, 3, 4, 5}, {1}}));
-  // The default cutoff is 1 MiB.
+  // The default cutoff is 256 KiB.
   std::vector<ReadyOp> large;
-  large.push_back(ready(spec("a", {1 << 18})));        // 1 MiB: packed
-  large.push_back(ready(spec("b", {(1 << 18) + 1})));  // above: alone
-  large.push_back(ready(spec("c", {1 << 18})));
+  large.push_back(ready(spec("a", {1 << 16})));        // 256 KiB: packed
+  large.push_back(ready(spec("b", {(1 << 16) + 1})));  // above: alone
+  large.push_back(ready(spec("c", {1 << 16})));
   auto d = planBuckets(large, 64 << 20);
   ASSERT_EQ(d.size(), 2u);
   EXPECT_EQ(d[0].members, (std::vector<size_t>{0, 2}));

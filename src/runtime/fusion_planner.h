@@ -5,7 +5,7 @@
 // - allreduce operations with the same dtype, reduction and scale factors
 //   are packed together while the bucket's bytes stay within the threshold;
 //   an operation larger than the threshold, or larger than `aloneBytes`
-//   (kFusionAloneBytes, 1 MiB, by default), gets a bucket of its own: the
+//   (kFusionAloneBytes, 256 KiB, by default), gets a bucket of its own: the
 //   runtime runs it in place in the caller's buffer, since copying a large
 //   tensor into and out of the fusion buffer costs about as much as its
 //   allreduce and fusing it saves nothing (docs/performance.md, "The
@@ -27,7 +27,7 @@
 namespace kolo::runtime {
 
 // Allreduces above this many bytes are never packed (outside groups).
-constexpr size_t kFusionAloneBytes = size_t{1} << 20;
+constexpr size_t kFusionAloneBytes = size_t{256} << 10;
 
 struct Bucket {
   std::vector<size_t> members;  // indices into the ready list, in order

@@ -21,7 +21,7 @@
 // the number of contributing ranks (average) and multiplied by postscale on
 // its way to the member's output (one pass). A bucket of one allreduce runs
 // in place in the caller's output buffer; the fusion planner gives every
-// allreduce above kFusionAloneBytes (1 MiB) such a bucket, so only small
+// allreduce above kFusionAloneBytes (256 KiB) such a bucket, so only small
 // tensors pay for the copies. Other kinds run one collective per operation.
 #include "runtime/runtime.h"
 
