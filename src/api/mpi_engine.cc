@@ -40,29 +40,6 @@ namespace {
 
 using transport::MpiRuntime;
 
-// A store client whose server runs in this process (rank 0): the server
-// outlives the client.
-class ServedStore : public rendezvous::Store {
- public:
-  ServedStore(std::unique_ptr<rendezvous::TcpStoreServer> server,
-              std::unique_ptr<rendezvous::Store> client)
-      : server_(std::move(server)), client_(std::move(client)) {}
-  void set(const std::string& key, const std::vector<uint8_t>& value) override {
-    client_->set(key, value);
-  }
-  std::vector<uint8_t> get(const std::string& key,
-                           std::chrono::milliseconds timeout) override {
-    return client_->get(key, timeout);
-  }
-  int64_t add(const std::string& key, int64_t delta) override {
-    return client_->add(key, delta);
-  }
-
- private:
-  std::unique_ptr<rendezvous::TcpStoreServer> server_;
-  std::unique_ptr<rendezvous::Store> client_;
-};
-
 // The first IPv4 address of an interface that is up and not loopback, in
 // the order the kernel lists them; "" when there is none.
 std::string firstExternalAddress() {
@@ -171,7 +148,7 @@ MpiEngineStart startMpiEngine(const rendezvous::JobEnvironment& env,
     const int port = std::stoi(message.substr(colon + 1));
     auto client = rendezvous::TcpStore::connect(host, port, connectTimeout);
     if (server) {
-      start.store = std::make_unique<ServedStore>(std::move(server), std::move(client));
+      start.store = rendezvous::withHostedServer(std::move(server), std::move(client));
     } else {
       start.store = std::move(client);
     }

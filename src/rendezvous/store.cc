@@ -13,7 +13,7 @@ namespace {
 // client (members are destroyed in reverse order).
 class HostedTcpStore : public Store {
  public:
-  HostedTcpStore(std::unique_ptr<TcpStoreServer> server, std::unique_ptr<TcpStore> client)
+  HostedTcpStore(std::unique_ptr<TcpStoreServer> server, std::unique_ptr<Store> client)
       : server_(std::move(server)), client_(std::move(client)) {}
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override {
@@ -29,7 +29,7 @@ class HostedTcpStore : public Store {
 
  private:
   std::unique_ptr<TcpStoreServer> server_;
-  std::unique_ptr<TcpStore> client_;
+  std::unique_ptr<Store> client_;
 };
 
 [[noreturn]] void malformed(const std::string& address, const std::string& why) {
@@ -83,6 +83,11 @@ std::unique_ptr<Store> openStore(const std::string& address, bool hostServer,
   auto server = TcpStoreServer::start(host.find(':') != std::string::npos ? "::" : "",
                                       static_cast<int>(port));
   auto client = TcpStore::connect(host, static_cast<int>(port), connectTimeout);
+  return withHostedServer(std::move(server), std::move(client));
+}
+
+std::unique_ptr<Store> withHostedServer(std::unique_ptr<TcpStoreServer> server,
+                                        std::unique_ptr<Store> client) {
   return std::make_unique<HostedTcpStore>(std::move(server), std::move(client));
 }
 

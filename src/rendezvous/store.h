@@ -47,6 +47,13 @@ class Store {
 std::unique_ptr<Store> openStore(const std::string& address, bool hostServer,
                                  std::chrono::milliseconds connectTimeout);
 
+class TcpStoreServer;
+
+// A client of a server this process hosts, as one Store: the server lives
+// as long as the client (and outlives it).
+std::unique_ptr<Store> withHostedServer(std::unique_ptr<TcpStoreServer> server,
+                                        std::unique_ptr<Store> client);
+
 // Adds `prefix/` before every key, so several communicators share a store.
 class PrefixStore : public Store {
  public:
