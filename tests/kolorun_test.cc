@@ -582,11 +582,10 @@ TEST(KolorunHostsTest, RemoteRanksGetTheirLayoutAndOnlyForwardedVariables) {
   unsetenv("KOLORUN_NOT_FORWARDED");
   ASSERT_EQ(r.exitCode, 0) << describe(r);
   const std::string cwd = std::filesystem::current_path().string();
-  const char* want[] = {
-      "[0] 0 4 0 2 0 2 198.51.100.1 lo 9 yes [v w] [] tcp://",
-      "[1] 1 4 1 2 0 2 198.51.100.1 lo 9 yes [v w] [] tcp://",
-      "[2] 2 4 0 2 1 2 198.51.100.2 lo 9 yes [v w] [] tcp://",
-      "[3] 3 4 1 2 1 2 198.51.100.2 lo 9 yes [v w] [] tcp://"};
+  const char* want[] = {"[0] 0 4 0 2 0 2 198.51.100.1 lo 9 yes [v w] [] tcp://",
+                        "[1] 1 4 1 2 0 2 198.51.100.1 lo 9 yes [v w] [] tcp://",
+                        "[2] 2 4 0 2 1 2 198.51.100.2 lo 9 yes [v w] [] tcp://",
+                        "[3] 3 4 1 2 1 2 198.51.100.2 lo 9 yes [v w] [] tcp://"};
   for (const char* w : want) EXPECT_TRUE(contains(r.out, w)) << w << "\n" << describe(r);
   EXPECT_TRUE(contains(r.out, " " + cwd + "\n")) << describe(r);
   // Probe + one call per rank, each "ARGS... HOST LINE": 4 arguments.

@@ -55,48 +55,46 @@ typedef int64_t kolo_handle; /* > 0; 0 is never a valid handle */
  * calls KOLO_ERR_INVALID_ARGUMENT). kolo_process_set_destroy fails what is
  * pending in the set; id 0 cannot be destroyed. */
 int kolo_process_set_create(const int* ranks, int n, int* id);
-int kolo_process_set_destroy(int id); /* collective over its members */
+int kolo_process_set_destroy(int id);         /* collective over its members */
 int kolo_process_set_rank(int id, int* rank); /* this rank's index, -1 if not a member */
 int kolo_process_set_size(int id, int* size);
 
 /* --- submission ------------------------------------------------------------
  * prescale/postscale multiply input and output (1.0: none). KOLO_AVG
  * divides by the number of contributing ranks (joined ranks excluded). */
-int kolo_allreduce_async(const char* name, const void* send, void* recv,
-                         int ndim, const int64_t* shape, kolo_dtype dtype,
-                         kolo_op op, double prescale, double postscale,
-                         int process_set, kolo_handle* handle);
+int kolo_allreduce_async(const char* name, const void* send, void* recv, int ndim,
+                         const int64_t* shape, kolo_dtype dtype, kolo_op op,
+                         double prescale, double postscale, int process_set,
+                         kolo_handle* handle);
 
 /* n allreduces that always run together (one fusion bucket). */
 int kolo_grouped_allreduce_async(int n, const char* const* names,
                                  const void* const* sends, void* const* recvs,
                                  const int* ndims, const int64_t* const* shapes,
                                  kolo_dtype dtype, kolo_op op, double prescale,
-                                 double postscale, int process_set,
-                                 kolo_handle* handles);
+                                 double postscale, int process_set, kolo_handle* handles);
 
 /* Output: the ranks' tensors concatenated along the first dimension. */
 int kolo_allgather_async(const char* name, const void* send, int ndim,
-                         const int64_t* shape, kolo_dtype dtype,
-                         int process_set, kolo_handle* handle);
+                         const int64_t* shape, kolo_dtype dtype, int process_set,
+                         kolo_handle* handle);
 
-int kolo_broadcast_async(const char* name, void* buf, int ndim,
-                         const int64_t* shape, kolo_dtype dtype, int root,
-                         int process_set, kolo_handle* handle);
+int kolo_broadcast_async(const char* name, void* buf, int ndim, const int64_t* shape,
+                         kolo_dtype dtype, int root, int process_set,
+                         kolo_handle* handle);
 
 /* splits: rows of the first dimension sent to each rank (nsplits = set
  * size), or NULL for an equal split. Output: the rows received, in rank
  * order; kolo_handle_output's shape gives their count. */
 int kolo_alltoall_async(const char* name, const void* send, int ndim,
-                        const int64_t* shape, const int64_t* splits,
-                        int nsplits, kolo_dtype dtype, int process_set,
-                        kolo_handle* handle);
+                        const int64_t* shape, const int64_t* splits, int nsplits,
+                        kolo_dtype dtype, int process_set, kolo_handle* handle);
 
 /* The first dimension must divide by the set size; output: this rank's
  * reduced block (first dimension / size). */
 int kolo_reducescatter_async(const char* name, const void* send, int ndim,
-                             const int64_t* shape, kolo_dtype dtype,
-                             kolo_op op, int process_set, kolo_handle* handle);
+                             const int64_t* shape, kolo_dtype dtype, kolo_op op,
+                             int process_set, kolo_handle* handle);
 
 /* Barriers of a set are matched by their order: the n-th call on every
  * member. */
@@ -118,8 +116,8 @@ int kolo_wait(kolo_handle handle);
  * valid until kolo_release() (or kolo_finalize). *shape points at *ndim
  * values. KOLO_ERR_INVALID_ARGUMENT while pending or for other kinds; a
  * failed operation returns its error. */
-int kolo_handle_output(kolo_handle handle, const void** data, size_t* bytes,
-                       int* ndim, const int64_t** shape);
+int kolo_handle_output(kolo_handle handle, const void** data, size_t* bytes, int* ndim,
+                       const int64_t** shape);
 /* Frees the handle (and its output). Releasing a pending handle is
  * allowed: the operation still runs, its result is discarded. */
 int kolo_release(kolo_handle handle);
@@ -133,8 +131,8 @@ int kolo_start_timeline(const char* path);
 int kolo_stop_timeline(void);
 
 typedef struct {
-  int64_t operations;   /* operations this rank took part in */
-  int64_t times_last;   /* ... in which it arrived last */
+  int64_t operations;      /* operations this rank took part in */
+  int64_t times_last;      /* ... in which it arrived last */
   double mean_lag_seconds; /* by how long, on average, when last */
   double max_lag_seconds;
 } kolo_rank_lag;
