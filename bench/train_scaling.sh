@@ -92,7 +92,7 @@ else
   }
   {
     echo "date: $(date -u +%FT%TZ)"
-    echo "host: $(nproc) cores; uptime before: $(uptime)"
+    echo "host: $(getconf _NPROCESSORS_ONLN) cores; uptime before: $(uptime)"
     echo "steps per epoch: $STEPS, batch 64 per rank, 1 thread per rank, repeats: $REPEATS"
   } >"$OUT_DIR/meta.txt"
   for ((r = 1; r <= REPEATS; ++r)); do
