@@ -21,7 +21,8 @@
 # together). DDP's ceiling is py's (the same Python model and data code).
 # Every configuration runs --repeats times, the rounds interleaved, and the
 # best run (highest images/s: the least disturbed on a shared machine) or
-# the median is kept. --from DIR prints the table again from a run's JSON.
+# the median is kept; each round's 2-rank / ceiling ratio (runs close in
+# time) is printed too. --from DIR prints the table again from a run's JSON.
 #
 # Goals (issue 5): kolo's 2-rank throughput >= 95% of the ceiling and >=
 # DDP's. Exit status: 0 when every run worked (goals missed are reported),
@@ -181,6 +182,17 @@ for p in ("cpp", "py"):
           "(goal >= 100%%: %s)" % (names[p], pct(r["2"], r["ceil"]),
                                     "met" if goal_c else "MISSED",
                                     pct(r["2"], ddp2), "met" if goal_d else "MISSED"))
+# Per round: the 2-rank run against the ceiling measured right after it
+# (the pairs closest in time, so the least affected by a changing load).
+print()
+for p in ("cpp", "py"):
+    two, ceil = runs.get((p, "2"), {}), runs.get((p, "ceil"), {})
+    ddp = runs.get(("ddp", "2"), {})
+    rounds = sorted(r for r in two if r in ceil)
+    if rounds:
+        print("%s, per round: 2 ranks / ceiling %s; 2 ranks / DDP %s" % (
+            names[p], ", ".join(pct(two[r], ceil[r]) for r in rounds),
+            ", ".join(pct(two[r], ddp.get(r)) for r in rounds)))
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump({"stat": stat, "results": res, "runs": {"%s_%s" % k: v for k, v in
                                                        runs.items()}}, f, indent=1)
