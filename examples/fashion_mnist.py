@@ -242,9 +242,13 @@ def main(argv=None):
     batches = (per_rank + args.batch_size - 1) // args.batch_size
     steps = min(batches, args.max_steps) if args.max_steps else batches
     decay = DECAYS[args.decay]
+    # As the C++ example: step and exp decay by 0.1 every epochs/3 epochs
+    # (at least 1); the schedule counts full epochs even with --max-steps.
+    interval = max(1.0, args.epochs / 3.0)
     schedule = kolo.lr.LRSchedule(
         world_size=size, scaling=args.scale, warmup=args.warmup_epochs, decay=decay,
-        gamma=0.1, step_size=max(1.0, args.epochs / 3.0) if decay == "step" else None,
+        gamma=0.1 ** (1.0 / interval) if decay == "exponential" else 0.1,
+        step_size=interval if decay == "step" else None,
         total=args.epochs if decay == "cosine" else None, steps_per_epoch=batches)
     peak = kolo.lr.scale_lr(base, size, args.scale)
 
