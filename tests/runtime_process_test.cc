@@ -47,7 +47,7 @@ void say(const std::string& line) {
 // Each rank: one operation only it submits (stays pending), then steps of
 // a 1 MiB allreduce until one fails; prints the errors of both handles and
 // of a later submission, and exits with the step error's code (without
-// destructors: the job is broken) two seconds later.
+// destructors: the job is broken) eight seconds later.
 int stepUntilError(int rank, int size, const std::string& rendezvous) {
   auto comm = connect(rank, size, rendezvous);
   RuntimeOptions o;
@@ -73,8 +73,9 @@ int stepUntilError(int rank, int size, const std::string& rendezvous) {
         say(std::string("later error: ") + l.what());
       }
       // Stay a while, so the other survivor also hears of the killed rank
-      // first (not of this one's exit).
-      sleep(2);
+      // first (not of this one's exit), even on a loaded machine where it
+      // may take seconds to notice.
+      sleep(8);
       _exit(static_cast<int>(e.code()));
     }
     if (i == 0) say("rank " + std::to_string(rank) + " running");
@@ -88,8 +89,15 @@ TEST(RuntimeProcessTest, KilledRankFailsPendingHandlesOnEveryOtherRank) {
   });
   ASSERT_TRUE(ranks.waitForOutput("running", milliseconds(60000)));
   ranks.signal(1, SIGKILL);
-  auto outcomes = ranks.waitAll(milliseconds(15000));
+  auto outcomes = ranks.waitAll(milliseconds(30000));
   EXPECT_EQ(outcomes[1].signal, SIGKILL);
+  // The survivor waiting on the killed rank names it. The other one may be
+  // waiting on that survivor over shared memory, which has no heartbeats
+  // (docs/collectives.md): it then names the survivor once that one exits.
+  EXPECT_TRUE(outcomes[0].output.find("lost rank 1") != std::string::npos ||
+              outcomes[2].output.find("lost rank 1") != std::string::npos)
+      << outcomes[0].output << "\n---\n"
+      << outcomes[2].output;
   for (int r : {0, 2}) {
     const auto& o = outcomes[r];
     EXPECT_FALSE(o.hung) << "rank " << r << " hung:\n" << o.output;
@@ -98,7 +106,6 @@ TEST(RuntimeProcessTest, KilledRankFailsPendingHandlesOnEveryOtherRank) {
     const std::string code = std::to_string(int(ErrorCode::kPeerLost));
     EXPECT_NE(o.output.find("step error code " + code), std::string::npos) << o.output;
     EXPECT_NE(o.output.find("pending error code " + code), std::string::npos) << o.output;
-    EXPECT_NE(o.output.find("rank 1"), std::string::npos) << o.output;
     EXPECT_NE(o.output.find("later done at once: yes"), std::string::npos) << o.output;
     EXPECT_NE(o.output.find("later error: "), std::string::npos) << o.output;
   }
