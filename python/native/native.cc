@@ -1,8 +1,8 @@
 // kolo._native: the Python binding of kolo's C API (include/kolo/kolo.h and
-// include/kolo/runtime.h), and nothing else. It never includes a
-// framework's headers: tensors cross as raw data addresses (Python ints) or
-// objects with the buffer protocol, plus a shape and a dtype code, so one
-// build serves every framework version (docs/python.md).
+// include/kolo/runtime.h), plus kolo's data readers (data_bindings.cc). It
+// never includes a framework's headers: tensors cross as raw data addresses
+// (Python ints) or objects with the buffer protocol, plus a shape and a
+// dtype code, so one build serves every framework version (docs/python.md).
 //
 // Errors: every non-zero C return code becomes an exception whose class
 // follows the code (KoloError and its subclasses, created here) and whose
@@ -24,6 +24,9 @@
 #include <vector>
 
 namespace py = pybind11;
+
+// data_bindings.cc: ImageFolder, BatchPrefetcher, DistributedSampler, JPEG.
+void bindData(py::module_& m);
 
 namespace {
 
@@ -523,4 +526,6 @@ PYBIND11_MODULE(_native, m) {
     }
     check(rc);
   });
+
+  bindData(m);  // after the exception classes, which it maps kolo::Error to
 }
