@@ -18,6 +18,19 @@ batch x steps / seconds. Rank 0 prints each iteration's rate and, at the
 end, the mean per rank with a 95% interval (1.96 standard deviations of the
 iterations) and the total (times the number of ranks). The ranks' rates are
 averaged across ranks for the summary, so a slow rank shows.
+
+--image-folder DIR feeds real images instead: the JPEG files of
+DIR/<class>/*.jpg (DIR/train when DIR holds one, as build/bin/fmnist-to-jpeg
+writes it), each rank reading its shard (kolo.data.ImageFolderLoader: kolo's
+C++ sampler and reader, decoding and resizing to --image-size, 3 channels
+for the resnets, 1 for cnn, on a background thread). Every step takes the
+next batch, epoch after epoch, so the timings include what decoding the
+background thread does not hide:
+
+    build/bin/fmnist-to-jpeg /tmp/fmnist-jpeg
+    build/bin/kolorun -np 2 env PYTHONPATH=build/python /usr/bin/python3 \\
+        bench/synthetic.py --model resnet50 --image-size 128 \\
+        --image-folder /tmp/fmnist-jpeg
 """
 
 import argparse
@@ -50,6 +63,9 @@ def parse_args(argv=None):
     p.add_argument("--no-kolo", action="store_true",
                    help="plain torch optimizer, no allreduce (a rank's ceiling)")
     p.add_argument("--json", default=None, help="rank 0 writes the summary as JSON")
+    p.add_argument("--image-folder", default=None, metavar="DIR",
+                   help="train on the JPEG files of DIR/<class>/*.jpg (or DIR/train) "
+                        "instead of random data")
     a = p.parse_args(argv)
     if min(a.batch_size, a.num_batches_per_iter, a.num_iters, a.threads) < 1 or \
             a.num_warmup_batches < 0:
@@ -76,6 +92,35 @@ def build_model(name, num_classes, channels):
     return getattr(torchvision.models, name)(num_classes=num_classes)
 
 
+def image_folder_root(path):
+    """DIR, or DIR/train when DIR holds one (fmnist-to-jpeg's layout)."""
+    train = os.path.join(path, "train")
+    return train if os.path.isdir(train) else path
+
+
+def folder_batches(args, image, channels, rank, size, classes):
+    """Endless (images, labels) of this rank's shard of --image-folder,
+    epoch after epoch, full batches only."""
+    from kolo.data import ImageFolderLoader
+    try:
+        loader = ImageFolderLoader(image_folder_root(args.image_folder), args.batch_size,
+                                   image, channels, rank=rank, size=size, seed=1234,
+                                   drop_last=True)
+    except FileNotFoundError as e:
+        raise SystemExit("synthetic.py: %s" % e)
+    if len(loader.classes) > classes:
+        raise SystemExit("synthetic.py: %s has %d classes, the model %d (--num-classes)"
+                         % (loader.root, len(loader.classes), classes))
+    if len(loader) == 0:
+        raise SystemExit("synthetic.py: %s: %d images per rank, fewer than a batch of %d"
+                         % (loader.root, loader.num_samples, args.batch_size))
+
+    def forever():
+        while True:
+            yield from loader
+    return forever()
+
+
 def main(argv=None):
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -100,12 +145,21 @@ def main(argv=None):
         kolo.broadcast_parameters(model.state_dict(), root_rank=0)
         kolo.broadcast_optimizer_state(optimizer, root_rank=0)
 
-    data = torch.randn(args.batch_size, channels, image, image)
-    target = torch.randint(0, classes, (args.batch_size,))
+    batches = None
+    if args.image_folder:
+        batches = folder_batches(args, image, channels, rank, size, classes)
+    else:
+        data = torch.randn(args.batch_size, channels, image, image)
+        target = torch.randint(0, classes, (args.batch_size,))
 
     def benchmark_step():
+        if batches is not None:
+            images, labels = next(batches)
+            x, y = torch.from_numpy(images), torch.from_numpy(labels)
+        else:
+            x, y = data, target
         optimizer.zero_grad()
-        loss = F.cross_entropy(model(data), target)
+        loss = F.cross_entropy(model(x), y)
         loss.backward()
         optimizer.step()
 
@@ -116,6 +170,9 @@ def main(argv=None):
               (args.model, params / 1e6, channels, image, image, args.batch_size, size,
                args.threads, " (no allreduce)" if args.no_kolo else
                (", fp16 allreduce" if args.fp16_allreduce else "")), flush=True)
+        print("Data: %s" % (image_folder_root(args.image_folder) + " (JPEG, decoded "
+                            "on a background thread)" if args.image_folder else
+                            "random"), flush=True)
         print("Running warmup...", flush=True)
     if args.num_warmup_batches:
         timeit.timeit(benchmark_step, number=args.num_warmup_batches)

@@ -20,7 +20,15 @@ run records its results as JSON (the scheme of the C++ example) in
 --baseline; a run on more ranks prints its speedup over that record.
 
 The data are the IDX files of Debian's dataset-fashion-mnist package, read
-with gzip and NumPy (no download).
+with gzip and NumPy (no download), or with --image-folder DIR JPEG files in
+class folders (DIR/<class>/*.jpg, or DIR/train and DIR/test as
+build/bin/fmnist-to-jpeg writes them: the C++ example's --data DIR),
+decoded and resized to 28 x 28 grayscale by kolo's C++ reader on a
+background thread (kolo.data.ImageFolderLoader) while the model trains:
+
+    build/bin/fmnist-to-jpeg /tmp/fmnist-jpeg
+    build/bin/kolorun -np 2 env PYTHONPATH=build/python \\
+        /usr/bin/python3 examples/fashion_mnist.py --image-folder /tmp/fmnist-jpeg
 """
 
 import argparse
@@ -68,6 +76,13 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=42,
                    help="model initialisation and shuffling")
     p.add_argument("--data", default=DEFAULT_DATA, help="directory of the IDX files")
+    p.add_argument("--image-folder", default=None, metavar="DIR",
+                   help="train on JPEG files instead of the IDX files: DIR/<class>/"
+                        "*.jpg, or DIR/train (and DIR/test, then the test set) as "
+                        "fmnist-to-jpeg writes them")
+    p.add_argument("--test-folder", default=None, metavar="DIR",
+                   help="test on the JPEG files of DIR/<class>/*.jpg (default: "
+                        "DIR/test of --image-folder if there, else the IDX test set)")
     p.add_argument("--json", default=None, help="write the run's results as JSON")
     p.add_argument("--baseline", default=None,
                    help="the 1-rank record (default: fashion_mnist_py_1rank.json "
@@ -157,6 +172,80 @@ class DistributedSampler:
         return order[self.rank::self.size]
 
 
+def image_folder_roots(image_folder, test_folder):
+    """(training root or None, test root or None) of --image-folder and
+    --test-folder: a folder holding train/ is the fmnist-to-jpeg layout (as
+    the C++ example's --data), whose test/ is the test set unless
+    --test-folder names one."""
+    train_root = image_folder
+    if image_folder and os.path.isdir(os.path.join(image_folder, "train")):
+        train_root = os.path.join(image_folder, "train")
+        test = os.path.join(image_folder, "test")
+        if test_folder is None and os.path.isdir(test):
+            test_folder = test
+    return train_root, test_folder
+
+
+class IdxTrainSet:
+    """The IDX training set in memory, sharded by DistributedSampler."""
+
+    def __init__(self, directory, rank, size, seed, batch_size):
+        self.x, self.y = load_fashion_mnist(directory, train=True)
+        self.sampler = DistributedSampler(len(self.y), rank, size, seed)
+        self.batch_size = batch_size
+        self.size, self.num_samples = len(self.y), self.sampler.num_samples
+        self.classes = 10
+
+    def epoch(self, epoch, steps):
+        """(x, y) of the first `steps` batches of this rank's shard."""
+        self.sampler.set_epoch(epoch)
+        order = self.sampler.indices()
+        for b in range(steps):
+            idx = order[b * self.batch_size:(b + 1) * self.batch_size]
+            yield to_input(self.x[idx]), self.y[idx]
+
+
+class FolderTrainSet:
+    """An image folder (kolo.data.ImageFolderLoader: kolo's C++ sampler and
+    JPEG reader, decoding ahead on a background thread)."""
+
+    def __init__(self, root, rank, size, seed, batch_size):
+        from kolo.data import ImageFolderLoader
+        self.loader = ImageFolderLoader(root, batch_size, image_size=28, channels=1,
+                                        rank=rank, size=size, seed=seed, shuffle=True)
+        self.size, self.num_samples = len(self.loader.folder), self.loader.num_samples
+        self.classes = len(self.loader.classes)
+
+    def epoch(self, epoch, steps):
+        for images, labels in self.loader.batches(epoch, limit=steps):
+            yield normalize(torch.from_numpy(images)), torch.from_numpy(labels)
+
+
+def normalize(images):
+    """float [n, 1, 28, 28] in [0, 1] -> normalized."""
+    return (images - MEAN) / STD
+
+
+class IdxTestSet:
+    def __init__(self, directory):
+        self.x, self.y = load_fashion_mnist(directory, train=False)
+        self.size, self.classes = len(self.y), None
+
+    def batch(self, lo, hi):
+        return to_input(self.x[lo:hi]), self.y[lo:hi]
+
+
+class FolderTestSet:
+    def __init__(self, root):
+        import kolo.data
+        self.folder = kolo.data.ImageFolder(root, 28, 1)
+        self.size, self.classes = len(self.folder), list(self.folder.classes)
+
+    def batch(self, lo, hi):
+        images, labels = self.folder.load_batch(list(range(lo, hi)))
+        return normalize(torch.from_numpy(images)), torch.from_numpy(labels)
+
+
 def evaluation_range(n, rank, size):
     """This rank's contiguous part of a validation set of n, unpadded: the
     parts cover it exactly once."""
@@ -169,12 +258,12 @@ def evaluation_range(n, rank, size):
 class Cnn(nn.Module):
     """conv 3x3 16, pool, conv 3x3 32, pool, fc 128, fc 10 (as the C++ example)."""
 
-    def __init__(self, channels=1):
+    def __init__(self, channels=1, num_classes=10):
         super().__init__()
         self.conv1 = nn.Conv2d(channels, 16, 3)
         self.conv2 = nn.Conv2d(16, 32, 3)
         self.fc1 = nn.Linear(32 * 5 * 5, 128)
-        self.fc2 = nn.Linear(128, 10)
+        self.fc2 = nn.Linear(128, num_classes)
 
     def forward(self, x):
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)  # 28 -> 26 -> 13
@@ -229,16 +318,26 @@ def main(argv=None):
     rank, size = kolo.rank(), kolo.size()
     lead = rank == 0
 
-    train_x, train_y = load_fashion_mnist(args.data, train=True)
-    test_x, test_y = load_fashion_mnist(args.data, train=False)
+    train_root, test_root = image_folder_roots(args.image_folder, args.test_folder)
+    if train_root:
+        train = FolderTrainSet(train_root, rank, size, args.seed, args.batch_size)
+    else:
+        train = IdxTrainSet(args.data, rank, size, args.seed, args.batch_size)
+    test = FolderTestSet(test_root) if test_root else IdxTestSet(args.data)
+    if train_root and test_root and list(train.loader.classes) != test.classes:
+        raise ValueError("the class folders of %s and %s differ: %s vs %s"
+                         % (train_root, test_root, list(train.loader.classes),
+                            test.classes))
+    if test.classes is not None and len(test.classes) > train.classes:
+        raise ValueError("%s has %d classes, the training set %d"
+                         % (test_root, len(test.classes), train.classes))
 
     torch.manual_seed(args.seed)
-    model = Cnn()
+    model = Cnn(1, train.classes)
     kolo.broadcast_parameters(model.state_dict(), root_rank=0)
 
     base = args.lr if args.lr is not None else DEFAULT_LR[args.optimizer]
-    sampler = DistributedSampler(len(train_y), rank, size, args.seed)
-    per_rank = sampler.num_samples
+    per_rank = train.num_samples
     batches = (per_rank + args.batch_size - 1) // args.batch_size
     steps = min(batches, args.max_steps) if args.max_steps else batches
     decay = DECAYS[args.decay]
@@ -260,23 +359,23 @@ def main(argv=None):
     if lead:
         print("fashion_mnist.py: %d rank(s), %d training images (%d per rank), batch "
               "%d per rank, %s lr %.5g -> %.5g (%s, warm-up %.3g epochs, %s decay), "
-              "%d thread(s)%s" % (size, len(train_y), per_rank, args.batch_size,
+              "%d thread(s)%s" % (size, train.size, per_rank, args.batch_size,
                                   args.optimizer, base, peak, args.scale,
                                   args.warmup_epochs, args.decay, args.threads,
                                   ", %d steps per epoch" % steps if steps < batches
                                   else ""), flush=True)
+        if train_root or test_root:
+            print("image folders: training %s (%d classes), test %s (%d images)"
+                  % (train_root or args.data + " (IDX)", train.classes,
+                     test_root or args.data + " (IDX)", test.size), flush=True)
 
     epoch_seconds, epoch_rates = [], []
     accuracy = loss_avg = 0.0
     for epoch in range(args.epochs):
-        sampler.set_epoch(epoch)
-        order = sampler.indices()
         model.train()
         loss_sum = 0.0
         start = last_draw = time.perf_counter()
-        for b in range(steps):
-            idx = order[b * args.batch_size:(b + 1) * args.batch_size]
-            x, y = to_input(train_x[idx]), train_y[idx]
+        for b, (x, y) in enumerate(train.epoch(epoch, steps)):
             lr = schedule.lr(base, epoch * batches + b)
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -299,14 +398,13 @@ def main(argv=None):
         loss_avg = global_value(loss_sum / steps, "train_loss", kolo.Average)
         model.eval()
         correct = 0
-        lo, hi = evaluation_range(len(test_y), rank, size)
+        lo, hi = evaluation_range(test.size, rank, size)
         with torch.no_grad():
             for i in range(lo, hi, 1000):
-                j = min(i + 1000, hi)
-                correct += int((model(to_input(test_x[i:j])).argmax(1) ==
-                                test_y[i:j]).sum())
+                x, y = test.batch(i, min(i + 1000, hi))
+                correct += int((model(x).argmax(1) == y).sum())
         correct = global_value(correct, "test_correct", kolo.Sum)
-        accuracy = correct / len(test_y)
+        accuracy = correct / test.size
         images = min(steps * args.batch_size, per_rank) * size
         rate = images / seconds
         epoch_seconds.append(seconds)
