@@ -243,9 +243,16 @@ print("copy-total: (a)'s tensors copied into one buffer and back, no collective 
       "fusion buffer adds to direct-total)\n")
 print("| case | bytes | ms |")
 print("| --- | ---: | ---: |")
+dsmall, dsmalltot = (sps("direct", "-", c) for c in ("direct-small", "direct-small-total"))
 for case, s in (("direct-64M", d64), ("runtime-64M", r64), ("direct-total", dtot),
-                ("copy-total", copy)):
+                ("copy-total", copy), ("direct-small", dsmall),
+                ("direct-small-total", dsmalltot)):
     print(f"| {case} | {meta.get((case, 'bytes'), '-')} | {fmt(ms(s), 2)} |")
+bound = ratio(dsmalltot, dsmall)
+if bound:
+    print(f"\n(b)'s floor: {fmt(ms(dsmall), 2)} ms for its 1,000 allreduces one by one, "
+          f"{fmt(ms(dsmalltot), 2)} ms for one allreduce of all its bytes: no runtime can show "
+          f"fused / unfused above {bound:.2f}x on this machine")
 
 goals = []
 fa = table["resnet50"]["kolo-fused"]

@@ -31,8 +31,14 @@ std::string binDir() {
 // the environment; ARGS include -np.
 JobResult mpirun(const std::string& env, const std::string& args) {
   // As root OpenMPI refuses to start without these; harmless otherwise.
-  std::string cmd = "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " +
-                    env + " timeout -k 5 120 mpirun --oversubscribe " + args + " 2>&1";
+  // Under ASan, OpenMPI's own leaks are suppressed (tests/sanitizers/); the
+  // slow unwinder gives their stacks the frames the suppressions match.
+  std::string cmd =
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+      "OMPI_MCA_mca_base_component_disable_dlclose=1 "
+      "LSAN_OPTIONS=suppressions=" KOLO_LSAN_MPI_SUPPRESSIONS
+      ":print_suppressions=0:fast_unwind_on_malloc=0 " +
+      env + " timeout -k 5 120 mpirun --oversubscribe " + args + " 2>&1";
   JobResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;

@@ -165,7 +165,9 @@ int checkShape(const char* fn, const char* name, int ndim, const int64_t* shape)
   return KOLO_OK;
 }
 
-int checkDtype(const char* fn, const char* name, kolo_dtype dtype) {
+// By reference: a C caller may pass a value outside the enum, which must not
+// be loaded as one (rawValue reads its bytes).
+int checkDtype(const char* fn, const char* name, const kolo_dtype& dtype) {
   const int v = rawValue(dtype);
   if (v < 0 || v >= kolo::kNumDataTypes) {
     return invalid(std::string(fn) + " '" + name + "': unknown dtype value " +
@@ -174,7 +176,7 @@ int checkDtype(const char* fn, const char* name, kolo_dtype dtype) {
   return KOLO_OK;
 }
 
-int checkOp(const char* fn, const char* name, kolo_op op) {
+int checkOp(const char* fn, const char* name, const kolo_op& op) {
   const int v = rawValue(op);
   if (v < 0 || v >= kolo::kNumReduceOps) {
     return invalid(std::string(fn) + " '" + name + "': unknown op value " +

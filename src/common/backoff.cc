@@ -15,6 +15,30 @@
 
 namespace kolo {
 
+namespace {
+
+struct ThreadCap {
+  bool set = false;
+  std::chrono::microseconds spin{0};
+  std::chrono::microseconds yield{0};
+};
+thread_local ThreadCap threadCap;
+
+}  // namespace
+
+Backoff::Backoff(std::chrono::microseconds spin, std::chrono::microseconds yield)
+    : spin_(threadCap.set ? std::min(spin, threadCap.spin) : spin),
+      yield_(threadCap.set ? std::min(yield, threadCap.yield) : yield) {}
+
+Backoff::WaitCap::WaitCap(std::chrono::microseconds spin,
+                          std::chrono::microseconds yield) {
+  threadCap = {true, spin, yield};
+}
+
+Backoff::WaitCap::~WaitCap() {
+  threadCap = {};
+}
+
 bool Backoff::idle() {
   if (!started_) {
     started_ = true;

@@ -18,9 +18,9 @@ class Backoff {
 
   // yield: how long the yield phase lasts; zero for callers whose own wait
   // (poll on sockets) wakes up on the event anyway.
+  // Both phases are cut to this thread's WaitCap, if it has one.
   explicit Backoff(std::chrono::microseconds spin = std::chrono::microseconds(100),
-                   std::chrono::microseconds yield = std::chrono::microseconds(2000))
-      : spin_(spin), yield_(yield) {}
+                   std::chrono::microseconds yield = std::chrono::microseconds(2000));
 
   void reset() { started_ = false; }
 
@@ -38,6 +38,21 @@ class Backoff {
   // The spin budget for a host with `ranksOnHost` ranks: the configured
   // value when ranks fit on the cores, else a short one.
   static std::chrono::microseconds spinFor(int64_t configuredMicros, int ranksOnHost);
+
+  // While it lives, every Backoff made on this thread spins for at most
+  // `spin` and yields for at most `yield`, then sleeps (the callers sleep
+  // on a futex or in poll, woken by the peer). For a thread that shares
+  // its rank's cores with the thread doing the real work, such as the
+  // runtime's background thread: what it spins the training thread loses.
+  // Not nestable: a second WaitCap on the same thread replaces the first
+  // until it ends.
+  class WaitCap {
+   public:
+    WaitCap(std::chrono::microseconds spin, std::chrono::microseconds yield);
+    ~WaitCap();
+    WaitCap(const WaitCap&) = delete;
+    WaitCap& operator=(const WaitCap&) = delete;
+  };
 
  private:
   std::chrono::microseconds spin_;

@@ -8,11 +8,13 @@
 //   tracker, autotuner -> wait for the next cycle.
 // Waiting: the next cycle starts `cycle time` (rank 0's) after this one
 // started; when nothing is pending anywhere after a cycle, the loop sleeps
-// until the first submission (or one cycle time for an empty exchange), and
-// that submission opens a gathering window of at most one cycle time that
-// closes once the queue stopped growing for kGatherQuiet (so a burst lands in
-// one cycle, and a lone operation waits only that quiet time). join() and
-// shutdown() wake the loop.
+// until the first submission (or kIdlePace, at least one cycle time, for an
+// empty exchange: a rank with nothing pending is needed by the others only
+// to learn of shutdowns, joins and stalls, since nothing can be ready
+// without it), and that submission opens a gathering window of at most one cycle time
+// that closes once the queue stopped growing for kGatherQuiet (so a burst lands in one
+// cycle, and a lone operation waits only that quiet time). join() and shutdown() wake the
+// loop.
 //
 // Running a bucket of allreduces: each member's input is copied into the
 // fusion buffer (times prescale; a rank that did not submit the operation
@@ -25,6 +27,8 @@
 // tensors pay for the copies. Other kinds run one collective per operation.
 #include "runtime/runtime.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -32,6 +36,7 @@
 
 #include "collectives/reduce.h"
 #include "collectives/registry.h"
+#include "common/backoff.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "runtime/fusion_planner.h"
@@ -187,6 +192,15 @@ void fillIdentity(void* buf, size_t count, DataType dtype, ReduceOp op) {
 // submission's cycle waits until no submission arrived for this long (at
 // most one cycle time).
 constexpr std::chrono::microseconds kGatherQuiet{50};
+
+// The pace of empty exchanges while nothing is pending anywhere.
+constexpr std::chrono::milliseconds kIdlePace{20};
+
+// The background thread's waits for other ranks spin this long at most,
+// then sleep (futex or poll, woken by the peer): it shares the rank's cores
+// with the training thread, and a negotiation cycle may wait up to a cycle
+// time for a peer's thread to start its own.
+constexpr std::chrono::microseconds kLoopSpin{50};
 
 std::exception_ptr errorPtr(ErrorCode code, const std::string& message, int peer = -1) {
   return std::make_exception_ptr(Error(code, message, peer));
@@ -609,6 +623,8 @@ void Runtime::stop(
 }
 
 void Runtime::loop() {
+  const Backoff::WaitCap waitCap(kLoopSpin, std::chrono::microseconds(0));
+  pthread_setname_np(pthread_self(), "kolo-runtime");  // as top -H shows it
   const size_t fixedBytes = negotiator_.fixedBytes();
   std::vector<uint8_t> gathered;
   std::vector<std::vector<uint8_t>> fixed(size_), variable(size_);
@@ -721,8 +737,9 @@ void Runtime::loop() {
       }
 
       // Pacing. Idle (nothing pending on any rank once this cycle's ready
-      // operations ran): sleep until a submission arrives, or one cycle time
-      // from now for the next (empty) exchange; a submission opens the
+      // operations ran): sleep until a submission arrives, or kIdlePace (at
+      // least one cycle time) from now for the next (empty) exchange; a
+      // submission opens the
       // gathering window, which lasts while submissions keep arriving (until
       // kGatherQuiet passes without one, at most one cycle time), so a burst
       // lands in one cycle. Otherwise the next cycle starts one cycle time
@@ -732,7 +749,8 @@ void Runtime::loop() {
       const auto pace = std::chrono::duration_cast<Clock::duration>(
           std::chrono::duration<double, std::milli>(std::max(0.0, outcome.cycleTimeMs)));
       if (idle) {
-        if (queue_.waitUntil(Clock::now() + pace, true) &&
+        const auto idlePace = std::max<Clock::duration>(pace, kIdlePace);
+        if (queue_.waitUntil(Clock::now() + idlePace, true) &&
             pace > Clock::duration::zero()) {
           const auto quiet = std::min<Clock::duration>(kGatherQuiet, pace);
           queue_.waitQuiet(quiet, Clock::now() + pace);

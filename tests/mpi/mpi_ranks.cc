@@ -181,7 +181,7 @@ void runCollectives(Communicator& c) {
 int modeCollectives() {
   auto c = Communicator::fromEnvironment();
   gRank = c->rank();
-  const kolo::Layout& l = c->layout();
+  const kolo::Layout l = c->layout();  // a copy: c is reset below
   std::printf("layout rank %d size %d local %d/%d cross %d/%d host %s algo4M %s\n",
               l.rank, l.size, l.localRank, l.localSize, l.crossRank, l.crossSize,
               l.hostId.c_str(), c->allreduceAlgorithm(4 << 20).c_str());

@@ -22,6 +22,12 @@
 //   copy-total   (information) what a fusion buffer adds to direct-total:
 //                resnet50's tensors copied into one buffer and back out,
 //                with no collective (checked: the tensors come back).
+//   direct-small the floor of an unfused step of workload (b): one
+//                Communicator::allreduce per tensor of `small`, no runtime;
+//   direct-small-total the floor of a fused step of (b): one allreduce of
+//                all of `small`'s bytes. Their ratio bounds the fused /
+//                unfused ratio any runtime can show on (b) here: both of
+//                its steps pay the runtime's own work on top of these.
 // Each round creates a Runtime for runtime-64M and shuts it down before
 // the direct calls (the communicator is the runtime's while it lives).
 //
@@ -478,9 +484,25 @@ class FusionBench {
     };
     auto stepDirect64 = [&] { direct(big); };
     auto stepTotal = [&] { direct(whole); };
+    size_t smallTotal = 0;
+    std::vector<std::vector<float>> smalls;
+    for (const auto& t : smallTensors()) {
+      smalls.emplace_back(t.elements());
+      smallTotal += static_cast<size_t>(t.elements());
+    }
+    std::vector<float> smallWhole(smallTotal);
+    Result dSmall = result("direct-small", smallTotal * sizeof(float));
+    dSmall.tensors = smalls.size();
+    Result dSmallTotal = result("direct-small-total", smallTotal * sizeof(float));
+    auto stepSmall = [&] {
+      for (auto& t : smalls) direct(t);
+    };
+    auto stepSmallTotal = [&] { direct(smallWhole); };
     d64.steps = stepsPerWindow(stepDirect64);
     dTotal.steps = stepsPerWindow(stepTotal);
     copy.steps = stepsPerWindow(stepCopy);
+    dSmall.steps = stepsPerWindow(stepSmall);
+    dSmallTotal.steps = stepsPerWindow(stepSmallTotal);
     startRuntime();
     r64.steps = stepsPerWindow(throughRuntime);
     stopRuntime();
@@ -488,6 +510,8 @@ class FusionBench {
       d64.perSecond.push_back(window(d64.steps, stepDirect64));
       dTotal.perSecond.push_back(window(dTotal.steps, stepTotal));
       copy.perSecond.push_back(window(copy.steps, stepCopy));
+      dSmall.perSecond.push_back(window(dSmall.steps, stepSmall));
+      dSmallTotal.perSecond.push_back(window(dSmallTotal.steps, stepSmallTotal));
       startRuntime();
       r64.perSecond.push_back(window(r64.steps, throughRuntime));
       stopRuntime();
@@ -507,6 +531,20 @@ class FusionBench {
     };
     check(d64, big, stepDirect64, 1);
     check(dTotal, whole, stepTotal, 2);
+    check(dSmallTotal, smallWhole, stepSmallTotal, 4);
+    {
+      for (size_t i = 0; i < smalls.size(); ++i)
+        fill(smalls[i].data(), smalls[i].size(), rank_, i);
+      stepSmall();
+      std::string bad;
+      for (size_t i = 0; i < smalls.size() && bad.empty(); ++i) {
+        bad = verify(smalls[i].data(), smalls[i].size(), size_, i, dSmall.name);
+      }
+      reportBad(bad);
+      const bool good = sync_.allOk(bad.empty());
+      dSmall.check = good ? "ok" : "FAIL";
+      ok = ok && good;
+    }
     {
       for (size_t i = 0; i < parts.size(); ++i)
         fill(parts[i].data(), parts[i].size(), rank_, i);
@@ -533,6 +571,8 @@ class FusionBench {
     print(r64, ro);
     print(dTotal, ro);
     print(copy, ro);
+    print(dSmall, ro);
+    print(dSmallTotal, ro);
     return ok ? 0 : 1;
   }
 

@@ -15,6 +15,7 @@
 #include "common/backoff.h"
 #include "common/check.h"
 #include "rendezvous/store.h"
+#include "transport/shm/futex.h"
 
 namespace kolo::shm {
 namespace {
@@ -36,6 +37,20 @@ struct Header {
 
 static_assert(ShmGroup::kCounters * kLine <= 512, "counters overlap the inline lines");
 static_assert(512 + 2 * kLine <= kControlBytes, "inline lines outside the control area");
+
+// At byte 768 of the control area: the rank's bell, which it sleeps on
+// once a wait has spun long enough. `sleeping` is written by the owner
+// only; `doorbell` is bumped by any publisher that finds it set.
+constexpr size_t kBellOffset = 768;
+struct Bell {
+  std::atomic<uint32_t> doorbell;  // futex word
+  std::atomic<uint32_t> sleeping;  // the owner is (about to be) asleep
+};
+static_assert(kBellOffset >= 512 + 2 * kLine && kBellOffset + kLine <= kControlBytes);
+
+// A sleeping waiter still wakes this often to check its peers' processes
+// and the timeout.
+constexpr std::chrono::milliseconds kSleepSlice{50};
 
 size_t roundUp(size_t v, size_t to) {
   return (v + to - 1) / to * to;
@@ -155,9 +170,33 @@ static std::atomic<uint64_t>* counterAt(void* base, size_t slotBytes, int r, int
   return reinterpret_cast<std::atomic<uint64_t>*>(area + which * kLine);
 }
 
+static Bell* bellAt(void* base, size_t slotBytes, int r) {
+  auto* area = static_cast<uint8_t*>(base) + kHeaderBytes +
+               static_cast<size_t>(r) * rankAreaBytes(slotBytes);
+  return reinterpret_cast<Bell*>(area + kBellOffset);
+}
+
 void ShmGroup::publish(int which, uint64_t value) {
   counterAt(base_, options_.slotBytes, options_.localRank, which)
       ->store(value, std::memory_order_release);
+  ringSleepers();
+}
+
+// The publisher's half of the sleep handshake (waitOn has the other): store
+// the value, full fence, then read each peer's `sleeping`. A waiter sets
+// `sleeping`, fences, then re-reads the value before it sleeps. With both
+// fences, either the waiter sees the new value and does not sleep, or the
+// publisher sees `sleeping` and bumps the bell (which also makes a
+// futexWait that has not started yet return at once).
+void ShmGroup::ringSleepers() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (int r = 0; r < options_.localSize; ++r) {
+    if (r == options_.localRank) continue;
+    Bell* bell = bellAt(base_, options_.slotBytes, r);
+    if (bell->sleeping.load(std::memory_order_relaxed) == 0) continue;
+    bell->doorbell.fetch_add(1, std::memory_order_release);
+    futexWake(&bell->doorbell);
+  }
 }
 
 uint64_t ShmGroup::counter(int r, int which) const {
@@ -183,6 +222,7 @@ uint8_t* ShmGroup::inlinePayload(int r, int parity) const {
 void ShmGroup::publishInline(int parity, uint64_t step) {
   inlineLine(base_, options_.slotBytes, options_.localRank, parity)
       ->store(step, std::memory_order_release);
+  ringSleepers();
 }
 
 void ShmGroup::waitInline(int r, int parity, uint64_t step) {
@@ -193,8 +233,20 @@ void ShmGroup::waitOn(const std::atomic<uint64_t>* c, int r, uint64_t value) {
   if (c->load(std::memory_order_acquire) >= value) return;
   Backoff backoff(options_.spin);
   auto lastCheck = Backoff::Clock::now();
+  Bell* mine = bellAt(base_, options_.slotBytes, options_.localRank);
   while (c->load(std::memory_order_acquire) < value) {
-    if (backoff.idle()) std::this_thread::sleep_for(backoff.sleepHint());
+    if (backoff.idle()) {
+      // Past spinning and yielding: sleep on this rank's bell until a
+      // publisher rings it (ringSleepers), at most one slice.
+      const uint32_t seq = mine->doorbell.load(std::memory_order_acquire);
+      mine->sleeping.store(1, std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (c->load(std::memory_order_acquire) < value) {
+        futexWait(&mine->doorbell, seq,
+                  std::chrono::duration_cast<std::chrono::microseconds>(kSleepSlice));
+      }
+      mine->sleeping.store(0, std::memory_order_relaxed);
+    }
     auto now = Backoff::Clock::now();
     if (now - lastCheck > std::chrono::milliseconds(100)) {
       lastCheck = now;

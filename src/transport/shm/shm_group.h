@@ -16,7 +16,9 @@
 // until every rank's counter is >= s. No locks, no counter is written by
 // two ranks.
 //
-// Waiting spins (Backoff), then yields; every ~100 ms of waiting it checks
+// Waiting spins (Backoff), then yields, then sleeps on a futex in the
+// waiter's own control area, which every publish rings when the waiter is
+// asleep (see ringSleepers()); every ~100 ms of waiting it checks
 // that the awaited ranks' processes are alive (a dead one is
 // Error(kPeerLost) naming its global rank) and gives up after the timeout
 // (Error(kTimeout)).
@@ -95,6 +97,7 @@ class ShmGroup {
   ShmGroup(const Options& options, void* base, size_t bytes);
   void checkPeers(int r, const char* what) const;
   void waitOn(const std::atomic<uint64_t>* c, int r, uint64_t value);
+  void ringSleepers();  // wakes peers asleep in waitOn
 
   Options options_;
   void* base_;

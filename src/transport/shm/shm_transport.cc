@@ -40,17 +40,14 @@
 #include "transport/shm/shm_transport.h"
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -59,6 +56,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "rendezvous/store.h"
+#include "transport/shm/futex.h"
 
 namespace kolo::transport {
 
@@ -100,19 +98,8 @@ size_t segmentBytes(size_t count, size_t ringBytes) {
   return dataOffset(count) + count * ringBytes;
 }
 
-void futexWait(std::atomic<uint32_t>* word, uint32_t expected,
-               std::chrono::microseconds max) {
-  timespec ts;
-  ts.tv_sec = max.count() / 1000000;
-  ts.tv_nsec = (max.count() % 1000000) * 1000;
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts,
-          nullptr, 0);
-}
-
-void futexWake(std::atomic<uint32_t>* word) {
-  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr,
-          nullptr, 0);
-}
+using shm::futexWait;
+using shm::futexWake;
 
 // True when the process is gone or a zombie (killed, not yet reaped).
 bool processGone(pid_t pid, std::string* how) {
