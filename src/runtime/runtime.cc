@@ -101,24 +101,6 @@ void scaleInPlace(void* buf, size_t count, DataType dtype, double factor) {
 // calls, so a result does not depend on the path (deterministic sums).
 constexpr size_t kChunkBytes = size_t{16} << 10;
 
-// dst = src * factor; dst may equal src.
-void copyScaled(void* dst, const void* src, size_t count, DataType dtype, double factor) {
-  if (count == 0) return;
-  if (dst == src || factor == 1.0) {
-    if (dst != src) std::memcpy(dst, src, count * elementSize(dtype));
-    scaleInPlace(dst, count, dtype, factor);
-    return;
-  }
-  const size_t esize = elementSize(dtype);
-  const size_t chunk = std::max<size_t>(1, kChunkBytes / esize);
-  for (size_t at = 0; at < count; at += chunk) {
-    const size_t m = std::min(chunk, count - at);
-    void* d = static_cast<uint8_t*>(dst) + at * esize;
-    std::memcpy(d, static_cast<const uint8_t*>(src) + at * esize, m * esize);
-    scaleInPlace(d, m, dtype, factor);
-  }
-}
-
 // An allreduce's result from its sum: dst = src / divisor (1: none) *
 // postscale; dst may equal src.
 void finishInto(void* dst, const void* src, size_t count, DataType dtype, int divisor,
@@ -141,6 +123,11 @@ void finishInto(void* dst, const void* src, size_t count, DataType dtype, int di
     std::memcpy(d, static_cast<const uint8_t*>(src) + at * esize, m * esize);
     rework(d, m);
   }
+}
+
+// dst = src * factor (an input times prescale); dst may equal src.
+void copyScaled(void* dst, const void* src, size_t count, DataType dtype, double factor) {
+  finishInto(dst, src, count, dtype, 1, factor);
 }
 
 template <typename T>
