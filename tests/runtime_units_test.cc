@@ -417,6 +417,7 @@ TEST(RuntimeOptionsTest, FromSettingsTakesEveryRuntimeKnob) {
   s.deterministic = 1;
   s.autotune = 1;
   s.stragglerMarginMs = 12;
+  s.runtimeSpinMicros = 3;
   const RuntimeOptions o = RuntimeOptions::fromSettings(s);
   EXPECT_EQ(o.fusionThresholdBytes, 1234);
   EXPECT_EQ(o.cycleTimeMs, 2.5);
@@ -427,6 +428,7 @@ TEST(RuntimeOptionsTest, FromSettingsTakesEveryRuntimeKnob) {
   EXPECT_TRUE(o.deterministic);
   EXPECT_TRUE(o.autotune);
   EXPECT_DOUBLE_EQ(o.stragglerMarginSeconds, 0.012);
+  EXPECT_EQ(o.spinMicros, 3);
   const RuntimeOptions d = RuntimeOptions::fromSettings(Settings{});
   EXPECT_EQ(d.fusionThresholdBytes, 64 << 20);
   EXPECT_EQ(d.cacheCapacity, 1024u);

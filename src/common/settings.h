@@ -67,7 +67,10 @@ namespace kolo {
     "and keeps the fastest.")                                                 \
   X(double, stragglerMarginMs, "KOLO_STRAGGLER_MARGIN_MS", 5.0,               \
     "Runtime: a rank last by more than this in most recent operations is "    \
-    "named in a log line.")
+    "named in a log line.")                                                   \
+  X(int64_t, runtimeSpinMicros, "KOLO_RUNTIME_SPIN_US", 50,                   \
+    "Runtime: microseconds the background thread busy-polls in a wait for "   \
+    "another rank before it sleeps until woken (at most KOLO_SPIN_US).")
 
 struct Settings {
 #define KOLO_SETTING_FIELD(type, field, env, def, doc) type field = def;

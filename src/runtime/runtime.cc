@@ -183,12 +183,6 @@ constexpr std::chrono::microseconds kGatherQuiet{50};
 // The pace of empty exchanges while nothing is pending anywhere.
 constexpr std::chrono::milliseconds kIdlePace{20};
 
-// The background thread's waits for other ranks spin this long at most,
-// then sleep (futex or poll, woken by the peer): it shares the rank's cores
-// with the training thread, and a negotiation cycle may wait up to a cycle
-// time for a peer's thread to start its own.
-constexpr std::chrono::microseconds kLoopSpin{50};
-
 std::exception_ptr errorPtr(ErrorCode code, const std::string& message, int peer = -1) {
   return std::make_exception_ptr(Error(code, message, peer));
 }
@@ -219,6 +213,7 @@ RuntimeOptions RuntimeOptions::fromSettings(const Settings& s) {
   o.deterministic = s.deterministic != 0;
   o.autotune = s.autotune != 0;
   o.stragglerMarginSeconds = s.stragglerMarginMs / 1000.0;
+  o.spinMicros = s.runtimeSpinMicros;
   return o;
 }
 
@@ -610,7 +605,13 @@ void Runtime::stop(
 }
 
 void Runtime::loop() {
-  const Backoff::WaitCap waitCap(kLoopSpin, std::chrono::microseconds(0));
+  // The waits for other ranks spin at most options_.spinMicros, then sleep
+  // (futex or poll, woken by the peer): this thread shares the rank's cores
+  // with the training thread, and a negotiation cycle may wait up to a cycle
+  // time for a peer's thread to start its own.
+  const Backoff::WaitCap waitCap(
+      std::chrono::microseconds(std::max<int64_t>(0, options_.spinMicros)),
+      std::chrono::microseconds(0));
   pthread_setname_np(pthread_self(), "kolo-runtime");  // as top -H shows it
   const size_t fixedBytes = negotiator_.fixedBytes();
   std::vector<uint8_t> gathered;

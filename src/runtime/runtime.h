@@ -58,6 +58,7 @@ struct RuntimeOptions {
   bool deterministic = false;               // KOLO_DETERMINISTIC
   bool autotune = false;                    // KOLO_AUTOTUNE
   double stragglerMarginSeconds = 0.005;    // KOLO_STRAGGLER_MARGIN_MS / 1000
+  int64_t spinMicros = 50;                  // KOLO_RUNTIME_SPIN_US
 
   static RuntimeOptions fromSettings(const Settings& settings);
 };
