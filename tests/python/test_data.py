@@ -24,11 +24,8 @@ import pytest
 import kolo
 import kolo.data as kd
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-EXAMPLE = os.path.join(ROOT, "examples", "fashion_mnist.py")
-SYNTHETIC = os.path.join(ROOT, "bench", "synthetic.py")
-DATA = "/usr/share/datasets/fashion-mnist"
-KOLORUN = os.environ.get("KOLORUN")
+from paths import DATA, EXAMPLE, KOLORUN, SYNTHETIC
+
 FMNIST_TO_JPEG = os.environ.get("FMNIST_TO_JPEG")
 
 

@@ -19,11 +19,8 @@ import sys
 
 import pytest
 
-ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-EXAMPLE = os.path.join(ROOT, "examples", "fashion_mnist.py")
-SYNTHETIC = os.path.join(ROOT, "bench", "synthetic.py")
-DATA = "/usr/share/datasets/fashion-mnist"
-KOLORUN = os.environ.get("KOLORUN")
+from paths import DATA, EXAMPLE, KOLORUN, ROOT, SYNTHETIC
+
 CPP = os.environ.get("FASHION_MNIST_BIN")
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))

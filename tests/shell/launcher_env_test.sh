@@ -31,8 +31,30 @@ for v in $(env | sed -n 's/^\(KOLO_[A-Z_]*\|OMPI_[A-Z_]*\|PMI_[A-Z_]*\|PMIX_[A-Z
 done
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT GROUP_RANK
 
-free_port() {
-  /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+# free_ports STEP: a port P below the kernel's ephemeral range (where the
+# other tests' outgoing connections and port-0 listeners never land) with
+# P and P+1 free, P a multiple of STEP; prints P. The stores listen on P
+# (Slurm: 20000 + 16 * job id for step 0, + 1 for step 1) or P+1
+# (torchrun: MASTER_PORT + 1).
+free_ports() {
+  /usr/bin/python3 - "$1" <<'PY'
+import random, socket, sys
+step = int(sys.argv[1])
+for _ in range(1000):
+    p = random.randrange(20000 + step, 32000, step)
+    try:
+        held = []
+        for q in (p, p + 1):
+            s = socket.socket()
+            s.bind(("0.0.0.0", q))
+            held.append(s)
+    except OSError:
+        continue
+    print(p)
+    break
+else:
+    sys.exit("launcher_env_test.sh: no free pair of ports in 20000-32000")
+PY
 }
 
 # run_case NAME N CMD-PER-RANK: CMD-PER-RANK is a function taking the rank
@@ -71,7 +93,9 @@ run_case() {
   return $failed
 }
 
-job=$((RANDOM * 7 + 1000))
+# Slurm's store port is 20000 + (16 * job + step) % 20000: a job id whose
+# ports for steps 0 and 1 are free.
+job=$((($(free_ports 16) - 20000) / 16))
 
 srun_one_node() {
   echo SLURM_JOB_ID=$job SLURM_STEP_ID=0 SLURM_PROCID=$1 SLURM_NTASKS=3 \
@@ -85,7 +109,7 @@ srun_two_nodes() {
     SLURM_STEP_NUM_NODES=2 SLURM_STEP_TASKS_PER_NODE='2(x2)' \
     SLURM_STEP_NODELIST='localhost,127.0.0.1' KOLO_HOST_ID=node$node
 }
-torch_port=$(free_port)
+torch_port=$(free_ports 1)
 torchrun_one_node() {
   echo RANK=$1 WORLD_SIZE=3 LOCAL_RANK=$1 LOCAL_WORLD_SIZE=3 GROUP_RANK=0 \
     MASTER_ADDR=127.0.0.1 MASTER_PORT=$torch_port
@@ -100,7 +124,7 @@ status=0
 run_case srun-one-node 3 srun_one_node || status=1
 run_case srun-two-nodes 4 srun_two_nodes || status=1
 run_case torchrun-one-node 3 torchrun_one_node || status=1
-torch_port=$(free_port)
+torch_port=$(free_ports 1)
 run_case torchrun-two-nodes 4 torchrun_two_nodes || status=1
 # The two-node cases really ran as two hosts (shm inside, tcp between).
 for name in srun-two-nodes torchrun-two-nodes; do

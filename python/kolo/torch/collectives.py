@@ -237,6 +237,24 @@ def allreduce_async(tensor, average=None, name=None, op=None,
     return _register([h], (src, out), lambda: out)
 
 
+def _inplace_target(tensor):
+    """What an in-place operation on ``tensor`` writes: the tensor's own
+    storage when it is contiguous, else a contiguous copy; and the function
+    that finishes it (copies the copy back) and returns ``tensor``."""
+    buf = tensor.detach()
+    if buf.is_contiguous():
+        return buf, lambda: tensor
+
+    buf = buf.contiguous()
+
+    def finish():
+        with torch.no_grad():
+            tensor.copy_(buf)
+        return tensor
+
+    return buf, finish
+
+
 def allreduce_async_(tensor, average=None, name=None, op=None,
                      prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
@@ -247,19 +265,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None,
     ps_id = _native_id(process_set, what)
     name = _auto_name(what, name, ps_id)
     _check_tensor(tensor, what, name)
-    buf = tensor.detach()
-    inplace = buf.is_contiguous()
-    if not inplace:
-        buf = buf.contiguous()
+    buf, finish = _inplace_target(tensor)
     h = _allreduce_submit(buf, buf, name, op, prescale_factor,
                           postscale_factor, ps_id, what)
-
-    def finish():
-        if not inplace:
-            with torch.no_grad():
-                tensor.copy_(buf)
-        return tensor
-
     return _register([h], (tensor, buf), finish)
 
 
@@ -488,18 +496,8 @@ def broadcast_async_(tensor, root_rank, name=None,
     ps_id = _native_id(process_set, what)
     name = _auto_name(what, name, ps_id)
     _check_tensor(tensor, what, name)
-    buf = tensor.detach()
-    inplace = buf.is_contiguous()
-    if not inplace:
-        buf = buf.contiguous()
+    buf, finish = _inplace_target(tensor)
     h, view = _broadcast_submit(buf, root_rank, name, ps_id)
-
-    def finish():
-        if not inplace:
-            with torch.no_grad():
-                tensor.copy_(buf)
-        return tensor
-
     return _register([h], (tensor, buf, view), finish)
 
 
