@@ -2,8 +2,6 @@
 // openStore addresses and launcher detection.
 #include <gtest/gtest.h>
 #include <kolo/error.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,19 +44,6 @@ Error expectError(Fn&& fn) {
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
-}
-
-// A loopback port that nothing listens on (bound, then released).
-int unusedPort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
 }
 
 std::string tempDir(const std::string& name) {
@@ -152,7 +137,7 @@ TEST(TcpStore, AddOnANonCounterIsAnError) {
 }
 
 TEST(TcpStore, ConnectRetriesUntilTheServerStarts) {
-  int port = unusedPort();
+  int port = test::freeLoopbackPort();
   std::unique_ptr<TcpStoreServer> server;
   std::thread starter([&] {
     std::this_thread::sleep_for(milliseconds(300));
@@ -165,7 +150,7 @@ TEST(TcpStore, ConnectRetriesUntilTheServerStarts) {
 }
 
 TEST(TcpStore, ConnectTimeoutNamesHostAndPort) {
-  int port = unusedPort();
+  int port = test::freeLoopbackPort();
   auto start = Clock::now();
   Error e = expectError([&] { TcpStore::connect("127.0.0.1", port, milliseconds(300)); });
   EXPECT_EQ(e.code(), ErrorCode::kTimeout);
@@ -311,7 +296,7 @@ TEST(FileStore, AddIsAtomicAcrossThreadsAndProcesses) {
 // ------------------------------------------------------------ openStore
 
 TEST(OpenStore, TcpHostedByThisProcess) {
-  int port = unusedPort();
+  int port = test::freeLoopbackPort();
   std::string address = "tcp://127.0.0.1:" + std::to_string(port);
   auto host = openStore(address, true, milliseconds(5000));
   auto guest = openStore(address, false, milliseconds(5000));

@@ -530,7 +530,8 @@ TEST(RuntimeTest, TimelineAndStragglerReport) {
     // A group shares one bucket whatever the timing, so the fusion-buffer
     // phases are always recorded.
     std::vector<float> a(64, 1), b(64, 1), c(8, 1);
-    for (auto& h : rt.enqueueGroup({allreduce("tl.a", a), allreduce("tl.b", b)})) h->wait();
+    for (auto& h : rt.enqueueGroup({allreduce("tl.a", a), allreduce("tl.b", b)}))
+      h->wait();
     auto hc = rt.enqueue(allreduce("tl.c", c));
     hc->wait();
     const auto report = rt.stragglerReport();
