@@ -33,9 +33,11 @@ JobResult mpirun(const std::string& env, const std::string& args) {
   // As root OpenMPI refuses to start without these; harmless otherwise.
   // Under ASan, OpenMPI's own leaks are suppressed (tests/sanitizers/); the
   // slow unwinder gives their stacks the frames the suppressions match.
+  // rtc ^hwloc: an orted sometimes crashed in hwloc's shared-memory topology
+  // write when several daemons start on one machine (the pretend hosts).
   std::string cmd =
       "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-      "OMPI_MCA_mca_base_component_disable_dlclose=1 "
+      "OMPI_MCA_mca_base_component_disable_dlclose=1 OMPI_MCA_rtc=^hwloc "
       "LSAN_OPTIONS=suppressions=" KOLO_LSAN_MPI_SUPPRESSIONS
       ":print_suppressions=0:fast_unwind_on_malloc=0 " +
       env + " timeout -k 5 120 mpirun --oversubscribe " + args + " 2>&1";
