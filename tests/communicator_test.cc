@@ -314,6 +314,118 @@ TEST_P(CommunicatorTest, InvalidArgumentOnOneRankFailsAllRanks) {
   });
 }
 
+// A segmented allreduce gives, bit for bit, what the contiguous one gives
+// on the same vector, with every rank cutting the vector differently
+// (empty segments included), segments in place and out of place, through
+// the shm algorithm's direct path and the packed path of the others, on the
+// inline, single-chunk and multi-chunk sizes.
+TEST_P(CommunicatorTest, SegmentedAllreduceMatchesContiguous) {
+  std::vector<std::string> algorithms = {"", "ring", "rhd"};
+  if (std::string(GetParam().transport) != "tcp") algorithms.push_back("shm");
+  for (const auto& algo : algorithms) {
+    for (size_t count : {size_t{5}, size_t{20011}, size_t{(1 << 17) + 77}}) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
+        withCommunicators(n(), settings(), [&](Communicator& c) {
+          std::vector<float> in(count), expect(count);
+          for (size_t i = 0; i < count; ++i)
+            in[i] = float((c.rank() * 7 + i * 13) % 101) * 0.37f;
+          AllreduceOptions o;
+          o.send = in.data();
+          o.recv = expect.data();
+          o.count = count;
+          o.op = op;
+          o.algorithm = algo;
+          c.allreduce(o);
+
+          // Rank-dependent cuts: lengths 0, 1, 2r+3, 997, ... repeating.
+          std::vector<float> work = in, out(count, -1);
+          std::vector<AllreduceSegment> segs;
+          const size_t lengths[] = {0, 1, size_t(2 * c.rank() + 3), 997, 65536 + 5};
+          for (size_t at = 0, k = 0; at < count; ++k) {
+            const size_t len = std::min(lengths[(k + c.rank()) % 5], count - at);
+            const bool inPlace = k % 2 == 0;
+            segs.push_back({inPlace ? work.data() + at : in.data() + at,
+                            inPlace ? work.data() + at : out.data() + at, len});
+            if (inPlace) std::fill(out.begin() + at, out.begin() + at + len, 0.0f);
+            at += len;
+          }
+          AllreduceOptions so;
+          so.count = count;
+          so.op = op;
+          so.algorithm = algo;
+          so.segments = segs.data();
+          so.segmentCount = segs.size();
+          c.allreduce(so);
+          size_t at = 0;
+          for (size_t k = 0; k < segs.size(); ++k) {
+            const float* got = static_cast<const float*>(segs[k].recv);
+            for (size_t i = 0; i < segs[k].count; ++i) {
+              ASSERT_EQ(std::memcmp(&got[i], &expect[at + i], sizeof(float)), 0)
+                  << "algorithm '" << algo << "' op " << toString(op) << " count "
+                  << count << " segment " << k << " element " << at + i << ": " << got[i]
+                  << " != " << expect[at + i];
+            }
+            at += segs[k].count;
+          }
+          // The out-of-place segments left their inputs alone.
+          for (size_t k = 1; k < segs.size(); k += 2) {
+            const float* src = static_cast<const float*>(segs[k].send);
+            const size_t base = static_cast<size_t>(src - in.data());
+            for (size_t i = 0; i < segs[k].count; ++i) {
+              ASSERT_EQ(src[i], float((c.rank() * 7 + (base + i) * 13) % 101) * 0.37f);
+            }
+          }
+        });
+      }
+    }
+  }
+}
+
+TEST_P(CommunicatorTest, SegmentedAllreduceBadArgumentsFailEveryRank) {
+  withCommunicators(n(), settings(), [&](Communicator& c) {
+    std::vector<float> a(8, 1), b(8, 1);
+    AllreduceSegment segs[2] = {{a.data(), a.data(), 8}, {b.data(), b.data(), 8}};
+    AllreduceOptions o;
+    o.segments = segs;
+    o.segmentCount = 2;
+    o.count = c.rank() == 1 ? 15 : 16;
+    try {
+      c.allreduce(o);
+      ADD_FAILURE() << "count 15 against segments of 16 not detected";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      const std::string m = e.what();
+      if (c.rank() == 1) {
+        EXPECT_NE(m.find("the 2 segments hold 16 elements, count is 15"),
+                  std::string::npos)
+            << m;
+      } else {
+        EXPECT_NE(m.find("rank 1"), std::string::npos) << m;
+      }
+    }
+    o.count = 16;
+    segs[1].recv = c.rank() == 0 ? nullptr : b.data();
+    try {
+      c.allreduce(o);
+      ADD_FAILURE() << "null segment buffer not detected";
+    } catch (const Error& e) {
+      if (c.rank() == 0) {
+        EXPECT_NE(
+            std::string(e.what()).find("segment 1 has a null recv buffer but count 8"),
+            std::string::npos)
+            << e.what();
+      }
+    }
+    segs[1].recv = b.data();
+    o.send = a.data();
+    EXPECT_THROW(c.allreduce(o), Error);  // send with segments
+    o.send = nullptr;
+    c.allreduce(o);  // the communicator still works
+    EXPECT_EQ(a[0], float(c.size()));
+    EXPECT_EQ(b[7], float(c.size()));
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Worlds, CommunicatorTest,
                          ::testing::Values(Param{2, "auto"}, Param{3, "auto"},
                                            Param{4, "auto"}, Param{2, "tcp"},

@@ -527,11 +527,16 @@ TEST(RuntimeTest, TimelineAndStragglerReport) {
   RuntimeOptions o = fastOptions();
   o.timelinePath = path;
   withRuntimes(2, o, [&](Runtime& rt, int rank) {
-    // A group shares one bucket whatever the timing, so the fusion-buffer
-    // phases are always recorded.
-    std::vector<float> a(64, 1), b(64, 1), c(8, 1);
+    // A group shares one bucket whatever the timing: tl.a and tl.b run as
+    // one segmented allreduce (no copies to record), tl.p and tl.q, with a
+    // prescale, through the fusion buffer (its phases recorded).
+    std::vector<float> a(64, 1), b(64, 1), c(8, 1), p(16, 1), q(16, 1);
     for (auto& h : rt.enqueueGroup({allreduce("tl.a", a), allreduce("tl.b", b)}))
       h->wait();
+    OpRequest rp = allreduce("tl.p", p), rq = allreduce("tl.q", q);
+    rp.spec.prescale = rq.spec.prescale = 0.5;
+    for (auto& h : rt.enqueueGroup({rp, rq})) h->wait();
+    EXPECT_EQ(p[3], 1.0f);  // 0.5 + 0.5
     auto hc = rt.enqueue(allreduce("tl.c", c));
     hc->wait();
     const auto report = rt.stragglerReport();
@@ -546,8 +551,10 @@ TEST(RuntimeTest, TimelineAndStragglerReport) {
   while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0) text.append(chunk, got);
   std::fclose(f);
   std::remove(path.c_str());
-  for (const char* want : {"NEGOTIATE", "MEMCPY_IN_FUSION_BUFFER", "COLLECTIVE",
-                           "MEMCPY_OUT_FUSION_BUFFER", "tl.a", "tl.b", "tl.c"}) {
+  for (const char* want :
+       {"NEGOTIATE", "MEMCPY_IN_FUSION_BUFFER", "COLLECTIVE", "MEMCPY_OUT_FUSION_BUFFER",
+        "tl.a", "tl.b", "tl.c", "tl.p", "tl.q",
+        "\"bytes\":\"512\",\"bucket\":\"0\",\"tensors\":\"2\""}) {
     EXPECT_NE(text.find(want), std::string::npos) << want << " in\n" << text;
   }
   EXPECT_EQ(text.back() == '\n' ? text[text.size() - 2] : text.back(), ']') << text;

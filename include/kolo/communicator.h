@@ -25,6 +25,14 @@
 
 namespace kolo {
 
+// One piece of a segmented allreduce: `count` elements read from `send` and
+// written to `recv` (== send for in place).
+struct AllreduceSegment {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+};
+
 struct AllreduceOptions {
   const void* send = nullptr;  // == recv for in place
   void* recv = nullptr;
@@ -32,6 +40,15 @@ struct AllreduceOptions {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   std::string algorithm;  // empty: the selection table (or KOLO_ALLREDUCE_ALGO)
+  // Segmented form (segmentCount > 0): the vector is the segments' elements
+  // one after another, as if they were packed into one buffer; send and recv
+  // must be null and count must be the segments' total. Every rank may cut
+  // its vector differently; only the total must agree. Segments must not
+  // overlap each other's recv, and the array must stay valid like the
+  // buffers. The shm algorithm reads and writes the segments directly (no
+  // packing copies); the others run on a packed copy.
+  const AllreduceSegment* segments = nullptr;
+  size_t segmentCount = 0;
 };
 
 struct BroadcastOptions {

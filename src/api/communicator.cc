@@ -9,6 +9,7 @@
 #include "api/network_address.h"
 #include "collectives/reduce.h"
 #include "collectives/registry.h"
+#include "collectives/segment_view.h"
 #include "common/backoff.h"
 #include "common/check.h"
 #include "common/logging.h"
@@ -103,6 +104,39 @@ void checkBuffer(const void* p, size_t count, const char* what, const char* name
   if (p == nullptr && count > 0) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
                what << ": " << name << " buffer is null but count is " << count);
+  }
+}
+
+// A segmented allreduce's arguments: send and recv unused, the segments'
+// buffers set, their counts adding up to `count`.
+void checkSegments(const AllreduceOptions& o, const char* what) {
+  if (o.segments == nullptr) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               what << ": segments is null but segmentCount is " << o.segmentCount);
+  }
+  if (o.send != nullptr || o.recv != nullptr) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               what << ": send and recv must be null when segments are given");
+  }
+  size_t total = 0;
+  for (size_t i = 0; i < o.segmentCount; ++i) {
+    const AllreduceSegment& s = o.segments[i];
+    if ((s.send == nullptr || s.recv == nullptr) && s.count > 0) {
+      KOLO_THROW(ErrorCode::kInvalidArgument, what
+                                                  << ": segment " << i << " has a null "
+                                                  << (s.send == nullptr ? "send" : "recv")
+                                                  << " buffer but count " << s.count);
+    }
+    if (s.count > std::numeric_limits<size_t>::max() - total) {
+      KOLO_THROW(ErrorCode::kInvalidArgument,
+                 what << ": the segments' counts overflow at segment " << i);
+    }
+    total += s.count;
+  }
+  if (total != o.count) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, what << ": the " << o.segmentCount
+                                                 << " segments hold " << total
+                                                 << " elements, count is " << o.count);
   }
 }
 
@@ -361,12 +395,17 @@ void CommunicatorImpl::agree(const collectives::Context& ctx, OpDescriptor d,
 void CommunicatorImpl::doAllreduce(const AllreduceOptions& o) {
   const char* what = "allreduce";
   size_t bytes = 0;
+  const bool segmented = o.segmentCount > 0;
   auto error = validate([&] {
     checkDtype(o.dtype, what);
     checkOp(o.op, what);
     bytes = checkedBytes(o.count, o.dtype, what);
-    checkBuffer(o.send, o.count, what, "send");
-    checkBuffer(o.recv, o.count, what, "recv");
+    if (segmented) {
+      checkSegments(o, what);
+    } else {
+      checkBuffer(o.send, o.count, what, "send");
+      checkBuffer(o.recv, o.count, what, "recv");
+    }
   });
   OpDescriptor d;
   d.kind = CollectiveKind::kAllreduce;
@@ -378,7 +417,7 @@ void CommunicatorImpl::doAllreduce(const AllreduceOptions& o) {
   const collectives::AllreduceAlgorithm* algo = nullptr;
   if (!error) {
     try {
-      std::string name =
+      const std::string& name =
           !o.algorithm.empty() ? o.algorithm : settings_.allreduceAlgorithm;
       algo = name.empty() ? &collectives::selectAllreduce(bytes, ctx)
                           : &collectives::findAllreduce(name, ctx);
@@ -392,12 +431,35 @@ void CommunicatorImpl::doAllreduce(const AllreduceOptions& o) {
   } else {
     ctx.check = &d;
   }
-  if (size() == 1) return copyIfDistinct(o.send, o.recv, o.count, o.dtype);
-  collectives::AllreduceArgs args{o.send, o.recv, o.count, o.dtype,
-                                  o.op == ReduceOp::kAverage ? ReduceOp::kSum : o.op};
-  algo->run(ctx, args);
+  const size_t es = elementSize(o.dtype);
+  const collectives::SegmentView contiguous(o.send, o.recv, o.count, es);
+  const collectives::SegmentView pieces(o.segments, o.segmentCount, es);
+  const collectives::SegmentView& v = segmented ? pieces : contiguous;
+  const ReduceOp op = o.op == ReduceOp::kAverage ? ReduceOp::kSum : o.op;
+  if (size() == 1) {
+    v.forEach(0, o.count, [&](const uint8_t* send, uint8_t* recv, size_t, size_t n) {
+      copyIfDistinct(send, recv, n, o.dtype);
+    });
+    return;
+  }
+  if (!segmented) {
+    algo->run(ctx, {o.send, o.recv, o.count, o.dtype, op});
+  } else if (algo->takesSegments) {
+    collectives::AllreduceArgs args{nullptr, nullptr, o.count, o.dtype, op};
+    args.segments = o.segments;
+    args.segmentCount = o.segmentCount;
+    algo->run(ctx, args);
+  } else {
+    // Packed: the segments into one buffer, in place, and back out.
+    if (packed_.size() < bytes) packed_.resize(bytes);
+    v.gatherSend(packed_.data(), 0, o.count);
+    algo->run(ctx, {packed_.data(), packed_.data(), o.count, o.dtype, op});
+    v.scatterRecv(packed_.data(), 0, o.count);
+  }
   if (o.op == ReduceOp::kAverage && o.count > 0) {
-    collectives::divideInPlace(o.recv, o.count, o.dtype, layout().size);
+    v.forEach(0, o.count, [&](const uint8_t*, uint8_t* recv, size_t, size_t n) {
+      collectives::divideInPlace(recv, n, o.dtype, layout().size);
+    });
   }
 }
 

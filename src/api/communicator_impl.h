@@ -105,6 +105,9 @@ class CommunicatorImpl : public Communicator {
   std::unique_ptr<transport::Transport> cross_;
   std::unique_ptr<shm::ShmGroup> shm_;
   bool allLocalShm_ = false;  // every rank on this host and shm available
+  // A segmented allreduce packed for an algorithm that does not take
+  // segments; kept across calls.
+  std::vector<uint8_t> packed_;
 
   uint64_t sequence_ = 0;  // operations so far; runs only under the queue
   std::exception_ptr broken_;

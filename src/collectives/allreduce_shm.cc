@@ -32,6 +32,12 @@
 // descriptor go into the rank's inline cache line together with the step
 // number, so each peer costs one cache-line transfer, and every rank
 // reduces the n inline payloads itself.
+//
+// A segmented vector (AllreduceArgs::segments, e.g. a fusion bucket's
+// tensors) goes the same way: the copy-in gathers each chunk from the
+// segments' send buffers, the reductions write straight into their recv
+// buffers piece by piece, and the copy-out scatters into them, so a fused
+// bucket costs no more memory traffic than one contiguous vector.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -39,6 +45,7 @@
 #include "collectives/descriptor_check.h"
 #include "collectives/reduce.h"
 #include "collectives/registry.h"
+#include "collectives/segment_view.h"
 #include "common/check.h"
 #include "transport/shm/shm_group.h"
 
@@ -67,7 +74,26 @@ void verifyInline(shm::ShmGroup& g, int parity, uint64_t step, const OpDescripto
 
 constexpr size_t kInlineDataBytes = shm::ShmGroup::kInlineBytes - sizeof(OpDescriptor);
 
-void allreduceInline(Context& ctx, const AllreduceArgs& args, size_t bytes) {
+// The recv side of elements [begin, end) of `v` = the reduction of `srcs`
+// (each holding those elements contiguously): one reduceMany per piece,
+// with the sources shifted to the piece.
+void reduceInto(const SegmentView& v, size_t begin, size_t end, const void* const* srcs,
+                int n, size_t es, DataType dtype, ReduceOp op,
+                std::vector<const void*>& shifted) {
+  v.forEach(begin, end, [&](const uint8_t*, uint8_t* recv, size_t at, size_t m) {
+    if (at == 0 && m == end - begin) {
+      reduceMany(recv, srcs, n, m, dtype, op);
+      return;
+    }
+    shifted.resize(n);
+    for (int r = 0; r < n; ++r)
+      shifted[r] = static_cast<const uint8_t*>(srcs[r]) + at * es;
+    reduceMany(recv, shifted.data(), n, m, dtype, op);
+  });
+}
+
+void allreduceInline(Context& ctx, const SegmentView& v, const AllreduceArgs& args,
+                     size_t es) {
   shm::ShmGroup& g = *ctx.shm;
   const int n = g.localSize();
   const int me = g.localRank();
@@ -76,7 +102,7 @@ void allreduceInline(Context& ctx, const AllreduceArgs& args, size_t bytes) {
   uint8_t* line = g.inlinePayload(me, parity);
   OpDescriptor none;
   std::memcpy(line, ctx.check != nullptr ? ctx.check : &none, sizeof(OpDescriptor));
-  if (bytes > 0) std::memcpy(line + sizeof(OpDescriptor), args.send, bytes);
+  v.gatherSend(line + sizeof(OpDescriptor), 0, args.count);
   g.publishInline(parity, step);
   g.publish(0, step);  // keeps "arrived" current for the other step kinds
   const void* srcs[64];
@@ -102,7 +128,8 @@ void allreduceInline(Context& ctx, const AllreduceArgs& args, size_t bytes) {
       std::memcpy(&all[r], g.inlinePayload(r, parity), sizeof(OpDescriptor));
     verifyDescriptors(all, me);
   }
-  if (bytes > 0) reduceMany(args.recv, src, n, args.count, args.dtype, args.op);
+  std::vector<const void*> shifted;
+  reduceInto(v, 0, args.count, src, n, es, args.dtype, args.op, shifted);
 }
 
 }  // namespace
@@ -117,34 +144,36 @@ void allreduceShm(Context& ctx, const AllreduceArgs& args) {
   const size_t unit = std::max<size_t>(1, 64 / es);  // slices start on cache lines
   const size_t chunkElems = g.slotBytes() / es / unit * unit;
   KOLO_CHECK_GT(chunkElems, 0u);
+  const SegmentView contiguous(args.send, args.recv, args.count, es);
+  const SegmentView segmented(args.segments, args.segmentCount, es);
+  const SegmentView& v = args.segmentCount > 0 ? segmented : contiguous;
+  KOLO_CHECK_EQ(v.total(), args.count);
   if (args.count * es <= kInlineDataBytes) {
-    allreduceInline(ctx, args, args.count * es);
+    allreduceInline(ctx, v, args, es);
     return;
   }
-  const auto* send = static_cast<const uint8_t*>(args.send);
-  auto* recv = static_cast<uint8_t*>(args.recv);
 
-  std::vector<const void*> srcs(n);
+  std::vector<const void*> srcs(n), shifted;
   size_t offset = 0;
   bool first = true;
   do {
     const size_t elems = std::min(chunkElems, args.count - offset);
+    const size_t end = offset + elems;
     const uint64_t step = g.nextSequence();
     const int slot = static_cast<int>(step & 1);
     if (first && ctx.check != nullptr) {
       std::memcpy(g.inlinePayload(me, slot), ctx.check, sizeof(OpDescriptor));
       g.publishInline(slot, step);
     }
-    if (elems > 0) std::memcpy(g.staging(me, slot), send + offset * es, elems * es);
+    v.gatherSend(g.staging(me, slot), offset, end);
     g.publish(0, step);
     g.waitForAll(0, step);
     if (first && ctx.check != nullptr) verifyInline(g, slot, step, *ctx.check);
     first = false;
 
-    uint8_t* out = recv + offset * es;
     if (elems * es <= kReduceAllBytes || n == 1) {
       for (int r = 0; r < n; ++r) srcs[r] = g.staging(r, slot);
-      if (elems > 0) reduceMany(out, srcs.data(), n, elems, args.dtype, args.op);
+      reduceInto(v, offset, end, srcs.data(), n, es, args.dtype, args.op, shifted);
     } else {
       // Slice r covers [begin(r), begin(r+1)), whole cache lines except the last.
       const size_t units = (elems + unit - 1) / unit;
@@ -152,17 +181,16 @@ void allreduceShm(Context& ctx, const AllreduceArgs& args) {
       const size_t lo = begin(me), hi = begin(me + 1);
       for (int r = 0; r < n; ++r) srcs[r] = g.staging(r, slot) + lo * es;
       if (hi > lo) {
-        reduceMany(out + lo * es, srcs.data(), n, hi - lo, args.dtype, args.op);
-        std::memcpy(g.staging(me, slot) + lo * es, out + lo * es, (hi - lo) * es);
+        reduceInto(v, offset + lo, offset + hi, srcs.data(), n, es, args.dtype, args.op,
+                   shifted);
+        v.gatherRecv(g.staging(me, slot) + lo * es, offset + lo, offset + hi);
       }
       g.publish(1, step);
       for (int k = 1; k < n; ++k) {
         const int q = (me + k) % n;  // stagger readers across owners
         const size_t qlo = begin(q), qhi = begin(q + 1);
         g.waitFor(q, 1, step);
-        if (qhi > qlo) {
-          std::memcpy(out + qlo * es, g.staging(q, slot) + qlo * es, (qhi - qlo) * es);
-        }
+        v.scatterRecv(g.staging(q, slot) + qlo * es, offset + qlo, offset + qhi);
       }
     }
     offset += elems;

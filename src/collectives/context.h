@@ -49,6 +49,11 @@ struct AllreduceArgs {
   size_t count;
   DataType dtype;
   ReduceOp op;  // kAverage is reduced as kSum and divided by the caller
+  // Segmented form (only for algorithms whose registry entry says
+  // takesSegments; send and recv are null then): the vector is these
+  // pieces one after another, `count` elements in all.
+  const AllreduceSegment* segments = nullptr;
+  size_t segmentCount = 0;
 };
 
 struct BroadcastArgs {

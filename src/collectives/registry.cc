@@ -97,7 +97,8 @@ const AllreduceAlgorithm* lookup(std::string_view name) {
 
 const std::vector<AllreduceAlgorithm>& allreduceAlgorithms() {
   static const std::vector<AllreduceAlgorithm> algorithms = {
-      {"shm", allreduceShm, allOnOneHostWithShm, /*checksArguments=*/true},
+      {"shm", allreduceShm, allOnOneHostWithShm, /*checksArguments=*/true,
+       /*takesSegments=*/true},
       {"ring", allreduceRing, always},
       {"rhd", allreduceHalvingDoubling, always},
       {"tree", allreduceTree, always},

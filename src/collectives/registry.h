@@ -41,6 +41,9 @@ struct AllreduceAlgorithm {
   // True when the algorithm verifies ctx.check itself (saving the separate
   // descriptor exchange); false for most.
   bool checksArguments = false;
+  // True when it reads and writes a segmented vector (AllreduceArgs::
+  // segments) itself; the others get a packed copy.
+  bool takesSegments = false;
 };
 
 const std::vector<AllreduceAlgorithm>& allreduceAlgorithms();

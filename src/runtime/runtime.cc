@@ -16,15 +16,20 @@
 // cycle, and a lone operation waits only that quiet time). join() and shutdown() wake the
 // loop.
 //
-// Running a bucket of allreduces: each member's input is copied into the
+// Running a bucket of allreduces: when this rank submitted every member and
+// none has a prescale, one segmented allreduce (AllreduceOptions::segments)
+// reads the members' inputs and writes their outputs directly (the shm
+// algorithm copies them straight into and out of its staging memory; the
+// others pack them inside the communicator), and each output is then
+// divided by the number of contributing ranks (average) and multiplied by
+// postscale in place. Otherwise each member's input is copied into the
 // fusion buffer (times prescale; a rank that did not submit the operation
 // writes the reduction's identity: zeros for sum and average), one
-// allreduce runs in place (average as a sum), and each slice is divided by
-// the number of contributing ranks (average) and multiplied by postscale on
-// its way to the member's output (one pass). A bucket of one allreduce runs
-// in place in the caller's output buffer; the fusion planner gives every
-// allreduce above kFusionAloneBytes (256 KiB) such a bucket, so only small
-// tensors pay for the copies. Other kinds run one collective per operation.
+// allreduce runs in place (average as a sum), and each slice is divided and
+// scaled on its way to the member's output (one pass). A bucket of one
+// allreduce runs in place in the caller's output buffer; the fusion planner
+// gives every allreduce above kFusionAloneBytes (256 KiB) such a bucket.
+// Other kinds run one collective per operation.
 #include "runtime/runtime.h"
 
 #include <pthread.h>
@@ -868,7 +873,43 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
     return;
   }
 
-  // Several (or a joined rank's): through the fusion buffer.
+  // Several of this rank's, no prescale: one segmented allreduce straight
+  // from the inputs into the outputs (the shm algorithm copies nothing
+  // else; the others pack them inside the communicator), then each output
+  // finished in place.
+  const bool allLocal = std::all_of(members.begin(), members.end(), [](const ReadyOp* m) {
+    return m->localId.has_value();
+  });
+  if (allLocal && first.prescale == 1.0) {
+    segments_.clear();
+    for (const ReadyOp* m : members) {
+      const Op& o = opAt(*m->localId);
+      segments_.push_back(
+          {o.request.input, o.request.output, static_cast<size_t>(m->spec.elements())});
+      if (tl) tl->begin(m->spec.name, phase::kCollective, args);
+    }
+    AllreduceOptions ar;
+    ar.count = bytes / esize;
+    ar.dtype = dtype;
+    ar.op = commOp;
+    ar.algorithm = algorithm_;
+    ar.segments = segments_.data();
+    ar.segmentCount = segments_.size();
+    comm_->allreduce(ar);
+    std::vector<OpId> done;
+    done.reserve(members.size());
+    for (const ReadyOp* m : members) {
+      const ReadyOp& r = *m;
+      if (tl) tl->end(r.spec.name);
+      void* out = opAt(*r.localId).request.output;
+      finishValues(r, out, out);
+      done.push_back(*r.localId);
+    }
+    return finishAll(done);
+  }
+
+  // A joined rank's share (the reduction's identity) or a prescale: through
+  // the fusion buffer.
   if (fusion_.size() < bytes) fusion_.resize(bytes);
   size_t at = 0;
   for (const ReadyOp* m : members) {

@@ -158,12 +158,13 @@ class Runtime {
   uint64_t nextSeq_ = 1;           // OpId's high 32 bits
   std::vector<HandlePtr> joinHandles_;
   bool joined_ = false;
-  std::vector<uint8_t> fusion_;            // the fusion buffer, kept across cycles
-  std::vector<uint8_t> scratch_;           // a joined rank's inputs and outputs
-  std::unique_ptr<StallInspector> stall_;  // rank 0 only
-  std::string stallReason_;                // rank 0: announced next cycle
-  std::unique_ptr<Autotuner> autotuner_;   // rank 0 with KOLO_AUTOTUNE
-  uint64_t cycleBytes_ = 0;                // reduced in this cycle (autotuner)
+  std::vector<uint8_t> fusion_;             // the fusion buffer, kept across cycles
+  std::vector<AllreduceSegment> segments_;  // a fused bucket's, kept across cycles
+  std::vector<uint8_t> scratch_;            // a joined rank's inputs and outputs
+  std::unique_ptr<StallInspector> stall_;   // rank 0 only
+  std::string stallReason_;                 // rank 0: announced next cycle
+  std::unique_ptr<Autotuner> autotuner_;    // rank 0 with KOLO_AUTOTUNE
+  uint64_t cycleBytes_ = 0;                 // reduced in this cycle (autotuner)
   Clock::time_point lastSample_;
 
   mutable std::mutex stragglerMu_;  // guards straggler_ (report() from any thread)

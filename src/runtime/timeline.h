@@ -7,7 +7,8 @@
 //   NEGOTIATE      submitted -> ready on every rank
 //   WAIT_FOR_DATA  (optional) inputs not yet available
 //   MEMCPY_IN_FUSION_BUFFER, COLLECTIVE (args: algorithm, bytes, bucket),
-//   MEMCPY_OUT_FUSION_BUFFER
+//   MEMCPY_OUT_FUSION_BUFFER (the copies only where a bucket goes through
+//   the fusion buffer; a segmented bucket has none, see docs/runtime.md)
 // and instant events "i" (e.g. a stall warning). Timestamps are
 // microseconds since the writer was opened.
 //
