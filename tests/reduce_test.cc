@@ -441,6 +441,43 @@ INSTANTIATE_TEST_SUITE_P(AllTypesIsas, DivideTest,
                                   isaName(std::get<1>(info.param));
                          });
 
+// A power-of-two divisor is applied as a multiplication by its reciprocal:
+// the bits must still be those of the division, at the edges of the range
+// too (subnormal results, the largest values, signed zeros, infinities).
+TEST(DivideTest, PowerOfTwoDivisorsGiveTheDivisionsBits) {
+  const float edges[] = {1.0f,
+                         -3.0f,
+                         0.0f,
+                         -0.0f,
+                         std::numeric_limits<float>::min(),
+                         -std::numeric_limits<float>::min() * 3.0f,
+                         std::numeric_limits<float>::denorm_min(),
+                         std::numeric_limits<float>::denorm_min() * 3.0f,
+                         std::numeric_limits<float>::max(),
+                         -std::numeric_limits<float>::max(),
+                         std::numeric_limits<float>::infinity(),
+                         1.5e-38f,
+                         0.1f};
+  for (KernelIsa isa : kAllIsas) {
+    if (!isSupported(isa)) continue;
+    for (float divisor : {2.0f, 4.0f, 1024.0f, 0.5f, 0x1p100f, 0x1p127f}) {
+      SCOPED_TRACE(std::string(isaName(isa)) + " divisor " + std::to_string(divisor));
+      std::vector<float> buf;
+      for (int copy = 0; copy < 5; ++copy)
+        buf.insert(buf.end(), std::begin(edges), std::end(edges));
+      std::vector<float> want(buf.size());
+      for (size_t i = 0; i < buf.size(); ++i) want[i] = buf[i] / divisor;
+      divideInPlace(buf.data(), buf.size(), DataType::kFloat32, divisor, isa);
+      for (size_t i = 0; i < buf.size(); ++i) {
+        uint32_t a, b;
+        std::memcpy(&a, &want[i], 4);
+        std::memcpy(&b, &buf[i], 4);
+        ASSERT_EQ(a, b) << "element " << i << " (" << want[i] << " vs " << buf[i] << ")";
+      }
+    }
+  }
+}
+
 // The in-place kernels align to the vector width first: same results at
 // every byte offset, and nothing outside the buffer touched.
 TEST(DivideInPlace, AnyAlignment) {

@@ -18,6 +18,10 @@
 namespace kolo::runtime {
 namespace {
 
+std::vector<bool> bools(std::span<const uint8_t> bits) {
+  return std::vector<bool>(bits.begin(), bits.end());
+}
+
 using Clock = std::chrono::steady_clock;
 
 OpSpec spec(const std::string& name, std::vector<int64_t> shape = {4},
@@ -71,16 +75,16 @@ class World {
       EXPECT_EQ(o.fusionThresholdBytes, out[0].fusionThresholdBytes);
       EXPECT_EQ(o.waiting.size(), out[0].waiting.size());
       for (size_t i = 0; i < o.ready.size() && i < out[0].ready.size(); ++i) {
-        EXPECT_EQ(o.ready[i].submitted, out[0].ready[i].submitted);
+        EXPECT_EQ(bools(o.ready[i].submitted), bools(out[0].ready[i].submitted));
         EXPECT_EQ(o.ready[i].firstDims, out[0].ready[i].firstDims);
         if (o.ready[i].localId) {
           const auto& who = ids_.at(*o.ready[i].localId);
           EXPECT_EQ(who.first, r);
-          EXPECT_EQ(who.second, o.ready[i].spec.name);
+          EXPECT_EQ(who.second, o.ready[i].spec->name);
         } else {
           EXPECT_FALSE(o.ready[i].submitted[r]);
         }
-        done[r].push_back(o.ready[i].spec.name);
+        done[r].push_back(o.ready[i].spec->name);
       }
       for (const auto& e : o.errors) {
         const auto& who = ids_.at(e.localId);
@@ -94,7 +98,7 @@ class World {
         const auto* b = ranks_[0].cache().atSlot(s);
         EXPECT_EQ(a == nullptr, b == nullptr) << "slot " << s << " rank " << r;
         if (a && b) {
-          EXPECT_EQ(a->spec.name, b->spec.name);
+          EXPECT_EQ(a->spec->name, b->spec->name);
         }
       }
     }
@@ -103,7 +107,7 @@ class World {
 
   static std::vector<std::string> names(const std::vector<ReadyOp>& ready) {
     std::vector<std::string> v;
-    for (const auto& r : ready) v.push_back(r.spec.name);
+    for (const auto& r : ready) v.push_back(r.spec->name);
     return v;
   }
 
@@ -228,7 +232,7 @@ TEST(NegotiatorTest, ChangedSpecEvictsAndRenegotiates) {
   for (int r = 0; r < 2; ++r) w.submit(r, spec("x", {2}));
   out = w.cycle();
   ASSERT_EQ(out[0].ready.size(), 1u);
-  EXPECT_EQ(out[0].ready[0].spec.shape, std::vector<int64_t>{2});
+  EXPECT_EQ(out[0].ready[0].spec->shape, std::vector<int64_t>{2});
   (void)slot;
 }
 
@@ -346,7 +350,7 @@ TEST(NegotiatorTest, GroupsAreReadyOnlyTogetherAndAdjacent) {
   ASSERT_EQ(out[0].ready.size(), 4u);
   std::vector<int> groupAt;
   for (size_t i = 0; i < 4; ++i) {
-    if (out[0].ready[i].spec.group) groupAt.push_back(int(i));
+    if (out[0].ready[i].spec->group) groupAt.push_back(int(i));
   }
   ASSERT_EQ(groupAt.size(), 3u);
   EXPECT_EQ(groupAt[2] - groupAt[0], 2);
@@ -389,7 +393,7 @@ TEST(NegotiatorTest, JoinedRanksContributeZerosAndAreNotWaitedFor) {
   auto out = w.cycle();
   ASSERT_EQ(out[2].ready.size(), 1u);
   EXPECT_FALSE(out[2].ready[0].localId);
-  EXPECT_EQ(out[2].ready[0].submitted, (std::vector<bool>{true, true, false}));
+  EXPECT_EQ(bools(out[2].ready[0].submitted), (std::vector<bool>{true, true, false}));
   EXPECT_EQ(out[2].ready[0].contributors(), 2);
   EXPECT_EQ(out[2].ready[0].arrivals[2], Clock::time_point::min());
   EXPECT_EQ(out[0].joinedRanks, std::vector<int>{2});

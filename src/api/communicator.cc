@@ -442,12 +442,19 @@ void CommunicatorImpl::doAllreduce(const AllreduceOptions& o) {
     });
     return;
   }
+  // An average's division: inside the algorithm when it offers it, else
+  // one pass over the result afterwards.
+  const int divisor = o.op == ReduceOp::kAverage ? size() : 1;
+  const bool divides = divisor > 1 && algo->dividesResult;
   if (!segmented) {
-    algo->run(ctx, {o.send, o.recv, o.count, o.dtype, op});
+    collectives::AllreduceArgs args{o.send, o.recv, o.count, o.dtype, op};
+    if (divides) args.divisor = divisor;
+    algo->run(ctx, args);
   } else if (algo->takesSegments) {
     collectives::AllreduceArgs args{nullptr, nullptr, o.count, o.dtype, op};
     args.segments = o.segments;
     args.segmentCount = o.segmentCount;
+    if (divides) args.divisor = divisor;
     algo->run(ctx, args);
   } else {
     // Packed: the segments into one buffer, in place, and back out.
@@ -456,9 +463,9 @@ void CommunicatorImpl::doAllreduce(const AllreduceOptions& o) {
     algo->run(ctx, {packed_.data(), packed_.data(), o.count, o.dtype, op});
     v.scatterRecv(packed_.data(), 0, o.count);
   }
-  if (o.op == ReduceOp::kAverage && o.count > 0) {
+  if (divisor > 1 && !divides && o.count > 0) {
     v.forEach(0, o.count, [&](const uint8_t*, uint8_t* recv, size_t, size_t n) {
-      collectives::divideInPlace(recv, n, o.dtype, layout().size);
+      collectives::divideInPlace(recv, n, o.dtype, divisor);
     });
   }
 }

@@ -25,6 +25,10 @@
 // reading everything of step s, and every rank waits for all "arrived = s+1"
 // before it may write slot (s+2)&1 == s&1.
 //
+// An average (AllreduceArgs::divisor) is divided where it is reduced: each
+// rank divides the slice it reduced while it is in cache, before the others
+// copy it, so no pass over the whole result follows.
+//
 // The first step also carries the operation descriptor in the inline line, so
 // mismatched arguments are detected without an extra exchange.
 //
@@ -75,20 +79,23 @@ void verifyInline(shm::ShmGroup& g, int parity, uint64_t step, const OpDescripto
 constexpr size_t kInlineDataBytes = shm::ShmGroup::kInlineBytes - sizeof(OpDescriptor);
 
 // The recv side of elements [begin, end) of `v` = the reduction of `srcs`
-// (each holding those elements contiguously): one reduceMany per piece,
-// with the sources shifted to the piece.
+// (each holding those elements contiguously), divided by `divisor` when it
+// is above 1: one reduceMany per piece, with the sources shifted to the
+// piece, and the division while the piece is in cache. Each rank divides
+// only what it reduced; the others copy the divided values.
 void reduceInto(const SegmentView& v, size_t begin, size_t end, const void* const* srcs,
-                int n, size_t es, DataType dtype, ReduceOp op,
+                int n, size_t es, DataType dtype, ReduceOp op, int divisor,
                 std::vector<const void*>& shifted) {
   v.forEach(begin, end, [&](const uint8_t*, uint8_t* recv, size_t at, size_t m) {
     if (at == 0 && m == end - begin) {
       reduceMany(recv, srcs, n, m, dtype, op);
-      return;
+    } else {
+      shifted.resize(n);
+      for (int r = 0; r < n; ++r)
+        shifted[r] = static_cast<const uint8_t*>(srcs[r]) + at * es;
+      reduceMany(recv, shifted.data(), n, m, dtype, op);
     }
-    shifted.resize(n);
-    for (int r = 0; r < n; ++r)
-      shifted[r] = static_cast<const uint8_t*>(srcs[r]) + at * es;
-    reduceMany(recv, shifted.data(), n, m, dtype, op);
+    if (divisor > 1) divideInPlace(recv, m, dtype, divisor);
   });
 }
 
@@ -129,7 +136,7 @@ void allreduceInline(Context& ctx, const SegmentView& v, const AllreduceArgs& ar
     verifyDescriptors(all, me);
   }
   std::vector<const void*> shifted;
-  reduceInto(v, 0, args.count, src, n, es, args.dtype, args.op, shifted);
+  reduceInto(v, 0, args.count, src, n, es, args.dtype, args.op, args.divisor, shifted);
 }
 
 }  // namespace
@@ -173,7 +180,8 @@ void allreduceShm(Context& ctx, const AllreduceArgs& args) {
 
     if (elems * es <= kReduceAllBytes || n == 1) {
       for (int r = 0; r < n; ++r) srcs[r] = g.staging(r, slot);
-      reduceInto(v, offset, end, srcs.data(), n, es, args.dtype, args.op, shifted);
+      reduceInto(v, offset, end, srcs.data(), n, es, args.dtype, args.op, args.divisor,
+                 shifted);
     } else {
       // Slice r covers [begin(r), begin(r+1)), whole cache lines except the last.
       const size_t units = (elems + unit - 1) / unit;
@@ -182,7 +190,7 @@ void allreduceShm(Context& ctx, const AllreduceArgs& args) {
       for (int r = 0; r < n; ++r) srcs[r] = g.staging(r, slot) + lo * es;
       if (hi > lo) {
         reduceInto(v, offset + lo, offset + hi, srcs.data(), n, es, args.dtype, args.op,
-                   shifted);
+                   args.divisor, shifted);
         v.gatherRecv(g.staging(me, slot) + lo * es, offset + lo, offset + hi);
       }
       g.publish(1, step);

@@ -54,6 +54,10 @@ struct AllreduceArgs {
   // pieces one after another, `count` elements in all.
   const AllreduceSegment* segments = nullptr;
   size_t segmentCount = 0;
+  // Above 1 (only for algorithms whose registry entry says dividesResult):
+  // the result is divided by it, as divideInPlace would afterwards (an
+  // average's sum divided while it is still in cache).
+  int divisor = 1;
 };
 
 struct BroadcastArgs {

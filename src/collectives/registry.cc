@@ -98,7 +98,7 @@ const AllreduceAlgorithm* lookup(std::string_view name) {
 const std::vector<AllreduceAlgorithm>& allreduceAlgorithms() {
   static const std::vector<AllreduceAlgorithm> algorithms = {
       {"shm", allreduceShm, allOnOneHostWithShm, /*checksArguments=*/true,
-       /*takesSegments=*/true},
+       /*takesSegments=*/true, /*dividesResult=*/true},
       {"ring", allreduceRing, always},
       {"rhd", allreduceHalvingDoubling, always},
       {"tree", allreduceTree, always},

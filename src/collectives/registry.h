@@ -44,6 +44,9 @@ struct AllreduceAlgorithm {
   // True when it reads and writes a segmented vector (AllreduceArgs::
   // segments) itself; the others get a packed copy.
   bool takesSegments = false;
+  // True when it honours AllreduceArgs::divisor; the others leave the
+  // division to the caller.
+  bool dividesResult = false;
 };
 
 const std::vector<AllreduceAlgorithm>& allreduceAlgorithms();

@@ -31,48 +31,49 @@ std::vector<Bucket> planBuckets(const std::vector<ReadyOp>& ready, int64_t thres
   std::vector<Bucket> buckets;
   std::map<FusionKey, size_t> open;  // key -> index of its open bucket
 
-  // Places members (all allreduces of one key) as a unit.
-  auto place = [&](const std::vector<size_t>& members, size_t bytes) {
-    const FusionKey key = keyOf(ready[members.front()].spec);
+  // Places members [first, last) (all allreduces of one key) as a unit.
+  auto place = [&](const size_t* first, const size_t* last, size_t bytes) {
+    const FusionKey key = keyOf(*ready[*first].spec);
     auto it = open.find(key);
     if (threshold > 0 && it != open.end() &&
         buckets[it->second].bytes + bytes <= threshold) {
       auto& b = buckets[it->second];
-      b.members.insert(b.members.end(), members.begin(), members.end());
+      b.members.insert(b.members.end(), first, last);
       b.bytes += bytes;
       return;
     }
-    buckets.push_back(Bucket{members, bytes});
+    buckets.push_back(Bucket{std::vector<size_t>(first, last), bytes});
     // One at or above the threshold stays alone and leaves the key's open
     // bucket open.
     if (threshold > 0 && bytes < threshold) open[key] = buckets.size() - 1;
   };
 
   for (size_t i = 0; i < ready.size(); ++i) {
-    const OpSpec& s = ready[i].spec;
+    const OpSpec& s = *ready[i].spec;
     if (s.group != 0) {
-      if (i > 0 && ready[i - 1].spec.group == s.group) continue;  // placed
+      if (i > 0 && ready[i - 1].spec->group == s.group) continue;  // placed
       std::vector<size_t> members;
       size_t bytes = 0;
       bool fusable = true;
-      for (size_t j = i; j < ready.size() && ready[j].spec.group == s.group; ++j) {
+      for (size_t j = i; j < ready.size() && ready[j].spec->group == s.group; ++j) {
         members.push_back(j);
-        bytes += ready[j].spec.bytes();
-        fusable = fusable && ready[j].spec.kind == OpKind::kAllreduce &&
-                  keyOf(ready[j].spec) == keyOf(s);
+        bytes += ready[j].spec->bytes();
+        fusable = fusable && ready[j].spec->kind == OpKind::kAllreduce &&
+                  keyOf(*ready[j].spec) == keyOf(s);
       }
       if (fusable) {
-        place(members, bytes);
+        place(members.data(), members.data() + members.size(), bytes);
       } else {
         buckets.push_back(Bucket{members, bytes});
       }
       continue;
     }
-    if (s.kind != OpKind::kAllreduce || s.bytes() > aloneBytes) {
-      buckets.push_back(Bucket{{i}, s.bytes()});
+    const size_t bytes = s.bytes();
+    if (s.kind != OpKind::kAllreduce || bytes > aloneBytes) {
+      buckets.push_back(Bucket{{i}, bytes});
       continue;
     }
-    place({i}, s.bytes());
+    place(&i, &i + 1, bytes);
   }
   std::stable_sort(buckets.begin(), buckets.end(), [](const Bucket& a, const Bucket& b) {
     return a.members.front() < b.members.front();

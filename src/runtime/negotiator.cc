@@ -115,12 +115,14 @@ std::string mismatchText(const std::vector<std::optional<OpSpec>>& specs) {
 }  // namespace
 
 int ReadyOp::contributors() const {
-  return static_cast<int>(std::count(submitted.begin(), submitted.end(), true));
+  int n = 0;
+  for (uint8_t b : submitted) n += b != 0;
+  return n;
 }
 
 struct Negotiator::Candidate {
-  OpSpec spec;
-  std::vector<bool> submitted;
+  std::shared_ptr<const OpSpec> spec;
+  size_t bitsAt;  // its per-rank bits in bits_ (1: submitted)
   std::vector<int64_t> firstDims;
   bool cached;  // was in the cache at the start of the cycle
   size_t slot;
@@ -141,20 +143,51 @@ size_t Negotiator::variableBytes(const std::vector<uint8_t>& fixed) {
   return getAt<uint32_t>(fixed, 4);
 }
 
+// A decided operation's map node is kept (spareNodes_) and reused by a
+// later submission: assigning the new name and shape into the node's
+// strings and vectors reuses their memory, so a steady stream of
+// operations allocates nothing here.
 void Negotiator::submit(OpId id, OpSpec spec) {
-  if (pending_.count(spec.name)) {
+  auto duplicate = [&] {
     KOLO_THROW(ErrorCode::kInvalidArgument, toString(spec.kind)
                                                 << " '" << spec.name << "' on rank "
                                                 << rank_ << ": name already pending");
-  }
-  Local local{id, OpSpec{}, Local::State::kUnsent, 0};
+  };
+  Local::State state = Local::State::kUnsent;
+  size_t slot = 0;
   if (const auto* e = cache_.find(spec.name); e && e->matches(spec, rank_)) {
-    local.state = Local::State::kCached;
-    local.slot = e->slot;
+    state = Local::State::kCached;
+    slot = e->slot;
   }
-  std::string key = spec.name;
-  local.spec = std::move(spec);
-  pending_.emplace(std::move(key), std::move(local));
+  Local* local;
+  if (!spareNodes_.empty()) {
+    Pending::node_type& spare = spareNodes_.back();
+    spare.key() = spec.name;  // into the old key's memory
+    auto result = pending_.insert(std::move(spare));
+    if (!result.inserted) {
+      spare = std::move(result.node);
+      duplicate();
+    }
+    spareNodes_.pop_back();
+    local = &result.position->second;
+    local->spec = spec;  // a copy, into the old spec's memory
+  } else {
+    auto [it, inserted] = pending_.try_emplace(spec.name);
+    if (!inserted) duplicate();
+    local = &it->second;
+    local->spec = std::move(spec);
+  }
+  local->id = id;
+  local->state = state;
+  local->slot = slot;
+}
+
+void Negotiator::release(Pending::iterator it) {
+  if (spareNodes_.size() < kSpareNodes) {
+    spareNodes_.push_back(pending_.extract(it));
+  } else {
+    pending_.erase(it);
+  }
 }
 
 Message Negotiator::prepare(const CycleFlags& flags) {
@@ -247,17 +280,16 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
   // Per-rank first-seen times (the straggler tracker's input) are kept only
   // for names that stay undecided past a cycle: a name decided in the cycle
   // that first saw a rank's submission gets `now` for that rank.
-  auto arrivalsOf = [&](const std::string& name, const std::vector<bool>& submitted) {
-    std::vector<Clock::time_point> a(n, Clock::time_point::min());
+  auto arrivalsInto = [&](const std::string& name, const uint8_t* submitted,
+                          Clock::time_point* a) {
     const auto f = firstSeen_.empty() ? firstSeen_.end() : firstSeen_.find(name);
     for (int r = 0; r < n; ++r) {
-      if (!submitted[r]) continue;
-      a[r] = f != firstSeen_.end() && f->second[r] != Clock::time_point::min()
+      a[r] = !submitted[r] ? Clock::time_point::min()
+             : f != firstSeen_.end() && f->second[r] != Clock::time_point::min()
                  ? f->second[r]
                  : now;
     }
     if (f != firstSeen_.end()) firstSeen_.erase(f);
-    return a;
   };
 
   // 1. Holders of each cached slot, against the cache the messages used, in
@@ -266,9 +298,10 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
   struct Held {
     size_t slot;
     const ResponseCache::Entry* entry;  // null: evicted by a new spec (step 2)
-    std::vector<bool> has;
+    size_t bitsAt;                      // its holders' bits in bits_
   };
   std::vector<Held> holders;
+  bits_.clear();
   const size_t bitsAt = kHeaderBytes;
   const size_t bitBytes = (cache_.capacity() + 7) / 8;
   for (size_t byte = 0; byte < bitBytes; ++byte) {
@@ -279,9 +312,9 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
       if (!(any & (1u << (s % 8)))) continue;
       const auto* e = cache_.atSlot(s);
       if (!e) continue;  // cannot happen with identical caches
-      Held h{s, e, std::vector<bool>(n, false)};
-      for (int r = 0; r < n; ++r) h.has[r] = (fixed[r][bitsAt + byte] >> (s % 8)) & 1u;
-      holders.push_back(std::move(h));
+      holders.push_back(Held{s, e, bits_.size()});
+      for (int r = 0; r < n; ++r)
+        bits_.push_back((fixed[r][bitsAt + byte] >> (s % 8)) & 1u);
     }
   }
 
@@ -301,7 +334,7 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
     }
   }
 
-  auto allLiveHave = [&](const std::vector<bool>& has) {
+  auto allLiveHave = [&](const uint8_t* has) {
     bool any = false;
     for (int r = 0; r < n; ++r) {
       if (has[r]) any = true;
@@ -318,23 +351,24 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
     auto it = pending_.find(name);
     if (it != pending_.end()) {
       out.errors.push_back({it->second.id, name, message});
-      pending_.erase(it);
+      release(it);
     }
     firstSeen_.erase(name);
   };
   candidates.reserve(holders.size());
   for (auto& h : holders) {
     if (!h.entry) continue;
-    const OpSpec& spec = h.entry->spec;
-    if (!allLiveHave(h.has)) {
-      waitingCached.push_back({spec.name, spec.kind, std::move(h.has)});
+    const OpSpec& spec = *h.entry->spec;
+    const uint8_t* has = bits_.data() + h.bitsAt;
+    if (!allLiveHave(has)) {
+      waitingCached.push_back({spec.name, spec.kind, std::vector<bool>(has, has + n)});
       continue;
     }
-    Candidate c{spec, std::move(h.has), {}, true, h.slot};
+    Candidate c{h.entry->spec, h.bitsAt, {}, true, h.slot};
     if (firstDimMayDiffer(spec.kind) && !spec.shape.empty()) {
       c.firstDims.assign(n, 0);
       for (int r = 0; r < n; ++r) {
-        if (c.submitted[r] && r < static_cast<int>(h.entry->firstDims.size())) {
+        if (has[r] && r < static_cast<int>(h.entry->firstDims.size())) {
           c.firstDims[r] = h.entry->firstDims[r];
         }
       }
@@ -344,9 +378,10 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
   holders.clear();  // its entries may be evicted from here on
   for (auto it = sent_.begin(); it != sent_.end();) {
     auto& specs = it->second;
-    std::vector<bool> has(n);
-    for (int r = 0; r < n; ++r) has[r] = specs[r].has_value();
-    if (!allLiveHave(has)) {
+    const size_t at = bits_.size();
+    for (int r = 0; r < n; ++r) bits_.push_back(specs[r].has_value());
+    if (!allLiveHave(bits_.data() + at)) {
+      bits_.resize(at);
       ++it;
       continue;
     }
@@ -379,26 +414,26 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
       }
     }
     OpSpec spec = std::move(*const_cast<OpSpec*>(ref));
-    const auto ins = cache_.insert(spec, firstDims);
-    candidates.push_back(Candidate{std::move(spec), std::move(has), std::move(firstDims),
-                                   false, ins.slot});
+    const auto ins = cache_.insert(std::move(spec), firstDims);
+    candidates.push_back(
+        Candidate{ins.entry->spec, at, std::move(firstDims), false, ins.slot});
     it = sent_.erase(it);
   }
 
   // 4. Groups: complete ones go, failed ones fail, others wait.
   std::map<uint64_t, uint32_t> groupCount;
   for (const auto& c : candidates) {
-    if (c.spec.group != 0) ++groupCount[c.spec.group];
+    if (c.spec->group != 0) ++groupCount[c.spec->group];
   }
   std::vector<Candidate*> ready;
   std::vector<const Candidate*> heldSeen;
   ready.reserve(candidates.size());
   for (auto& c : candidates) {
-    const uint64_t g = c.spec.group;
+    const uint64_t g = c.spec->group;
     if (g != 0) {
       if (auto f = failedGroups_.find(g); f != failedGroups_.end()) {
-        failLocal(c.spec.name,
-                  std::string(toString(c.spec.kind)) + " '" + c.spec.name +
+        failLocal(c.spec->name,
+                  std::string(toString(c.spec->kind)) + " '" + c.spec->name +
                       "': another member of its group failed: " + f->second.message);
         if (f->second.remaining <= 1) {
           failedGroups_.erase(f);
@@ -407,7 +442,7 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
         }
         continue;
       }
-      if (groupCount[g] < c.spec.groupSize) {  // held: not waiting
+      if (groupCount[g] < c.spec->groupSize) {  // held: not waiting
         heldSeen.push_back(&c);
         continue;
       }
@@ -421,30 +456,41 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
   order.reserve(ready.size());
   std::set<uint64_t> placed;
   for (Candidate* c : ready) {
-    if (c->spec.group == 0) {
+    if (c->spec->group == 0) {
       order.push_back(c);
       continue;
     }
-    if (!placed.insert(c->spec.group).second) continue;
+    if (!placed.insert(c->spec->group).second) continue;
     for (Candidate* m : ready) {
-      if (m->spec.group == c->spec.group) order.push_back(m);
+      if (m->spec->group == c->spec->group) order.push_back(m);
     }
   }
+  // The ready operations' views go into two buffers sized here once.
   out.ready.reserve(order.size());
-  for (Candidate* c : order) {
+  out.submittedBits.resize(order.size() * n);
+  out.arrivalTimes.resize(order.size() * n);
+  for (size_t k = 0; k < order.size(); ++k) {
+    Candidate* c = order[k];
+    uint8_t* submitted = out.submittedBits.data() + k * n;
+    Clock::time_point* arrivals = out.arrivalTimes.data() + k * n;
+    std::memcpy(submitted, bits_.data() + c->bitsAt, n);
+    arrivalsInto(c->spec->name, submitted, arrivals);
     ReadyOp op;
-    op.arrivals = arrivalsOf(c->spec.name, c->submitted);
-    if (c->submitted[rank_]) {
-      auto it = pending_.find(c->spec.name);
+    if (submitted[rank_]) {
+      auto it = pending_.find(c->spec->name);
       KOLO_CHECK(it != pending_.end());
       op.localId = it->second.id;
-      pending_.erase(it);
+      release(it);
     }
-    if (const auto* e = cache_.find(c->spec.name))
-      cache_.touch(e->slot);  // in ready order
+    // In ready order; an entry that a later insertion of this cycle evicted
+    // is no longer in its slot.
+    if (const auto* e = cache_.atSlot(c->slot); e && e->spec == c->spec) {
+      cache_.touch(c->slot);
+    }
     op.spec = std::move(c->spec);
     op.firstDims = std::move(c->firstDims);
-    op.submitted = std::move(c->submitted);
+    op.submitted = {submitted, static_cast<size_t>(n)};
+    op.arrivals = {arrivals, static_cast<size_t>(n)};
     out.ready.push_back(std::move(op));
   }
 
@@ -484,7 +530,10 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
     }
   };
   for (const auto& w : out.waiting) keepSeen(w.name, w.submitted);
-  for (const Candidate* c : heldSeen) keepSeen(c->spec.name, c->submitted);
+  for (const Candidate* c : heldSeen) {
+    const uint8_t* has = bits_.data() + c->bitsAt;
+    keepSeen(c->spec->name, std::vector<bool>(has, has + n));
+  }
   return out;
 }
 

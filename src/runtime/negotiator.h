@@ -45,7 +45,9 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -70,15 +72,21 @@ struct Message {
   std::vector<uint8_t> variable;  // new / changed specs, may be empty
 };
 
+// A ready operation. `submitted` and `arrivals` are views into the Outcome
+// that holds the operation (one buffer each per cycle, not two allocations
+// per operation): valid while that Outcome lives (moving it keeps them).
 struct ReadyOp {
-  OpSpec spec;                     // the agreed spec (the lowest submitting rank's)
-  std::optional<OpId> localId;     // nullopt: this rank joined, contributes zeros
-  std::vector<int64_t> firstDims;  // allgather, alltoall: each rank's first
-                                   // dimension (0 for a rank that did not submit)
-  std::vector<bool> submitted;     // per rank: submitted it (else contributes zeros)
+  using TimePoint = std::chrono::steady_clock::time_point;
+  // The agreed spec (the lowest submitting rank's), shared with the
+  // response cache.
+  std::shared_ptr<const OpSpec> spec;
+  std::optional<OpId> localId;         // nullopt: this rank joined, contributes zeros
+  std::vector<int64_t> firstDims;      // allgather, alltoall: each rank's first
+                                       // dimension (0 for a rank that did not submit)
+  std::span<const uint8_t> submitted;  // per rank: 1 submitted it (else zeros)
   // Per rank: the local time of the cycle that first saw its submission;
   // time_point::min() for a rank that did not submit.
-  std::vector<std::chrono::steady_clock::time_point> arrivals;
+  std::span<const TimePoint> arrivals;
   int contributors() const;  // ranks that submitted
 };
 
@@ -88,7 +96,14 @@ struct OpError {
   std::string message;
 };
 
+// Move-only: the ready operations' views point into it.
 struct Outcome {
+  Outcome() = default;
+  Outcome(Outcome&&) = default;
+  Outcome& operator=(Outcome&&) = default;
+  Outcome(const Outcome&) = delete;
+  Outcome& operator=(const Outcome&) = delete;
+
   std::vector<ReadyOp> ready;
   std::vector<OpError> errors;
   std::vector<int> shutdownRanks;    // ranks that announced shutdown
@@ -104,6 +119,11 @@ struct Outcome {
     std::vector<bool> submitted;
   };
   std::vector<Waiting> waiting;
+
+  // Storage of the ready operations' `submitted` and `arrivals` (rank-major
+  // per operation, in ready order).
+  std::vector<uint8_t> submittedBits;
+  std::vector<std::chrono::steady_clock::time_point> arrivalTimes;
 };
 
 class Negotiator {
@@ -135,10 +155,19 @@ class Negotiator {
     size_t slot = 0;  // kCached
   };
   struct Candidate;
+  // Per-cycle scratch of process(), kept for its capacity: each holder's or
+  // candidate's per-rank bits (1 = has it) at an offset.
+  std::vector<uint8_t> bits_;
 
   // This rank's pending operations by name (unordered: every decision goes
   // by cache slot or by the names of sent_).
-  std::unordered_map<std::string, Local> pending_;
+  using Pending = std::unordered_map<std::string, Local>;
+  Pending pending_;
+  // Nodes of decided operations, for reuse by submit() (at most
+  // kSpareNodes).
+  static constexpr size_t kSpareNodes = 4096;
+  std::vector<Pending::node_type> spareNodes_;
+  void release(Pending::iterator it);  // out of pending_, into spareNodes_
   // Names not (or no longer) cached: the spec each rank sent, kept by every
   // rank until the name is decided. Ordered, so decisions go by name.
   std::map<std::string, std::vector<std::optional<OpSpec>>> sent_;

@@ -5,14 +5,14 @@
 namespace kolo::runtime {
 
 bool ResponseCache::Entry::matches(const OpSpec& s, int rank) const {
-  if (compareSpecs(spec, s)) return false;
-  if (!firstDimMayDiffer(spec.kind) || spec.shape.empty()) return true;
+  if (compareSpecs(*spec, s)) return false;
+  if (!firstDimMayDiffer(spec->kind) || spec->shape.empty()) return true;
   if (rank < 0 || static_cast<size_t>(rank) >= firstDims.size()) return false;
   return firstDims[rank] == s.shape[0];
 }
 
 ResponseCache::ResponseCache(size_t capacity)
-    : capacity_(capacity), bySlot_(capacity), lruPos_(capacity) {
+    : capacity_(capacity), bySlot_(capacity, nullptr), lruPos_(capacity) {
   KOLO_CHECK_GE(capacity, size_t{1});
   for (size_t i = 0; i < capacity; ++i) free_.insert(i);
 }
@@ -23,32 +23,36 @@ const ResponseCache::Entry* ResponseCache::find(const std::string& name) const {
 }
 
 const ResponseCache::Entry* ResponseCache::atSlot(size_t slot) const {
-  if (slot >= capacity_ || bySlot_[slot].empty()) return nullptr;
-  return find(bySlot_[slot]);
+  return slot < capacity_ ? bySlot_[slot] : nullptr;
 }
 
-ResponseCache::Insertion ResponseCache::insert(const OpSpec& spec,
+ResponseCache::Insertion ResponseCache::insert(OpSpec spec,
                                                std::vector<int64_t> firstDims) {
   KOLO_CHECK(!spec.name.empty());
-  Insertion result{0, std::nullopt};
+  Insertion result{0, std::nullopt, nullptr};
   erase(spec.name);  // a re-insert replaces the old entry
   if (free_.empty()) {
     const size_t victim = lru_.back();
-    result.evicted = bySlot_[victim];
-    erase(bySlot_[victim]);
+    result.evicted = bySlot_[victim]->spec->name;
+    erase(*result.evicted);
   }
   const size_t slot = *free_.begin();
   free_.erase(free_.begin());
-  bySlot_[slot] = spec.name;
-  byName_.emplace(spec.name, Entry{slot, spec, std::move(firstDims)});
+  std::string name = spec.name;
+  auto shared = std::make_shared<const OpSpec>(std::move(spec));
+  auto [it, inserted] = byName_.emplace(
+      std::move(name), Entry{slot, std::move(shared), std::move(firstDims)});
+  KOLO_CHECK(inserted);
+  bySlot_[slot] = &it->second;
   lru_.push_front(slot);
   lruPos_[slot] = lru_.begin();
   result.slot = slot;
+  result.entry = &it->second;
   return result;
 }
 
 void ResponseCache::touch(size_t slot) {
-  if (slot >= capacity_ || bySlot_[slot].empty()) return;
+  if (slot >= capacity_ || !bySlot_[slot]) return;
   lru_.splice(lru_.begin(), lru_, lruPos_[slot]);
 }
 
@@ -57,7 +61,7 @@ void ResponseCache::erase(const std::string& name) {
   if (it == byName_.end()) return;
   const size_t slot = it->second.slot;
   lru_.erase(lruPos_[slot]);
-  bySlot_[slot].clear();
+  bySlot_[slot] = nullptr;
   free_.insert(slot);
   byName_.erase(it);
 }

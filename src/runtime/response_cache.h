@@ -6,7 +6,10 @@
 // gathered messages (negotiator.h). Nothing here talks to other ranks.
 //
 // Contract
-// - find(name): the slot and spec of a cached name.
+// - find(name): the slot and spec of a cached name; atSlot(slot): the
+//   entry in a slot, without hashing. An Entry pointer stays valid until
+//   that entry is erased or evicted; its spec is shared (ready operations
+//   keep it past an eviction).
 // - insert(spec, firstDims): puts a name in the lowest free slot; when full,
 //   evicts the least recently used entry first and returns its name in
 //   `evicted`. The new entry is the most recently used. `firstDims` holds
@@ -21,6 +24,7 @@
 
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -37,7 +41,7 @@ class ResponseCache {
 
   struct Entry {
     size_t slot;
-    OpSpec spec;
+    std::shared_ptr<const OpSpec> spec;
     std::vector<int64_t> firstDims;  // per rank, where the first dim may differ
     // `spec` submitted by `rank` is this entry: same fields, and the first
     // dimension is that rank's.
@@ -46,11 +50,12 @@ class ResponseCache {
   struct Insertion {
     size_t slot;
     std::optional<std::string> evicted;  // the name evicted to make room
+    const Entry* entry;                  // the new entry
   };
 
   const Entry* find(const std::string& name) const;
   const Entry* atSlot(size_t slot) const;  // null when free
-  Insertion insert(const OpSpec& spec, std::vector<int64_t> firstDims = {});
+  Insertion insert(OpSpec spec, std::vector<int64_t> firstDims = {});
   void touch(size_t slot);
   void erase(const std::string& name);
   size_t capacity() const { return capacity_; }
@@ -59,9 +64,9 @@ class ResponseCache {
  private:
   size_t capacity_;
   std::unordered_map<std::string, Entry> byName_;
-  std::vector<std::string> bySlot_;  // "" = free
-  std::set<size_t> free_;            // free slots, lowest first
-  std::list<size_t> lru_;            // front = most recently used
+  std::vector<Entry*> bySlot_;  // null = free
+  std::set<size_t> free_;       // free slots, lowest first
+  std::list<size_t> lru_;       // front = most recently used
   std::vector<std::list<size_t>::iterator> lruPos_;
 };
 

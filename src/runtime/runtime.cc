@@ -21,12 +21,14 @@
 // reads the members' inputs and writes their outputs directly (the shm
 // algorithm copies them straight into and out of its staging memory; the
 // others pack them inside the communicator), and each output is then
-// divided by the number of contributing ranks (average) and multiplied by
-// postscale in place. Otherwise each member's input is copied into the
-// fusion buffer (times prescale; a rank that did not submit the operation
-// writes the reduction's identity: zeros for sum and average), one
-// allreduce runs in place (average as a sum), and each slice is divided and
-// scaled on its way to the member's output (one pass). A bucket of one
+// multiplied by postscale in place. Otherwise each member's input is copied
+// into the fusion buffer (times prescale; a rank that did not submit the
+// operation writes the reduction's identity: zeros for sum and average),
+// one allreduce runs in place, and each slice is scaled on its way to the
+// member's output (one pass). An average of every rank is the
+// Communicator's average (the shm algorithm divides each slice as it
+// reduces it); with a joined rank it runs as a sum and is divided by the
+// contributors together with the postscale. A bucket of one
 // allreduce runs in place in the caller's output buffer; the fusion planner
 // gives every allreduce above kFusionAloneBytes (256 KiB) such a bucket.
 // Other kinds run one collective per operation.
@@ -519,7 +521,7 @@ void Runtime::shutdown() {
 
 // ---- background thread --------------------------------------------------------
 
-void Runtime::admit(std::vector<Submission> items) {
+void Runtime::admit(std::vector<Submission>& items) {
   auto tl = timeline();
   for (auto& item : items) {
     if (item.join) {
@@ -596,7 +598,8 @@ void Runtime::stop(
     if (!broken_) broken_ = error;
     queue_.close();
   }
-  admit(queue_.drain());
+  queue_.drainInto(admitted_);
+  admit(admitted_);
   // Everything still held: pending in the negotiator, or ready in a cycle
   // that a failure cut short. In submission order.
   std::vector<OpId> ids;
@@ -624,7 +627,8 @@ void Runtime::loop() {
   try {
     while (true) {
       const auto cycleStart = Clock::now();
-      admit(queue_.drain());
+      queue_.drainInto(admitted_);
+      admit(admitted_);
 
       CycleFlags flags;
       flags.shutdown = shutdownRequested_.load();
@@ -680,7 +684,7 @@ void Runtime::loop() {
       }
       if (tl) {
         for (const auto& op : outcome.ready) {
-          if (op.localId) tl->end(op.spec.name);
+          if (op.localId) tl->end(op.spec->name);
         }
       }
 
@@ -809,7 +813,7 @@ void Runtime::observe(const Outcome& outcome, Clock::time_point cycleStart) {
 void Runtime::runBucket(const std::vector<size_t>& members, std::vector<ReadyOp>& ready,
                         size_t bytes, int bucketIndex) {
   bool fused = true;
-  for (size_t m : members) fused = fused && ready[m].spec.kind == OpKind::kAllreduce;
+  for (size_t m : members) fused = fused && ready[m].spec->kind == OpKind::kAllreduce;
   if (fused) {
     std::vector<ReadyOp*> ops;
     for (size_t m : members) ops.push_back(&ready[m]);
@@ -822,18 +826,25 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
                            int bucketIndex) {
   // A group may mix keys: then each member runs alone.
   for (const ReadyOp* m : members) {
-    const OpSpec& a = members.front()->spec;
-    const OpSpec& b = m->spec;
+    const OpSpec& a = *members.front()->spec;
+    const OpSpec& b = *m->spec;
     if (a.dtype != b.dtype || a.op != b.op || a.prescale != b.prescale ||
         a.postscale != b.postscale) {
-      for (ReadyOp* x : members) runAllreduce({x}, x->spec.bytes(), bucketIndex);
+      for (ReadyOp* x : members) runAllreduce({x}, x->spec->bytes(), bucketIndex);
       return;
     }
   }
-  const OpSpec& first = members.front()->spec;
+  const OpSpec& first = *members.front()->spec;
   const DataType dtype = first.dtype;
   const ReduceOp op = first.op;
-  const ReduceOp commOp = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+  // An average to which every rank contributed is the Communicator's own
+  // average (divided inside the shm algorithm while in cache); with a
+  // joined rank the sum is divided by the contributors afterwards.
+  const bool everyRank =
+      std::all_of(members.begin(), members.end(),
+                  [&](const ReadyOp* m) { return m->contributors() == size_; });
+  const bool averaged = op == ReduceOp::kAverage && everyRank;
+  const ReduceOp commOp = op == ReduceOp::kAverage && !averaged ? ReduceOp::kSum : op;
   const size_t esize = elementSize(dtype);
   auto tl = timeline();
   std::string args;
@@ -845,11 +856,13 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
                       {"bucket", std::to_string(bucketIndex)},
                       {"tensors", std::to_string(members.size())}});
   }
-  // After the sum: average and postscale, from `src` into `dst` in one pass.
+  // After the collective: the average's division when the collective did
+  // not do it, and postscale, from `src` into `dst` in one pass.
   auto finishValues = [&](const ReadyOp& r, void* dst, const void* src) {
-    const size_t n = static_cast<size_t>(r.spec.elements());
-    const int divisor = op == ReduceOp::kAverage ? std::max(1, r.contributors()) : 1;
-    finishInto(dst, src, n, dtype, divisor, r.spec.postscale);
+    const size_t n = static_cast<size_t>(r.spec->elements());
+    const int divisor =
+        op == ReduceOp::kAverage && !averaged ? std::max(1, r.contributors()) : 1;
+    finishInto(dst, src, n, dtype, divisor, r.spec->postscale);
   };
   cycleBytes_ += bytes;
 
@@ -857,9 +870,9 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
   if (members.size() == 1 && members[0]->localId) {
     ReadyOp& r = *members[0];
     Op& o = opAt(*r.localId);
-    const size_t n = static_cast<size_t>(r.spec.elements());
-    copyScaled(o.request.output, o.request.input, n, dtype, r.spec.prescale);
-    if (tl) tl->begin(r.spec.name, phase::kCollective, args);
+    const size_t n = static_cast<size_t>(r.spec->elements());
+    copyScaled(o.request.output, o.request.input, n, dtype, r.spec->prescale);
+    if (tl) tl->begin(r.spec->name, phase::kCollective, args);
     AllreduceOptions ar;
     ar.send = ar.recv = o.request.output;
     ar.count = n;
@@ -867,7 +880,7 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
     ar.op = commOp;
     ar.algorithm = algorithm_;
     comm_->allreduce(ar);
-    if (tl) tl->end(r.spec.name);
+    if (tl) tl->end(r.spec->name);
     finishValues(r, o.request.output, o.request.output);
     finish(*r.localId);
     return;
@@ -885,8 +898,8 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
     for (const ReadyOp* m : members) {
       const Op& o = opAt(*m->localId);
       segments_.push_back(
-          {o.request.input, o.request.output, static_cast<size_t>(m->spec.elements())});
-      if (tl) tl->begin(m->spec.name, phase::kCollective, args);
+          {o.request.input, o.request.output, static_cast<size_t>(m->spec->elements())});
+      if (tl) tl->begin(m->spec->name, phase::kCollective, args);
     }
     AllreduceOptions ar;
     ar.count = bytes / esize;
@@ -900,7 +913,7 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
     done.reserve(members.size());
     for (const ReadyOp* m : members) {
       const ReadyOp& r = *m;
-      if (tl) tl->end(r.spec.name);
+      if (tl) tl->end(r.spec->name);
       void* out = opAt(*r.localId).request.output;
       finishValues(r, out, out);
       done.push_back(*r.localId);
@@ -914,21 +927,21 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
   size_t at = 0;
   for (const ReadyOp* m : members) {
     const ReadyOp& r = *m;
-    const size_t n = static_cast<size_t>(r.spec.elements());
+    const size_t n = static_cast<size_t>(r.spec->elements());
     uint8_t* p = fusion_.data() + at;
-    if (tl && r.localId) tl->begin(r.spec.name, phase::kMemcpyIn);
+    if (tl && r.localId) tl->begin(r.spec->name, phase::kMemcpyIn);
     if (r.localId) {
       const Op& o = opAt(*r.localId);
-      copyScaled(p, o.request.input, n, dtype, r.spec.prescale);
+      copyScaled(p, o.request.input, n, dtype, r.spec->prescale);
     } else {
       fillIdentity(p, n, dtype, commOp);
     }
-    if (tl && r.localId) tl->end(r.spec.name);
+    if (tl && r.localId) tl->end(r.spec->name);
     at += n * esize;
   }
   if (tl) {
     for (const ReadyOp* m : members) {
-      if (m->localId) tl->begin(m->spec.name, phase::kCollective, args);
+      if (m->localId) tl->begin(m->spec->name, phase::kCollective, args);
     }
   }
   AllreduceOptions ar;
@@ -943,17 +956,17 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
   done.reserve(members.size());
   for (const ReadyOp* m : members) {
     const ReadyOp& r = *m;
-    const size_t n = static_cast<size_t>(r.spec.elements());
+    const size_t n = static_cast<size_t>(r.spec->elements());
     uint8_t* p = fusion_.data() + at;
     at += n * esize;
     if (!r.localId) continue;
     if (tl) {
-      tl->end(r.spec.name);
-      tl->begin(r.spec.name, phase::kMemcpyOut);
+      tl->end(r.spec->name);
+      tl->begin(r.spec->name, phase::kMemcpyOut);
     }
     const Op& o = opAt(*r.localId);
     finishValues(r, o.request.output, p);
-    if (tl) tl->end(r.spec.name);
+    if (tl) tl->end(r.spec->name);
     done.push_back(*r.localId);
   }
   finishAll(done);
@@ -964,7 +977,7 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
 // zero rows for allgather and alltoall, the identity for reducescatter,
 // its output discarded.
 void Runtime::runOne(ReadyOp& r, int bucketIndex) {
-  const OpSpec& s = r.spec;
+  const OpSpec& s = *r.spec;
   if (s.kind == OpKind::kAllreduce) {
     return runAllreduce({&r}, s.bytes(), bucketIndex);
   }

@@ -116,7 +116,7 @@ class Runtime {
 
   // Background thread.
   void loop();
-  void admit(std::vector<Submission> items);
+  void admit(std::vector<Submission>& items);  // leaves `items` moved-from
   void runBucket(const std::vector<size_t>& members, std::vector<ReadyOp>& ready,
                  size_t bytes, int bucketIndex);
   void runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes, int bucketIndex);
@@ -157,6 +157,7 @@ class Runtime {
   std::vector<uint32_t> freeOps_;  // free slots of ops_
   uint64_t nextSeq_ = 1;           // OpId's high 32 bits
   std::vector<HandlePtr> joinHandles_;
+  std::vector<Submission> admitted_;  // the drained queue, kept for its capacity
   bool joined_ = false;
   std::vector<uint8_t> fusion_;             // the fusion buffer, kept across cycles
   std::vector<AllreduceSegment> segments_;  // a fused bucket's, kept across cycles

@@ -20,7 +20,7 @@ StragglerTracker::StragglerTracker(int size, double marginSeconds, int window)
   KOLO_CHECK(window >= 1);
 }
 
-void StragglerTracker::record(const std::vector<Clock::time_point>& arrivals) {
+void StragglerTracker::record(std::span<const Clock::time_point> arrivals) {
   KOLO_CHECK_EQ(arrivals.size(), static_cast<size_t>(size_));
   int latest = -1;
   bool tie = false;

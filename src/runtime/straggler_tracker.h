@@ -27,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -52,7 +53,7 @@ class StragglerTracker {
 
   StragglerTracker(int size, double marginSeconds, int window = 100);
 
-  void record(const std::vector<Clock::time_point>& arrivals);
+  void record(std::span<const Clock::time_point> arrivals);
   StragglerReport report() const;
   std::string namedStraggler();
 

@@ -33,10 +33,15 @@ bool SubmissionQueue::pushAll(std::vector<Submission> items) {
 }
 
 std::vector<Submission> SubmissionQueue::drain() {
-  std::lock_guard<std::mutex> lock(mu_);
   std::vector<Submission> out;
-  out.swap(items_);
+  drainInto(out);
   return out;
+}
+
+void SubmissionQueue::drainInto(std::vector<Submission>& out) {
+  out.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  out.swap(items_);
 }
 
 bool SubmissionQueue::waitUntil(Clock::time_point deadline, bool wakeOnItem) {

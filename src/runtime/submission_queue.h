@@ -4,7 +4,9 @@
 // - push()/pushAll() are thread-safe and never block on other ranks;
 //   pushAll() queues its items atomically (a group arrives in one drain).
 //   Both return false, queuing nothing, once the queue is closed.
-// - drain() takes everything queued, in push order.
+// - drain() takes everything queued, in push order; drainInto(out) does
+//   the same into `out` (cleared first) and keeps out's old buffer for the
+//   next pushes, so a steady stream of submissions allocates nothing here.
 // - waitUntil(deadline, wakeOnItem): blocks until the deadline, wake() or
 //   close(), or, with wakeOnItem, until something is queued (at once when
 //   something already is). A wake() before the call makes it return at
@@ -55,6 +57,7 @@ class SubmissionQueue {
   bool push(Submission item);
   bool pushAll(std::vector<Submission> items);
   std::vector<Submission> drain();
+  void drainInto(std::vector<Submission>& out);
   bool waitUntil(Clock::time_point deadline, bool wakeOnItem);
   void waitQuiet(Clock::duration quiet, Clock::time_point deadline);
   void wake();
