@@ -3,33 +3,34 @@
 namespace kolo::runtime {
 
 bool Handle::poll() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return done_;
+  return state_.load(std::memory_order_acquire) == kDone;
 }
 
 void Handle::wait() const {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [this] { return done_; });
+  uint32_t s = state_.load(std::memory_order_acquire);
+  while (s != kDone) {
+    state_.wait(s, std::memory_order_acquire);
+    s = state_.load(std::memory_order_acquire);
+  }
   if (error_) std::rethrow_exception(error_);
 }
 
 void Handle::complete() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return;
-    done_ = true;
-  }
-  cv_.notify_all();
+  finish(nullptr);
 }
 
 void Handle::fail(std::exception_ptr error) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (done_) return;
-    error_ = std::move(error);
-    done_ = true;
+  finish(std::move(error));
+}
+
+void Handle::finish(std::exception_ptr error) {
+  uint32_t expected = kPending;
+  if (!state_.compare_exchange_strong(expected, kClaimed, std::memory_order_acq_rel)) {
+    return;  // completed before
   }
-  cv_.notify_all();
+  error_ = std::move(error);
+  state_.store(kDone, std::memory_order_release);
+  state_.notify_all();
 }
 
 }  // namespace kolo::runtime

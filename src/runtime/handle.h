@@ -11,11 +11,10 @@
 //   once wait() returns.
 #pragma once
 
-#include <condition_variable>
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,10 +43,15 @@ class Handle {
   void fail(std::exception_ptr error);
 
  private:
+  void finish(std::exception_ptr error);
+
   const std::string name_;
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  bool done_ = false;
+  // kPending -> kClaimed (one completer won) -> kDone (error_ is set; the
+  // release store publishes it). Waiters block on the atomic itself (a
+  // futex): no lock or condition variable per operation, and completing a
+  // handle nobody waits on costs no system call.
+  static constexpr uint32_t kPending = 0, kClaimed = 1, kDone = 2;
+  std::atomic<uint32_t> state_{kPending};
   std::exception_ptr error_;
   std::vector<uint8_t> output_;
   std::vector<int64_t> outputShape_;
