@@ -404,6 +404,49 @@ TEST(SubmissionQueueTest, PushAllIsAtomic) {
   producer.join();
 }
 
+// ---- Handle -------------------------------------------------------------------------
+
+TEST(HandleTest, CompletionWakesEveryWaiterAndTheFirstCompletionWins) {
+  for (int round = 0; round < 200; ++round) {
+    Handle h("w");
+    EXPECT_FALSE(h.poll());
+    std::atomic<int> woke{0};
+    std::vector<std::thread> waiters;
+    for (int t = 0; t < 3; ++t) {
+      waiters.emplace_back([&] {
+        h.wait();
+        ++woke;
+      });
+    }
+    if (round % 2) std::this_thread::yield();  // waiters before or after completion
+    h.complete();
+    h.fail(std::make_exception_ptr(Error(ErrorCode::kTimeout, "late")));  // ignored
+    for (auto& t : waiters) t.join();
+    EXPECT_EQ(woke.load(), 3);
+    EXPECT_TRUE(h.poll());
+    EXPECT_NO_THROW(h.wait());
+  }
+}
+
+TEST(HandleTest, FailureReachesWaitersOnOtherThreads) {
+  Handle h("x");
+  std::string seen;
+  std::thread waiter([&] {
+    try {
+      h.wait();
+    } catch (const Error& e) {
+      seen = e.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // blocked by now
+  h.fail(std::make_exception_ptr(Error(ErrorCode::kPeerLost, "rank 1 lost")));
+  h.complete();  // ignored: the failure came first
+  waiter.join();
+  EXPECT_NE(seen.find("rank 1 lost"), std::string::npos) << seen;
+  EXPECT_TRUE(h.poll());
+  EXPECT_THROW(h.wait(), Error);
+}
+
 // ---- RuntimeOptions ----------------------------------------------------------------
 
 TEST(RuntimeOptionsTest, FromSettingsTakesEveryRuntimeKnob) {

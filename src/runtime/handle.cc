@@ -9,6 +9,13 @@ bool Handle::poll() const {
 void Handle::wait() const {
   uint32_t s = state_.load(std::memory_order_acquire);
   while (s != kDone) {
+    if (!(s & kWaiter)) {
+      // Announce the waiter; on failure `s` is the newer state: look again.
+      if (!state_.compare_exchange_weak(s, s | kWaiter, std::memory_order_acquire)) {
+        continue;
+      }
+      s |= kWaiter;
+    }
     state_.wait(s, std::memory_order_acquire);
     s = state_.load(std::memory_order_acquire);
   }
@@ -24,13 +31,14 @@ void Handle::fail(std::exception_ptr error) {
 }
 
 void Handle::finish(std::exception_ptr error) {
-  uint32_t expected = kPending;
-  if (!state_.compare_exchange_strong(expected, kClaimed, std::memory_order_acq_rel)) {
-    return;  // completed before
-  }
+  // Claim: pending (with or without a waiter) -> claimed, keeping the bit.
+  uint32_t s = state_.load(std::memory_order_acquire);
+  do {
+    if ((s & ~kWaiter) != kPending) return;  // completed before
+  } while (!state_.compare_exchange_weak(s, (s & kWaiter) | kClaimed,
+                                         std::memory_order_acq_rel));
   error_ = std::move(error);
-  state_.store(kDone, std::memory_order_release);
-  state_.notify_all();
+  if (state_.exchange(kDone, std::memory_order_acq_rel) & kWaiter) state_.notify_all();
 }
 
 }  // namespace kolo::runtime

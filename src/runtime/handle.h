@@ -47,11 +47,13 @@ class Handle {
 
   const std::string name_;
   // kPending -> kClaimed (one completer won) -> kDone (error_ is set; the
-  // release store publishes it). Waiters block on the atomic itself (a
-  // futex): no lock or condition variable per operation, and completing a
-  // handle nobody waits on costs no system call.
-  static constexpr uint32_t kPending = 0, kClaimed = 1, kDone = 2;
-  std::atomic<uint32_t> state_{kPending};
+  // release store publishes it). A waiter adds kWaiter to a pending or
+  // claimed state before it blocks on the atomic itself (a futex); the
+  // completer wakes waiters only when that bit was set, so completing a
+  // handle nobody waits on costs no system call, and there is no lock or
+  // condition variable per operation.
+  static constexpr uint32_t kPending = 0, kClaimed = 1, kDone = 2, kWaiter = 4;
+  mutable std::atomic<uint32_t> state_{kPending};
   std::exception_ptr error_;
   std::vector<uint8_t> output_;
   std::vector<int64_t> outputShape_;
