@@ -446,14 +446,12 @@ void CommunicatorImpl::doAllreduce(const AllreduceOptions& o) {
   // one pass over the result afterwards.
   const int divisor = o.op == ReduceOp::kAverage ? size() : 1;
   const bool divides = divisor > 1 && algo->dividesResult;
-  if (!segmented) {
+  if (!segmented || algo->takesSegments) {
     collectives::AllreduceArgs args{o.send, o.recv, o.count, o.dtype, op};
-    if (divides) args.divisor = divisor;
-    algo->run(ctx, args);
-  } else if (algo->takesSegments) {
-    collectives::AllreduceArgs args{nullptr, nullptr, o.count, o.dtype, op};
-    args.segments = o.segments;
-    args.segmentCount = o.segmentCount;
+    if (segmented) {  // send and recv are null then
+      args.segments = o.segments;
+      args.segmentCount = o.segmentCount;
+    }
     if (divides) args.divisor = divisor;
     algo->run(ctx, args);
   } else {

@@ -124,7 +124,6 @@ struct Negotiator::Candidate {
   std::shared_ptr<const OpSpec> spec;
   size_t bitsAt;  // its per-rank bits in bits_ (1: submitted)
   std::vector<int64_t> firstDims;
-  bool cached;  // was in the cache at the start of the cycle
   size_t slot;
 };
 
@@ -364,7 +363,7 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
       waitingCached.push_back({spec.name, spec.kind, std::vector<bool>(has, has + n)});
       continue;
     }
-    Candidate c{h.entry->spec, h.bitsAt, {}, true, h.slot};
+    Candidate c{h.entry->spec, h.bitsAt, {}, h.slot};
     if (firstDimMayDiffer(spec.kind) && !spec.shape.empty()) {
       c.firstDims.assign(n, 0);
       for (int r = 0; r < n; ++r) {
@@ -415,8 +414,7 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
     }
     OpSpec spec = std::move(*const_cast<OpSpec*>(ref));
     const auto ins = cache_.insert(std::move(spec), firstDims);
-    candidates.push_back(
-        Candidate{ins.entry->spec, at, std::move(firstDims), false, ins.slot});
+    candidates.push_back(Candidate{ins.entry->spec, at, std::move(firstDims), ins.slot});
     it = sent_.erase(it);
   }
 
