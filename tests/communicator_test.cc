@@ -323,7 +323,9 @@ TEST_P(CommunicatorTest, SegmentedAllreduceMatchesContiguous) {
   std::vector<std::string> algorithms = {"", "ring", "rhd"};
   if (std::string(GetParam().transport) != "tcp") algorithms.push_back("shm");
   for (const auto& algo : algorithms) {
-    for (size_t count : {size_t{5}, size_t{20011}, size_t{(1 << 17) + 77}}) {
+    // The last count spans two pipeline chunks of the shm algorithm (1 MiB).
+    for (size_t count :
+         {size_t{5}, size_t{20011}, size_t{(1 << 17) + 77}, size_t{(3 << 17) + 77}}) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
         withCommunicators(n(), settings(), [&](Communicator& c) {
           std::vector<float> in(count), expect(count);

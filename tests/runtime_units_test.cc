@@ -404,6 +404,56 @@ TEST(SubmissionQueueTest, PushAllIsAtomic) {
   producer.join();
 }
 
+TEST(SubmissionQueueTest, RingEndsTheGatheringWindowOnlyWhileItIsOpen) {
+  using Clock = SubmissionQueue::Clock;
+  auto q = std::make_shared<SubmissionQueue>();
+  const auto far = Clock::now() + std::chrono::seconds(60);
+  const auto quiet = std::chrono::milliseconds(20);
+  // No window open: the ring is dropped, and the window opened afterwards
+  // waits for its quiet time.
+  q->ring();
+  ASSERT_TRUE(q->push(Submission{}));
+  ASSERT_TRUE(q->waitUntil(far, true));  // an item: the window opens
+  auto t0 = Clock::now();
+  q->waitQuiet(quiet, far);
+  EXPECT_GE(Clock::now() - t0, quiet);
+  q->drain();
+
+  // A waiting handle rings the open window: a quiet time of a minute ends
+  // as soon as the caller blocks.
+  Handle h("step", q);
+  ASSERT_TRUE(q->push(Submission{}));
+  ASSERT_TRUE(q->waitUntil(far, true));
+  std::thread caller([&] { h.wait(); });
+  t0 = Clock::now();
+  q->waitQuiet(std::chrono::seconds(60), far);
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(30));
+  h.complete();
+  caller.join();
+
+  // The window closed with that waitQuiet: a later ring does not reach the
+  // next window.
+  q->drain();
+  q->ring();
+  ASSERT_TRUE(q->push(Submission{}));
+  ASSERT_TRUE(q->waitUntil(far, true));
+  t0 = Clock::now();
+  q->waitQuiet(quiet, far);
+  EXPECT_GE(Clock::now() - t0, quiet);
+
+  // A ring between the push that opens the window (whether or not the
+  // consumer was blocked yet) and waitQuiet counts.
+  q->drain();
+  std::thread idle([&] { EXPECT_TRUE(q->waitUntil(far, true)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(q->push(Submission{}));
+  idle.join();
+  q->ring();
+  t0 = Clock::now();
+  q->waitQuiet(std::chrono::seconds(60), far);
+  EXPECT_LT(Clock::now() - t0, std::chrono::seconds(30));
+}
+
 // ---- Handle -------------------------------------------------------------------------
 
 TEST(HandleTest, CompletionWakesEveryWaiterAndTheFirstCompletionWins) {

@@ -10,8 +10,9 @@
 //   its segment, `at` is the piece's offset from `begin` (elements), `n`
 //   its length; pieces come in order, empty segments are skipped.
 // - gatherSend / gatherRecv copy [begin, end) out of the send / recv sides
-//   into a contiguous buffer; scatterRecv copies a contiguous buffer into
-//   the recv side of [begin, end).
+//   into a contiguous buffer; gatherSendStreaming does it with
+//   non-temporal stores (stream_copy.h) and one fence at the end; scatterRecv copies a
+//   contiguous buffer into the recv side of [begin, end).
 // - Holds pointers only: the segments must outlive the view.
 #pragma once
 
@@ -21,6 +22,8 @@
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#include "collectives/stream_copy.h"
 
 namespace kolo::collectives {
 
@@ -66,6 +69,12 @@ class SegmentView {
     forEach(begin, end, [&](const uint8_t* send, uint8_t*, size_t at, size_t n) {
       std::memcpy(static_cast<uint8_t*>(dst) + at * es_, send, n * es_);
     });
+  }
+  void gatherSendStreaming(void* dst, size_t begin, size_t end) const {
+    forEach(begin, end, [&](const uint8_t* send, uint8_t*, size_t at, size_t n) {
+      copyStreaming(static_cast<uint8_t*>(dst) + at * es_, send, n * es_);
+    });
+    fenceStreaming();
   }
   void gatherRecv(void* dst, size_t begin, size_t end) const {
     forEach(begin, end, [&](const uint8_t*, uint8_t* recv, size_t at, size_t n) {

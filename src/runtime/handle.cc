@@ -1,5 +1,7 @@
 #include "runtime/handle.h"
 
+#include "runtime/submission_queue.h"
+
 namespace kolo::runtime {
 
 bool Handle::poll() const {
@@ -8,6 +10,7 @@ bool Handle::poll() const {
 
 void Handle::wait() const {
   uint32_t s = state_.load(std::memory_order_acquire);
+  if (s != kDone && queue_) queue_->ring();
   while (s != kDone) {
     if (!(s & kWaiter)) {
       // Announce the waiter; on failure `s` is the newer state: look again.

@@ -5,6 +5,9 @@
 //   thread, with success or an error (kolo::Error).
 // - poll() never blocks; wait() blocks until completion and rethrows the
 //   error; both may be called from any thread, any number of times.
+// - A handle made with the runtime's queue rings it (SubmissionQueue::ring)
+//   when wait() is about to block: a caller that waits has nothing more to
+//   submit until the wait ends, so an open gathering window may close.
 // - For operations whose output size is only known after negotiation
 //   (allgather, alltoall with varying splits), the result bytes live in the
 //   handle (output()); otherwise the caller's output buffer holds the result
@@ -20,9 +23,12 @@
 
 namespace kolo::runtime {
 
+class SubmissionQueue;
+
 class Handle {
  public:
-  explicit Handle(std::string name) : name_(std::move(name)) {}
+  explicit Handle(std::string name, std::shared_ptr<SubmissionQueue> queue = nullptr)
+      : name_(std::move(name)), queue_(std::move(queue)) {}
 
   const std::string& name() const { return name_; }
 
@@ -46,6 +52,7 @@ class Handle {
   void finish(std::exception_ptr error);
 
   const std::string name_;
+  const std::shared_ptr<SubmissionQueue> queue_;  // rung by wait(); may be null
   // kPending -> kClaimed (one completer won) -> kDone (error_ is set; the
   // release store publishes it). A waiter adds kWaiter to a pending or
   // claimed state before it blocks on the atomic itself (a futex); the

@@ -357,7 +357,7 @@ void Runtime::validate(const OpRequest& r) const {
 }
 
 HandlePtr Runtime::enqueue(OpRequest request) {
-  auto handle = std::make_shared<Handle>(request.spec.name);
+  auto handle = std::make_shared<Handle>(request.spec.name, queue_);
   try {
     validate(request);
   } catch (...) {
@@ -374,7 +374,7 @@ HandlePtr Runtime::enqueue(OpRequest request) {
                                        request.spec.name + "' on rank " +
                                        std::to_string(rank_) + ": name already pending"));
   }
-  if (!queue_.push(Submission{std::move(request), handle, false, nameId})) {
+  if (!queue_->push(Submission{std::move(request), handle, false, nameId})) {
     return failed(handle,
                   errorPtr(ErrorCode::kNotInitialized, "the runtime has stopped"));
   }
@@ -414,7 +414,7 @@ std::vector<HandlePtr> Runtime::enqueueGroup(std::vector<OpRequest> requests) {
   std::vector<HandlePtr> handles;
   std::vector<std::string> names;
   for (const auto& r : requests) {
-    handles.push_back(std::make_shared<Handle>(r.spec.name));
+    handles.push_back(std::make_shared<Handle>(r.spec.name, queue_));
     names.push_back(r.spec.name);
   }
   auto failAll = [&](const std::exception_ptr& e) {
@@ -462,7 +462,7 @@ std::vector<HandlePtr> Runtime::enqueueGroup(std::vector<OpRequest> requests) {
   }
   std::vector<uint32_t> ids;
   for (const auto& item : items) ids.push_back(item.nameId);
-  if (!queue_.pushAll(std::move(items))) {
+  if (!queue_->pushAll(std::move(items))) {
     return failAll(errorPtr(ErrorCode::kNotInitialized, "the runtime has stopped"));
   }
   for (uint32_t id : ids) namePending_[id] = 1;
@@ -476,11 +476,11 @@ HandlePtr Runtime::join() {
   Submission s;
   s.handle = handle;
   s.join = true;
-  if (!queue_.push(std::move(s))) {
+  if (!queue_->push(std::move(s))) {
     return failed(handle,
                   errorPtr(ErrorCode::kNotInitialized, "the runtime has stopped"));
   }
-  queue_.wake();
+  queue_->wake();
   return handle;
 }
 
@@ -513,7 +513,7 @@ StragglerReport Runtime::stragglerReport() const {
 void Runtime::shutdown() {
   std::call_once(shutdownOnce_, [this] {
     shutdownRequested_ = true;
-    queue_.wake();
+    queue_->wake();
     if (thread_.joinable()) thread_.join();
     stopTimeline();
   });
@@ -596,9 +596,9 @@ void Runtime::stop(
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_) broken_ = error;
-    queue_.close();
+    queue_->close();
   }
-  queue_.drainInto(admitted_);
+  queue_->drainInto(admitted_);
   admit(admitted_);
   // Everything still held: pending in the negotiator, or ready in a cycle
   // that a failure cut short. In submission order.
@@ -627,7 +627,7 @@ void Runtime::loop() {
   try {
     while (true) {
       const auto cycleStart = Clock::now();
-      queue_.drainInto(admitted_);
+      queue_->drainInto(admitted_);
       admit(admitted_);
 
       CycleFlags flags;
@@ -747,13 +747,13 @@ void Runtime::loop() {
           std::chrono::duration<double, std::milli>(std::max(0.0, outcome.cycleTimeMs)));
       if (idle) {
         const auto idlePace = std::max<Clock::duration>(pace, kIdlePace);
-        if (queue_.waitUntil(Clock::now() + idlePace, true) &&
+        if (queue_->waitUntil(Clock::now() + idlePace, true) &&
             pace > Clock::duration::zero()) {
           const auto quiet = std::min<Clock::duration>(kGatherQuiet, pace);
-          queue_.waitQuiet(quiet, Clock::now() + pace);
+          queue_->waitQuiet(quiet, Clock::now() + pace);
         }
       } else {
-        queue_.waitUntil(cycleStart + pace, false);
+        queue_->waitUntil(cycleStart + pace, false);
       }
     }
   } catch (...) {

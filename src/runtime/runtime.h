@@ -137,7 +137,9 @@ class Runtime {
   const int size_;
   std::string algorithm_;  // AllreduceOptions::algorithm ("ordered" when
                            // deterministic and built in)
-  SubmissionQueue queue_;
+  // Shared with the handles, which ring it from wait() (and may outlive
+  // the runtime).
+  const std::shared_ptr<SubmissionQueue> queue_ = std::make_shared<SubmissionQueue>();
 
   // Lock order: mu_, then the queue's lock, then a Handle's lock.
   mutable std::mutex mu_;

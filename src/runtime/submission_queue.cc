@@ -14,6 +14,7 @@ bool SubmissionQueue::push(Submission item) {
     items_.push_back(std::move(item));
     ++pushed_;
     notify = waitingForItem_;
+    if (notify) gathering_.store(true, std::memory_order_release);
   }
   if (notify) cv_.notify_all();
   return true;
@@ -27,6 +28,7 @@ bool SubmissionQueue::pushAll(std::vector<Submission> items) {
     for (auto& item : items) items_.push_back(std::move(item));
     pushed_ += items.size();
     notify = waitingForItem_;
+    if (notify) gathering_.store(true, std::memory_order_release);
   }
   if (notify) cv_.notify_all();
   return true;
@@ -42,6 +44,8 @@ void SubmissionQueue::drainInto(std::vector<Submission>& out) {
   out.clear();
   std::lock_guard<std::mutex> lock(mu_);
   out.swap(items_);
+  gathering_.store(false, std::memory_order_relaxed);
+  rung_ = false;
 }
 
 bool SubmissionQueue::waitUntil(Clock::time_point deadline, bool wakeOnItem) {
@@ -52,6 +56,7 @@ bool SubmissionQueue::waitUntil(Clock::time_point deadline, bool wakeOnItem) {
   waitingForItem_ = false;
   const bool items = !woken_ && !closed_ && !items_.empty();
   woken_ = false;
+  if (items && wakeOnItem) gathering_.store(true, std::memory_order_release);
   return items;
 }
 
@@ -60,10 +65,22 @@ void SubmissionQueue::waitQuiet(Clock::duration quiet, Clock::time_point deadlin
   while (!woken_ && !closed_) {
     const uint64_t before = pushed_;
     const auto until = std::min(Clock::now() + quiet, deadline);
-    cv_.wait_until(lock, until, [&] { return woken_ || closed_; });
-    if (pushed_ == before || Clock::now() >= deadline) break;
+    cv_.wait_until(lock, until, [&] { return woken_ || closed_ || rung_; });
+    if (rung_ || pushed_ == before || Clock::now() >= deadline) break;
   }
   woken_ = false;
+  gathering_.store(false, std::memory_order_relaxed);
+  rung_ = false;
+}
+
+void SubmissionQueue::ring() {
+  if (!gathering_.load(std::memory_order_acquire)) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!gathering_.load(std::memory_order_relaxed)) return;
+    rung_ = true;
+  }
+  cv_.notify_all();
 }
 
 void SubmissionQueue::wake() {

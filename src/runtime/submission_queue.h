@@ -14,12 +14,19 @@
 //   neither wake() nor close() ended the wait.
 // - waitQuiet(quiet, deadline): the gathering window. Blocks while items
 //   keep arriving: returns once nothing was pushed for `quiet`, at the
-//   deadline, or on wake() (consumed) or close(). Pushes do not wake it (it
-//   sleeps `quiet` at a time), so a burst of pushes costs no wake-ups.
+//   deadline, on ring(), or on wake() (consumed) or close(). Pushes do not
+//   wake it (it sleeps `quiet` at a time), so a burst of pushes costs no
+//   wake-ups.
+// - ring(): a caller is about to block on a handle. The window is open from
+//   the push that ends an idle waitUntil(.., true) until waitQuiet returns
+//   or the next drain; a ring inside it ends waitQuiet at once (or makes the
+//   next waitQuiet return at once); outside it a ring does nothing. A ring
+//   takes no lock while no window is open.
 // - close(): later pushes fail; waiters return.
 // - All methods are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -61,6 +68,7 @@ class SubmissionQueue {
   bool waitUntil(Clock::time_point deadline, bool wakeOnItem);
   void waitQuiet(Clock::duration quiet, Clock::time_point deadline);
   void wake();
+  void ring();
   void close();
   bool closed() const;
   size_t size() const;
@@ -71,6 +79,10 @@ class SubmissionQueue {
   std::vector<Submission> items_;
   uint64_t pushed_ = 0;          // items ever pushed (waitQuiet)
   bool waitingForItem_ = false;  // a waitUntil(.., true) is blocked: push notifies
+  // The gathering window is open (written under mu_; ring() reads it first
+  // without the lock).
+  std::atomic<bool> gathering_{false};
+  bool rung_ = false;  // a ring() inside the open window
   bool woken_ = false;
   bool closed_ = false;
 };

@@ -28,6 +28,9 @@
 //                all of `small`'s bytes. Their ratio bounds the fused /
 //                unfused ratio any runtime can show on (b) here: both of
 //                its steps pay the runtime's own work on top of these.
+//   direct-small-segmented the collective a fused step of (b) runs: one
+//                segmented allreduce (AllreduceOptions::segments) reading
+//                and writing the 1,000 tensors in place.
 // Each round creates a Runtime for runtime-64M and shuts it down before
 // the direct calls (the communicator is the runtime's while it lives).
 //
@@ -498,11 +501,25 @@ class FusionBench {
       for (auto& t : smalls) direct(t);
     };
     auto stepSmallTotal = [&] { direct(smallWhole); };
+    Result dSmallSeg = result("direct-small-segmented", smallTotal * sizeof(float));
+    dSmallSeg.tensors = smalls.size();
+    std::vector<AllreduceSegment> smallSegments;
+    for (auto& t : smalls) smallSegments.push_back({t.data(), t.data(), t.size()});
+    auto stepSmallSeg = [&] {
+      AllreduceOptions a;
+      a.count = smallTotal;
+      a.dtype = DataType::kFloat32;
+      a.op = ReduceOp::kAverage;
+      a.segments = smallSegments.data();
+      a.segmentCount = smallSegments.size();
+      comm_->allreduce(a);
+    };
     d64.steps = stepsPerWindow(stepDirect64);
     dTotal.steps = stepsPerWindow(stepTotal);
     copy.steps = stepsPerWindow(stepCopy);
     dSmall.steps = stepsPerWindow(stepSmall);
     dSmallTotal.steps = stepsPerWindow(stepSmallTotal);
+    dSmallSeg.steps = stepsPerWindow(stepSmallSeg);
     startRuntime();
     r64.steps = stepsPerWindow(throughRuntime);
     stopRuntime();
@@ -512,6 +529,7 @@ class FusionBench {
       copy.perSecond.push_back(window(copy.steps, stepCopy));
       dSmall.perSecond.push_back(window(dSmall.steps, stepSmall));
       dSmallTotal.perSecond.push_back(window(dSmallTotal.steps, stepSmallTotal));
+      dSmallSeg.perSecond.push_back(window(dSmallSeg.steps, stepSmallSeg));
       startRuntime();
       r64.perSecond.push_back(window(r64.steps, throughRuntime));
       stopRuntime();
@@ -546,6 +564,19 @@ class FusionBench {
       ok = ok && good;
     }
     {
+      for (size_t i = 0; i < smalls.size(); ++i)
+        fill(smalls[i].data(), smalls[i].size(), rank_, i);
+      stepSmallSeg();
+      std::string bad;
+      for (size_t i = 0; i < smalls.size() && bad.empty(); ++i) {
+        bad = verify(smalls[i].data(), smalls[i].size(), size_, i, dSmallSeg.name);
+      }
+      reportBad(bad);
+      const bool good = sync_.allOk(bad.empty());
+      dSmallSeg.check = good ? "ok" : "FAIL";
+      ok = ok && good;
+    }
+    {
       for (size_t i = 0; i < parts.size(); ++i)
         fill(parts[i].data(), parts[i].size(), rank_, i);
       std::fill(whole.begin(), whole.end(), -1.0f);
@@ -573,6 +604,7 @@ class FusionBench {
     print(copy, ro);
     print(dSmall, ro);
     print(dSmallTotal, ro);
+    print(dSmallSeg, ro);
     return ok ? 0 : 1;
   }
 
