@@ -9,13 +9,14 @@
 //   1. copy-in   each rank copies its chunk of `send` into its staging slot
 //                and publishes "arrived = step" (counter 0);
 //   2. reduce    after all arrived, rank r reduces slice r of the chunk
-//                out of all n staging slots in place into its own slot and
+//                straight out of all n staging slots into its `recv`, writes
+//                the reduced slice back into its own staging slot and
 //                publishes "reduced = step" (counter 1);
-//   3. copy-out  copy the own slice, then for every other rank q, once q
-//                reduced, slice q from q's staging slot into `recv`.
+//   3. copy-out  for every other rank q, once q reduced, copy slice q from
+//                q's staging slot into `recv`.
 //
 // Per rank and byte: one copy in, one read of the n slices, one write of
-// the own reduced slice, one copy out of every slice. Small
+// the own reduced slice (twice), one copy out of the others' slices. Small
 // chunks skip phases 2-3: every rank reduces the whole chunk itself, which
 // is one synchronisation instead of two.
 //
@@ -38,10 +39,11 @@
 //
 // A segmented vector (AllreduceArgs::segments, e.g. a fusion bucket's
 // tensors) goes the same way: the copy-in gathers each chunk from the
-// segments' send buffers (with non-temporal stores, see below), the
-// reduction works on the staging slots as for a contiguous vector, and the
-// copy-out scatters into the segments' recv buffers, so a fused bucket
-// costs no more memory traffic than one contiguous vector.
+// segments' send buffers (with non-temporal stores, see below), each rank
+// reduces its slice in place in its staging slot (one kernel call however
+// many segments the slice spans) and the copy-out scatters every slice into
+// the segments' recv buffers, so a fused bucket costs no more memory
+// traffic than one contiguous vector.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -196,19 +198,28 @@ void allreduceShm(Context& ctx, const AllreduceArgs& args) {
       // Slice r covers [begin(r), begin(r+1)), whole cache lines except the last.
       const size_t units = (elems + unit - 1) / unit;
       auto begin = [&](int r) { return std::min(elems, units * r / n * unit); };
-      // The own slice is reduced in place in the own staging slot (one
-      // kernel call and one division however many segments it spans, and
-      // the result stays in cache), published, then every slice, the own
-      // one first, is copied out into `recv`.
       const size_t lo = begin(me), hi = begin(me + 1);
       for (int r = 0; r < n; ++r) srcs[r] = g.staging(r, slot) + lo * es;
       uint8_t* mine = g.staging(me, slot) + lo * es;
-      if (hi > lo) {
+      if (hi > lo && args.segmentCount > 0) {
+        // Segmented: the own slice is reduced in place in the own staging
+        // slot (one kernel call and one division however many segments
+        // it spans), then copied out into the segments.
         reduceMany(mine, srcs.data(), n, hi - lo, args.dtype, args.op);
         if (args.divisor > 1) divideInPlace(mine, hi - lo, args.dtype, args.divisor);
+        g.publish(1, step);
+        v.scatterRecv(mine, offset + lo, offset + hi);
+      } else {
+        // Contiguous: reduced straight into `recv`, then copied into the
+        // staging slot for the others (measured a few percent faster on
+        // 64 MiB than the order above).
+        if (hi > lo) {
+          reduceInto(v, offset + lo, offset + hi, srcs.data(), n, es, args.dtype, args.op,
+                     args.divisor, shifted);
+          v.gatherRecv(mine, offset + lo, offset + hi);
+        }
+        g.publish(1, step);
       }
-      g.publish(1, step);
-      if (hi > lo) v.scatterRecv(mine, offset + lo, offset + hi);
       for (int k = 1; k < n; ++k) {
         const int q = (me + k) % n;  // stagger readers across owners
         const size_t qlo = begin(q), qhi = begin(q + 1);
