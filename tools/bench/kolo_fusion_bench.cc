@@ -550,32 +550,22 @@ class FusionBench {
     check(d64, big, stepDirect64, 1);
     check(dTotal, whole, stepTotal, 2);
     check(dSmallTotal, smallWhole, stepSmallTotal, 4);
-    {
+    // (b)'s tensors, each filled with its own index's values.
+    auto checkSmalls = [&](Result& res, const std::function<void()>& f) {
       for (size_t i = 0; i < smalls.size(); ++i)
         fill(smalls[i].data(), smalls[i].size(), rank_, i);
-      stepSmall();
+      f();
       std::string bad;
       for (size_t i = 0; i < smalls.size() && bad.empty(); ++i) {
-        bad = verify(smalls[i].data(), smalls[i].size(), size_, i, dSmall.name);
+        bad = verify(smalls[i].data(), smalls[i].size(), size_, i, res.name);
       }
       reportBad(bad);
       const bool good = sync_.allOk(bad.empty());
-      dSmall.check = good ? "ok" : "FAIL";
+      res.check = good ? "ok" : "FAIL";
       ok = ok && good;
-    }
-    {
-      for (size_t i = 0; i < smalls.size(); ++i)
-        fill(smalls[i].data(), smalls[i].size(), rank_, i);
-      stepSmallSeg();
-      std::string bad;
-      for (size_t i = 0; i < smalls.size() && bad.empty(); ++i) {
-        bad = verify(smalls[i].data(), smalls[i].size(), size_, i, dSmallSeg.name);
-      }
-      reportBad(bad);
-      const bool good = sync_.allOk(bad.empty());
-      dSmallSeg.check = good ? "ok" : "FAIL";
-      ok = ok && good;
-    }
+    };
+    checkSmalls(dSmall, stepSmall);
+    checkSmalls(dSmallSeg, stepSmallSeg);
     {
       for (size_t i = 0; i < parts.size(); ++i)
         fill(parts[i].data(), parts[i].size(), rank_, i);
