@@ -10,8 +10,8 @@
 //   its segment, `at` is the piece's offset from `begin` (elements), `n`
 //   its length; pieces come in order, empty segments are skipped.
 // - gatherSend / gatherRecv copy [begin, end) out of the send / recv sides
-//   into a contiguous buffer; gatherSendStreaming does it with
-//   non-temporal stores (stream_copy.h) and one fence at the end; scatterRecv copies a
+//   into a contiguous buffer; gatherSendStreaming does it with non-temporal
+//   stores (stream_copy.h) and one fence at the end; scatterRecv copies a
 //   contiguous buffer into the recv side of [begin, end).
 // - Holds pointers only: the segments must outlive the view.
 #pragma once
