@@ -141,7 +141,8 @@ class Runtime {
   // the runtime).
   const std::shared_ptr<SubmissionQueue> queue_ = std::make_shared<SubmissionQueue>();
 
-  // Lock order: mu_, then the queue's lock, then a Handle's lock.
+  // Lock order: mu_, then the queue's lock (handles hold no lock; a
+  // handle's wait() takes only the queue's, to ring it).
   mutable std::mutex mu_;
   // Names pending on this rank (guarded by mu_): interned once, then a flag
   // per id, so a steady-state enqueue allocates nothing for its name.

@@ -14,7 +14,7 @@ bool SubmissionQueue::push(Submission item) {
     items_.push_back(std::move(item));
     ++pushed_;
     notify = waitingForItem_;
-    if (notify) gathering_.store(true, std::memory_order_release);
+    if (notify) openWindowLocked();
   }
   if (notify) cv_.notify_all();
   return true;
@@ -28,7 +28,7 @@ bool SubmissionQueue::pushAll(std::vector<Submission> items) {
     for (auto& item : items) items_.push_back(std::move(item));
     pushed_ += items.size();
     notify = waitingForItem_;
-    if (notify) gathering_.store(true, std::memory_order_release);
+    if (notify) openWindowLocked();
   }
   if (notify) cv_.notify_all();
   return true;
@@ -44,8 +44,7 @@ void SubmissionQueue::drainInto(std::vector<Submission>& out) {
   out.clear();
   std::lock_guard<std::mutex> lock(mu_);
   out.swap(items_);
-  gathering_.store(false, std::memory_order_relaxed);
-  rung_ = false;
+  closeWindowLocked();
 }
 
 bool SubmissionQueue::waitUntil(Clock::time_point deadline, bool wakeOnItem) {
@@ -56,7 +55,7 @@ bool SubmissionQueue::waitUntil(Clock::time_point deadline, bool wakeOnItem) {
   waitingForItem_ = false;
   const bool items = !woken_ && !closed_ && !items_.empty();
   woken_ = false;
-  if (items && wakeOnItem) gathering_.store(true, std::memory_order_release);
+  if (items && wakeOnItem) openWindowLocked();
   return items;
 }
 
@@ -69,6 +68,14 @@ void SubmissionQueue::waitQuiet(Clock::duration quiet, Clock::time_point deadlin
     if (rung_ || pushed_ == before || Clock::now() >= deadline) break;
   }
   woken_ = false;
+  closeWindowLocked();
+}
+
+void SubmissionQueue::openWindowLocked() {
+  gathering_.store(true, std::memory_order_release);
+}
+
+void SubmissionQueue::closeWindowLocked() {
   gathering_.store(false, std::memory_order_relaxed);
   rung_ = false;
 }

@@ -74,6 +74,10 @@ class SubmissionQueue {
   size_t size() const;
 
  private:
+  // The gathering window (see ring()); both need mu_ held.
+  void openWindowLocked();
+  void closeWindowLocked();
+
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
   std::vector<Submission> items_;
