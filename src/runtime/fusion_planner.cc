@@ -10,7 +10,6 @@
 #include "runtime/fusion_planner.h"
 
 #include <algorithm>
-#include <map>
 #include <tuple>
 
 namespace kolo::runtime {
@@ -29,12 +28,18 @@ std::vector<Bucket> planBuckets(const std::vector<ReadyOp>& ready, int64_t thres
                                 size_t aloneBytes) {
   const size_t threshold = thresholdBytes > 0 ? static_cast<size_t>(thresholdBytes) : 0;
   std::vector<Bucket> buckets;
-  std::map<FusionKey, size_t> open;  // key -> index of its open bucket
+  // Each key's open bucket (index into buckets). A cycle has one key or a
+  // few, so a linear search beats a map's node walk per operation.
+  std::vector<std::pair<FusionKey, size_t>> open;
+  auto openOf = [&open](const FusionKey& key) {
+    return std::find_if(open.begin(), open.end(),
+                        [&key](const auto& o) { return o.first == key; });
+  };
 
   // Places members [first, last) (all allreduces of one key) as a unit.
   auto place = [&](const size_t* first, const size_t* last, size_t bytes) {
     const FusionKey key = keyOf(*ready[*first].spec);
-    auto it = open.find(key);
+    auto it = openOf(key);
     if (threshold > 0 && it != open.end() &&
         buckets[it->second].bytes + bytes <= threshold) {
       auto& b = buckets[it->second];
@@ -45,7 +50,13 @@ std::vector<Bucket> planBuckets(const std::vector<ReadyOp>& ready, int64_t thres
     buckets.push_back(Bucket{std::vector<size_t>(first, last), bytes});
     // One at or above the threshold stays alone and leaves the key's open
     // bucket open.
-    if (threshold > 0 && bytes < threshold) open[key] = buckets.size() - 1;
+    if (threshold > 0 && bytes < threshold) {
+      if (it != open.end()) {
+        it->second = buckets.size() - 1;
+      } else {
+        open.emplace_back(key, buckets.size() - 1);
+      }
+    }
   };
 
   for (size_t i = 0; i < ready.size(); ++i) {
