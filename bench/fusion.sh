@@ -8,7 +8,7 @@
 #
 #   bench/fusion.sh [--build-dir build] [--repeats 3] [--windows 5]
 #                   [--window-time 0.5] [--stat best|median] [--out DIR] [--nice N]
-#                   [--strict] [--from DIR]
+#                   [--strict] [--from DIR] [--hosts H [--rate R]]
 #
 # Workloads (tools/bench/fusion_workload.h), each step submitting every
 # tensor's average allreduce in backward order, then waiting for all:
@@ -27,6 +27,11 @@
 # --repeats times, the runs interleaved, and the best run (highest steps/s:
 # the one least disturbed on a shared machine) or the median run is kept.
 # --from DIR prints the tables again from an earlier run's raw output.
+# --hosts H spreads the ranks over H hosts that are network namespaces of
+# this machine (tests/multihost/netns.sh; needs root), NP/H ranks each, the
+# ranks of different hosts talking TCP over veth links (shaped to --rate
+# each way with tc tbf when given): kolo through kolorun -H, MPI through
+# mpirun -H (TCP BTL), gloo one process per rank in its host's namespace.
 #
 # Exit status: 0 when every run worked and every result was right (goals
 # missed are reported; with --strict they exit 3); 1 when a run failed or a
@@ -46,6 +51,8 @@ STAT=best
 FROM=""
 PYTHON=/usr/bin/python3
 RUN_TIMEOUT=600
+HOSTS=1
+RATE=""
 
 usage() {
   sed -n '2,/^set -e/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
@@ -61,6 +68,8 @@ Options:
   --from DIR         no runs: the tables (and plot) from DIR's raw output
   --nice N           run every peer under 'nice -n N'
   --strict           exit 3 when a goal is missed
+  --hosts H          ranks on H network-namespace hosts (1: this host, no namespaces)
+  --rate R           with --hosts: tc rate of every host link, e.g. 10gbit (unshaped)
 EOF
 }
 
@@ -86,6 +95,8 @@ while [ $# -gt 0 ]; do
     --from) FROM="$2" ;;
     --out) OUT_DIR="$2" ;;
     --nice) NICE="$2" ;;
+    --hosts) HOSTS="$2" ;;
+    --rate) RATE="$2" ;;
     *) die_usage "$1: unknown option" ;;
   esac
   shift 2
@@ -96,6 +107,9 @@ done
 [[ "$WINDOW_TIME" =~ ^[0-9]*\.?[0-9]+$ ]] || die_usage "--window-time '$WINDOW_TIME': expected seconds"
 [[ "$NICE" =~ ^-?[0-9]+$ ]] || die_usage "--nice '$NICE': expected an integer"
 [[ "$STAT" == best || "$STAT" == median ]] || die_usage "--stat '$STAT': expected best or median"
+[[ "$HOSTS" =~ ^[1-9][0-9]*$ ]] || die_usage "--hosts '$HOSTS': expected a positive integer"
+[ $((NP % HOSTS)) -eq 0 ] || die_usage "--hosts $HOSTS: does not divide --np $NP"
+[ -z "$RATE" ] || [ "$HOSTS" -gt 1 ] || die_usage "--rate: only with --hosts 2 or more"
 
 failed=0
 PEERS=()
@@ -135,30 +149,66 @@ else
   [ "$NICE" -ne 0 ] && RUN=(nice -n "$NICE" timeout "$RUN_TIMEOUT")
   COMMON=(--json --windows "$WINDOWS" --window-time "$WINDOW_TIME")
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  # Launch words of each kind of peer: this host, or the namespaces.
+  KOLORUN=("$BIN/kolorun" -np "$NP")
+  MPIRUN=(mpirun -np "$NP" --oversubscribe)
+  PER_HOST=$((NP / HOSTS))
+  if [ "$HOSTS" -gt 1 ]; then
+    # shellcheck source=tests/multihost/netns.sh
+    source "$ROOT/tests/multihost/netns.sh"
+    netns_require
+    netns_up "$HOSTS" "$RATE"
+    KOLORUN=("$BIN/kolorun" -np "$NP" -H "$(netns_hosts "$PER_HOST")"
+      --ssh-command "$NETNS_SSH")
+    # As tests/multihost/mpirun_allreduce_test.sh: mpirun starts every orted
+    # itself through the agent, OpenMPI's traffic stays on the hosts' subnet.
+    MPIRUN=(mpirun -np "$NP" -H "$(netns_hosts "$PER_HOST")"
+      --mca plm_rsh_agent "$NETNS_SSH" --mca plm_rsh_no_tree_spawn 1
+      --mca btl self,vader,tcp --mca btl_tcp_if_include "$NETNS_SUBNET.0/24"
+      --mca oob_tcp_if_include "$NETNS_SUBNET.0/24" -x PATH -x LD_LIBRARY_PATH)
+  fi
+  # gloo: spawns its ranks on this host, or one process per rank in its
+  # host's namespace meeting at host 1 (rank 0).
+  run_gloo() {
+    if [ "$HOSTS" -eq 1 ]; then
+      "${RUN[@]}" "$PYTHON" "$ROOT/bench/gloo_fusion.py" -np "$NP" "$@"
+      return
+    fi
+    local r pids=() rc=0 port=$((29500 + $$ % 1000))
+    for ((r = 0; r < NP; r++)); do
+      netns_exec $((r / PER_HOST + 1)) "${RUN[@]}" "$PYTHON" "$ROOT/bench/gloo_fusion.py" \
+        -np "$NP" --rank "$r" --master "${NETNS_IPS[1]}:$port" --ifname eth0 "$@" &
+      pids+=($!)
+    done
+    for r in "${pids[@]}"; do wait "$r" || rc=$?; done
+    return $rc
+  }
 
   run_peer() {  # peer, workload, output file
     local peer="$1" w="$2" out="$3"
     case "$peer" in
       kolo-fused)
-        KOLO_FUSION_THRESHOLD=67108864 "${RUN[@]}" "$BIN/kolorun" -np "$NP" \
+        KOLO_FUSION_THRESHOLD=67108864 "${RUN[@]}" "${KOLORUN[@]}" \
           "$BIN/kolo-fusion-bench" --workload "$w" "${COMMON[@]}" ;;
       kolo-unfused)
-        KOLO_FUSION_THRESHOLD=0 "${RUN[@]}" "$BIN/kolorun" -np "$NP" \
+        KOLO_FUSION_THRESHOLD=0 "${RUN[@]}" "${KOLORUN[@]}" \
           "$BIN/kolo-fusion-bench" --workload "$w" "${COMMON[@]}" ;;
       mpi)
-        "${RUN[@]}" mpirun -np "$NP" --oversubscribe "$BIN/mpi-fusion-bench" \
+        "${RUN[@]}" "${MPIRUN[@]}" "$BIN/mpi-fusion-bench" \
           --tensors "$OUT_DIR/$w.tensors" --workload "$w" "${COMMON[@]}" ;;
       gloo)
-        "${RUN[@]}" "$PYTHON" "$ROOT/bench/gloo_fusion.py" -np "$NP" \
-          --tensors "$OUT_DIR/$w.tensors" --workload "$w" "${COMMON[@]}" ;;
+        run_gloo --tensors "$OUT_DIR/$w.tensors" --workload "$w" "${COMMON[@]}" ;;
       direct)
-        KOLO_FUSION_THRESHOLD=67108864 "${RUN[@]}" "$BIN/kolorun" -np "$NP" \
+        KOLO_FUSION_THRESHOLD=67108864 "${RUN[@]}" "${KOLORUN[@]}" \
           "$BIN/kolo-fusion-bench" --mode direct "${COMMON[@]}" ;;
     esac > "$out" 2> "${out%.jsonl}.stderr"
   }
 
   cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -1)"
-  echo "# fusion: $NP ranks on one host; workloads (a) resnet50, (b) small; peers ${PEERS[*]} + direct"
+  where="one host"
+  [ "$HOSTS" -gt 1 ] && where="$HOSTS network-namespace hosts ($PER_HOST each, links ${RATE:-unshaped})"
+  echo "$where" > "$OUT_DIR/where"
+  echo "# fusion: $NP ranks on $where; workloads (a) resnet50, (b) small; peers ${PEERS[*]} + direct"
   echo "# machine: $(nproc) cores, $cpu, load $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# each run: $WINDOWS windows of ~$WINDOW_TIME s, median steps/s; $REPEATS runs per peer" \
     "(interleaved), median of the runs kept"
@@ -219,6 +269,12 @@ def ratio(a, b):
     return a / b if (a and b) else None
 
 fmt = lambda v, d=1: f"{v:.{d}f}" if v is not None else "-"
+try:
+    with open(os.path.join(out_dir, "where")) as f:
+        where = f.read().strip()
+except OSError:
+    where = "one host"
+print(f"\n# ranks on {where}")
 names = {"resnet50": "(a) resnet50", "small": "(b) small"}
 cols = ["kolo-fused", "kolo-unfused", "mpi", "gloo"]
 nruns = max((len(v) for v in runs.values()), default=0)
@@ -296,7 +352,7 @@ try:
         ax.set_title(f"{names[w]}: {meta.get((w, 'tensors'), '?')} tensors")
         ax.set_ylabel("steps / s (higher is better)")
         ax.tick_params(axis="x", labelsize=8)
-    fig.suptitle(f"kolo runtime fusion, {np} ranks, one host ({stat} of {nruns} runs)")
+    fig.suptitle(f"kolo runtime fusion, {np} ranks, {where} ({stat} of {nruns} runs)")
     fig.tight_layout()
     png = os.path.join(out_dir, "fusion.png")
     fig.savefig(png, dpi=100)

@@ -20,6 +20,11 @@ rank-dependent values ((3 * rank + tensor + index) mod 11), one more step
 runs and every element is compared with the average; exit 1 when one is
 wrong.
 
+With --master ADDR:PORT --rank R it runs one rank in this process instead
+(the others started the same way, e.g. one per host, -np the world size),
+over the interface --ifname (default: lo):
+    ip netns exec HOST1 python3 bench/gloo_fusion.py -np 2 --rank 0 \
+        --master 10.1.2.1:29500 --ifname eth0 --tensors ...
 Needs Debian's python3-torch (run with /usr/bin/python3).
 """
 
@@ -45,11 +50,19 @@ def parse_args(argv):
     p.add_argument("--steps", type=int, default=0, help="steps per window (0: from time)")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps (3)")
     p.add_argument("--json", action="store_true", help="one JSON object")
+    p.add_argument("--rank", type=int, default=-1,
+                   help="with --master: run this one rank here (no spawning)")
+    p.add_argument("--master", default="", help="ADDR:PORT of rank 0's rendezvous")
+    p.add_argument("--ifname", default="lo", help="network interface of gloo (lo)")
     a = p.parse_args(argv)
     if a.ranks < 1 or a.windows < 1 or a.warmup < 0 or a.steps < 0:
         p.error("-np and --windows must be >= 1, --warmup and --steps >= 0")
     if not 0 < a.window_time < 3600:
         p.error(f"--window-time '{a.window_time}': expected seconds in (0, 3600)")
+    if bool(a.master) != (a.rank >= 0):
+        p.error("--master and --rank go together")
+    if a.master and not 0 <= a.rank < a.ranks:
+        p.error(f"--rank {a.rank}: expected 0..{a.ranks - 1} (-np {a.ranks})")
     try:
         with open(a.tensors) as f:
             a.counts = [int(line.split()[0]) for line in f
@@ -67,13 +80,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def worker(rank, args, port, result_queue):
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+def worker(rank, args, port, result_queue, master="127.0.0.1"):
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", args.ifname)
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group("gloo", init_method=f"tcp://{master}:{port}", rank=rank,
                             world_size=args.ranks, timeout=datetime.timedelta(seconds=120))
     n = args.ranks
     tensors = [torch.empty(c, dtype=torch.float32) for c in args.counts]
@@ -154,8 +167,18 @@ def worker(rank, args, port, result_queue):
     result_queue.put((rank, check == "ok"))
 
 
+class _Result:
+    def put(self, item):
+        self.item = item
+
+
 def main():
     args = parse_args(sys.argv[1:])
+    if args.master:
+        host, _, port = args.master.rpartition(":")
+        result = _Result()
+        worker(args.rank, args, int(port), result, master=host)
+        sys.exit(0 if result.item[1] else 1)
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
