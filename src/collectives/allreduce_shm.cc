@@ -11,21 +11,20 @@
 //                publishes "arrived = step" (counter 0);
 //   2. reduce    after all arrived, rank r reduces slice r of the chunk out
 //                of the others' staging slots and its own `send`, straight
-//                into its `recv`, block by block, copying each reduced block
-//                (still in L1) into its own staging slot for the others, and
-//                publishes "reduced = step" (counter 1);
+//                into its `recv`, copies the result into its own staging
+//                slot for the others and publishes "reduced = step"
+//                (counter 1);
 //   3. copy-out  for every other rank q, once q reduced, copy slice q from
 //                q's staging slot into `recv`.
 //
 // Per rank and byte: one copy in of the others' slices, one read of the n
-// slices, one write of the own reduced slice (twice, the second from L1),
-// one copy out of the others' slices. With 2 ranks that is 4 passes over
-// the vector's bytes where staging the own slice too took 5.5. In place
-// (send == recv) works: the own slice of `send` is read only by its own
-// reduction, element by element, and the other slices are staged before
-// any copy-out writes them. Small chunks skip phases 2-3: every rank
-// reduces the whole chunk itself, which is one synchronisation instead of
-// two.
+// slices, one write of the own reduced slice (twice), one copy out of the
+// others' slices. With 2 ranks that is 4 passes over the vector's bytes
+// where staging the own slice too took 5. In place (send == recv) works:
+// the own slice of `send` is read only by its own reduction, element by
+// element, and the other slices are staged before any copy-out writes
+// them. Small chunks skip phases 2-3: every rank stages and reduces the
+// whole chunk itself, which is one synchronisation instead of two.
 //
 // Reuse of a staging slot two steps later is safe without further
 // synchronisation: a rank publishes "arrived = s+1" only after it finished
@@ -45,12 +44,13 @@
 // reduces the n inline payloads itself.
 //
 // A segmented vector (AllreduceArgs::segments, e.g. a fusion bucket's
-// tensors) goes the same way: the copy-in gathers each chunk from the
-// segments' send buffers (with non-temporal stores, see below), the own
-// slice is reduced piece by piece from the segments' send buffers into
-// their recv buffers, and the copy-out scatters the other slices into the
-// segments' recv buffers, so a fused bucket costs no more memory traffic
-// than one contiguous vector.
+// tensors) goes the same way, except that its copy-in gathers the whole
+// chunk from the segments' send buffers, own slice included (with
+// non-temporal stores, see below), each rank reduces its slice in place in
+// its staging slot (one kernel call however many segments the slice spans)
+// and the copy-out scatters every slice into the segments' recv buffers,
+// so a fused bucket costs no more memory traffic than one contiguous
+// vector did before it stopped staging its own slice.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -108,33 +108,24 @@ void reduceInto(const SegmentView& v, size_t begin, size_t end, const void* cons
   });
 }
 
-// Blocks of the own slice's reduction: small enough that a reduced block
-// is still in L1 when it is copied into the staging slot.
-constexpr size_t kReduceBlockBytes = 8 * 1024;
-
 // Rank `me`'s slice, elements [begin, end) of `v`: recv = the reduction of
 // the n sources, where source r != me is peers[r] (the slice in r's staging
 // slot) and source me is `v`'s own send side, divided by `divisor` when it
-// is above 1; each reduced block is then copied to `staged` (this rank's
-// staging slot at the slice) for the others.
+// is above 1; each reduced piece is then copied to `staged` (this rank's
+// staging slot at the slice) for the others. The contiguous path's one
+// piece per chunk.
 void reduceOwnSlice(const SegmentView& v, size_t begin, size_t end,
                     const void* const* peers, int me, int n, size_t es, DataType dtype,
                     ReduceOp op, int divisor, uint8_t* staged,
                     std::vector<const void*>& srcs) {
   srcs.resize(n);
-  const size_t block = std::max<size_t>(1, kReduceBlockBytes / es);
   v.forEach(begin, end, [&](const uint8_t* send, uint8_t* recv, size_t at, size_t m) {
-    for (size_t b = 0; b < m; b += block) {
-      const size_t k = std::min(block, m - b);
-      for (int r = 0; r < n; ++r) {
-        srcs[r] = r == me ? send + b * es
-                          : static_cast<const uint8_t*>(peers[r]) + (at + b) * es;
-      }
-      uint8_t* out = recv + b * es;
-      reduceMany(out, srcs.data(), n, k, dtype, op);
-      if (divisor > 1) divideInPlace(out, k, dtype, divisor);
-      std::memcpy(staged + (at + b) * es, out, k * es);
+    for (int r = 0; r < n; ++r) {
+      srcs[r] = r == me ? send : static_cast<const uint8_t*>(peers[r]) + at * es;
     }
+    reduceMany(recv, srcs.data(), n, m, dtype, op);
+    if (divisor > 1) divideInPlace(recv, m, dtype, divisor);
+    std::memcpy(staged + at * es, recv, m * es);
   });
 }
 
@@ -217,23 +208,32 @@ void allreduceShm(Context& ctx, const AllreduceArgs& args) {
     const size_t units = (elems + unit - 1) / unit;
     auto begin = [&](int r) { return std::min(elems, units * r / n * unit); };
     const size_t lo = pipelined ? begin(me) : 0, hi = pipelined ? begin(me + 1) : 0;
-    // Copy-in of everything but the own slice [lo, hi). A segmented chunk
-    // of the pipelined path is gathered with non-temporal stores: copied
-    // piece by piece with plain stores into lines the peers read last step,
-    // it took twice as long as one memcpy of a contiguous chunk
-    // (docs/performance.md); streamed, it takes the same time. A contiguous
-    // chunk keeps memcpy, which was as fast.
+    // A contiguous chunk of the pipelined path stages all but the own slice
+    // (memcpy). A segmented one stages all of it, with non-temporal stores:
+    // copied piece by piece with plain stores into lines the peers read last
+    // step, it took twice as long as one memcpy of a contiguous chunk
+    // (docs/performance.md); streamed, it takes the same time. Its own slice
+    // is then reduced in place in the slot, one kernel call however many
+    // pieces it spans: reducing piece by piece from the pieces (as the
+    // contiguous path does with its one piece) measured 5-12% slower on
+    // this machine in its slower state (docs/performance.md).
+    const bool segmented = args.segmentCount > 0 && pipelined;
+    const bool stageOwn = !pipelined || segmented;
     uint8_t* stage = g.staging(me, slot);
     auto gather = [&](size_t from, size_t to) {
       if (from >= to) return;
-      if (args.segmentCount > 0 && pipelined) {
+      if (segmented) {
         v.gatherSendStreaming(stage + from * es, offset + from, offset + to);
       } else {
         v.gatherSend(stage + from * es, offset + from, offset + to);
       }
     };
-    gather(0, lo);
-    gather(hi, elems);
+    if (stageOwn) {
+      gather(0, elems);
+    } else {
+      gather(0, lo);
+      gather(hi, elems);
+    }
     g.publish(0, step);
     g.waitForAll(0, step);
     if (first && ctx.check != nullptr) verifyInline(g, slot, step, *ctx.check);
@@ -245,9 +245,19 @@ void allreduceShm(Context& ctx, const AllreduceArgs& args) {
                  shifted);
     } else {
       for (int r = 0; r < n; ++r) srcs[r] = g.staging(r, slot) + lo * es;
-      reduceOwnSlice(v, offset + lo, offset + hi, srcs.data(), me, n, es, args.dtype,
-                     args.op, args.divisor, stage + lo * es, shifted);
-      g.publish(1, step);
+      if (segmented) {
+        uint8_t* mine = stage + lo * es;
+        if (hi > lo) {
+          reduceMany(mine, srcs.data(), n, hi - lo, args.dtype, args.op);
+          if (args.divisor > 1) divideInPlace(mine, hi - lo, args.dtype, args.divisor);
+        }
+        g.publish(1, step);
+        v.scatterRecv(mine, offset + lo, offset + hi);
+      } else {
+        reduceOwnSlice(v, offset + lo, offset + hi, srcs.data(), me, n, es, args.dtype,
+                       args.op, args.divisor, stage + lo * es, shifted);
+        g.publish(1, step);
+      }
       for (int k = 1; k < n; ++k) {
         const int q = (me + k) % n;  // stagger readers across owners
         const size_t qlo = begin(q), qhi = begin(q + 1);
