@@ -162,6 +162,7 @@ else
       --ssh-command "$NETNS_SSH")
     # As tests/multihost/mpirun_allreduce_test.sh: mpirun starts every orted
     # itself through the agent, OpenMPI's traffic stays on the hosts' subnet.
+    # shellcheck disable=SC2054  # the commas are inside one value
     MPIRUN=(mpirun -np "$NP" -H "$(netns_hosts "$PER_HOST")"
       --mca plm_rsh_agent "$NETNS_SSH" --mca plm_rsh_no_tree_spawn 1
       --mca btl self,vader,tcp --mca btl_tcp_if_include "$NETNS_SUBNET.0/24"

@@ -5,7 +5,8 @@
 // - allreduce operations with the same dtype, reduction and scale factors
 //   are packed together while the bucket's bytes stay within the threshold;
 //   an operation larger than the threshold, or larger than `aloneBytes`
-//   (kFusionAloneBytes, 256 KiB, by default), gets a bucket of its own: the
+//   (kFusionAloneBytes, 256 KiB, by default; the runtime passes no limit
+//   when its team spans hosts), gets a bucket of its own: the
 //   runtime runs it in place in the caller's buffer, since copying a large
 //   tensor into and out of the fusion buffer costs about as much as its
 //   allreduce and fusing it saves nothing (docs/performance.md, "The

@@ -229,6 +229,11 @@ Runtime::Runtime(std::shared_ptr<Communicator> comm, RuntimeOptions options)
       options_(std::move(options)),
       rank_(comm_->rank()),
       size_(comm_->size()),
+      // One host: a large tensor runs alone, in place (copying it into a
+      // bucket costs about what its allreduce does). Across hosts every
+      // allreduce pays the network's latency, more than the copy: fuse all.
+      fusionAloneBytes_(comm_->layout().crossSize > 1 ? std::numeric_limits<size_t>::max()
+                                                      : kFusionAloneBytes),
       negotiator_(rank_, size_, std::max<size_t>(1, options_.cacheCapacity)),
       straggler_(size_, options_.stragglerMarginSeconds) {
   if (options_.deterministic) {
@@ -698,7 +703,8 @@ void Runtime::loop() {
       // Run the ready operations, bucket by bucket, in the same order on
       // every rank.
       cycleBytes_ = 0;
-      const auto buckets = planBuckets(outcome.ready, outcome.fusionThresholdBytes);
+      const auto buckets =
+          planBuckets(outcome.ready, outcome.fusionThresholdBytes, fusionAloneBytes_);
       for (size_t b = 0; b < buckets.size(); ++b) {
         runBucket(buckets[b].members, outcome.ready, buckets[b].bytes,
                   static_cast<int>(b));

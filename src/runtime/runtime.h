@@ -135,6 +135,9 @@ class Runtime {
   RuntimeOptions options_;
   const int rank_;
   const int size_;
+  // Allreduces above this run alone (fusion_planner.h): kFusionAloneBytes
+  // on one host, no limit when the team spans hosts (docs/runtime.md).
+  const size_t fusionAloneBytes_;
   std::string algorithm_;  // AllreduceOptions::algorithm ("ordered" when
                            // deterministic and built in)
   // Shared with the handles, which ring it from wait() (and may outlive
