@@ -560,6 +560,63 @@ TEST(RuntimeTest, TimelineAndStragglerReport) {
   EXPECT_EQ(text.back() == '\n' ? text[text.size() - 2] : text.back(), ']') << text;
 }
 
+// Allreduces above kFusionAloneBytes run alone on one host and are fused
+// when the team spans hosts (pretend hosts: tcp between them). Rank 0's
+// timeline names each collective's bucket: over 5 steps of two 512 KiB
+// tensors submitted together, a bucket of both appears across hosts (the
+// two reach every rank in one cycle in at least one step) and never on one
+// host.
+TEST(RuntimeTest, LargeAllreducesFuseOnlyAcrossHosts) {
+  for (const bool hosts : {false, true}) {
+    SCOPED_TRACE(hosts ? "2 hosts" : "1 host");
+    const std::string path = ::testing::TempDir() + "runtime_alone_" +
+                             std::to_string(getpid()) + (hosts ? "_h" : "_1") + ".json";
+    RuntimeOptions o = fastOptions();
+    o.cycleTimeMs = 20;  // a wide gathering window
+    o.timelinePath = path;
+    test::withCommunicators(
+        2, test::testSettings(),
+        [&](Communicator& c) {
+          EXPECT_EQ(c.layout().crossSize, hosts ? 2 : 1);
+          Runtime rt(borrow(c), o);
+          const size_t n = 128 * 1024;  // 512 KiB
+          std::vector<float> a(n), b(n);
+          for (int step = 0; step < 5; ++step) {
+            std::fill(a.begin(), a.end(), float(c.rank() + 1));
+            std::fill(b.begin(), b.end(), float(2 * c.rank() + 1));
+            auto ha = rt.enqueue(allreduce("alone.a", a));
+            auto hb = rt.enqueue(allreduce("alone.b", b));
+            ha->wait();
+            hb->wait();
+            EXPECT_EQ(a[n - 1], 3.0f);
+            EXPECT_EQ(b[n - 1], 4.0f);
+          }
+          OpRequest end;
+          end.spec.name = "test.end";
+          end.spec.kind = OpKind::kBarrier;
+          rt.enqueue(end)->wait();
+          rt.shutdown();
+        },
+        [&](int rank) { return hosts ? "host" + std::to_string(rank) : "host"; });
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    ASSERT_NE(f, nullptr) << path;
+    std::string text;
+    char chunk[4096];
+    size_t got;
+    while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0) text.append(chunk, got);
+    std::fclose(f);
+    std::remove(path.c_str());
+    const bool fused =
+        text.find("\"bytes\":\"1048576\",\"bucket\":\"0\",\"tensors\":\"2\"") !=
+        std::string::npos;
+    EXPECT_EQ(fused, hosts) << text.substr(0, 2000);
+    if (!hosts) {
+      EXPECT_NE(text.find("\"bytes\":\"524288\""), std::string::npos)
+          << text.substr(0, 2000);
+    }
+  }
+}
+
 TEST(RuntimeTest, GroupsRunTogether) {
   withRuntimes(2, fastOptions(), [&](Runtime& rt, int rank) {
     for (int step = 0; step < 3; ++step) {
