@@ -145,8 +145,8 @@ size_t Negotiator::variableBytes(const std::vector<uint8_t>& fixed) {
 // A decided operation's map node is kept (spareNodes_) and reused by a
 // later submission: assigning the new name and shape into the node's
 // strings and vectors reuses their memory, so a steady stream of
-// operations allocates nothing here.
-void Negotiator::submit(OpId id, OpSpec spec) {
+// operations allocates (and frees) nothing here.
+void Negotiator::submit(OpId id, const OpSpec& spec) {
   auto duplicate = [&] {
     KOLO_THROW(ErrorCode::kInvalidArgument, toString(spec.kind)
                                                 << " '" << spec.name << "' on rank "
@@ -174,7 +174,7 @@ void Negotiator::submit(OpId id, OpSpec spec) {
     auto [it, inserted] = pending_.try_emplace(spec.name);
     if (!inserted) duplicate();
     local = &it->second;
-    local->spec = std::move(spec);
+    local->spec = spec;
   }
   local->id = id;
   local->state = state;

@@ -130,7 +130,7 @@ class Negotiator {
  public:
   Negotiator(int rank, int size, size_t cacheCapacity = 1024);
 
-  void submit(OpId id, OpSpec spec);  // pass an rvalue to spare the copy
+  void submit(OpId id, const OpSpec& spec);  // copied into reused storage
   Message prepare(const CycleFlags& flags);
   // Size of every rank's fixed part, and the variable part's size that a
   // fixed part announces (what the runtime's allgatherv needs).

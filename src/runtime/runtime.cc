@@ -361,15 +361,20 @@ void Runtime::validate(const OpRequest& r) const {
   }
 }
 
-HandlePtr Runtime::enqueue(OpRequest request) {
+HandlePtr Runtime::enqueue(const OpRequest& request) {
   auto handle = std::make_shared<Handle>(request.spec.name, queue_);
   try {
     validate(request);
   } catch (...) {
     return failed(handle, std::current_exception());
   }
-  request.spec.group = 0;
-  request.spec.groupSize = 0;
+  if (request.spec.group != 0 || request.spec.groupSize != 0) {
+    // Group ids belong to enqueueGroup: a lone operation has none.
+    OpRequest lone = request;
+    lone.spec.group = 0;
+    lone.spec.groupSize = 0;
+    return enqueue(lone);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (broken_) return failed(handle, broken_);
   const uint32_t nameId = nameIdLocked(request.spec.name);
@@ -379,7 +384,7 @@ HandlePtr Runtime::enqueue(OpRequest request) {
                                        request.spec.name + "' on rank " +
                                        std::to_string(rank_) + ": name already pending"));
   }
-  if (!queue_->push(Submission{std::move(request), handle, false, nameId})) {
+  if (!queue_->push(request, handle, nameId)) {
     return failed(handle,
                   errorPtr(ErrorCode::kNotInitialized, "the runtime has stopped"));
   }
@@ -526,9 +531,10 @@ void Runtime::shutdown() {
 
 // ---- background thread --------------------------------------------------------
 
-void Runtime::admit(std::vector<Submission>& items) {
+void Runtime::admit(std::vector<Submission>& items, size_t count) {
   auto tl = timeline();
-  for (auto& item : items) {
+  for (size_t i = 0; i < count; ++i) {
+    Submission& item = items[i];
     if (item.join) {
       joined_ = true;
       joinHandles_.push_back(std::move(item.handle));
@@ -545,7 +551,9 @@ void Runtime::admit(std::vector<Submission>& items) {
     const OpId id = (nextSeq_++ << 32) | slot;
     if (tl) tl->begin(item.request.spec.name, phase::kNegotiate);
     try {
-      negotiator_.submit(id, std::move(item.request.spec));
+      // Copied into the negotiator's storage: the submission keeps its
+      // strings' memory for the queue's next pushes.
+      negotiator_.submit(id, item.request.spec);
     } catch (...) {
       if (tl) tl->end(item.handle->name());
       freeOps_.push_back(slot);
@@ -554,9 +562,16 @@ void Runtime::admit(std::vector<Submission>& items) {
         namePending_[item.nameId] = 0;
       }
       item.handle->fail(std::current_exception());
+      item.handle.reset();
       continue;
     }
-    ops_[slot] = Op{std::move(item.request), std::move(item.handle), item.nameId, id};
+    Op& o = ops_[slot];
+    o.input = item.request.input;
+    o.output = item.request.output;
+    o.splits.swap(item.request.splits);
+    o.handle = std::move(item.handle);
+    o.nameId = item.nameId;
+    o.id = id;
   }
 }
 
@@ -571,7 +586,7 @@ void Runtime::finishAll(const std::vector<OpId>& ids) {
       if (!o.handle) continue;
       handles.push_back(std::move(o.handle));
       namePending_[o.nameId] = 0;
-      o.request = OpRequest{};
+      o.splits.clear();
       freeOps_.push_back(static_cast<uint32_t>(id));
     }
   }
@@ -586,7 +601,7 @@ void Runtime::finish(OpId id, std::exception_ptr error) {
     std::lock_guard<std::mutex> lock(mu_);
     namePending_[o.nameId] = 0;
   }
-  o.request = OpRequest{};
+  o.splits.clear();
   freeOps_.push_back(static_cast<uint32_t>(id));
   if (error) {
     handle->fail(error);
@@ -603,8 +618,7 @@ void Runtime::stop(
     if (!broken_) broken_ = error;
     queue_->close();
   }
-  queue_->drainInto(admitted_);
-  admit(admitted_);
+  admit(admitted_, queue_->drainInto(admitted_));
   // Everything still held: pending in the negotiator, or ready in a cycle
   // that a failure cut short. In submission order.
   std::vector<OpId> ids;
@@ -632,8 +646,7 @@ void Runtime::loop() {
   try {
     while (true) {
       const auto cycleStart = Clock::now();
-      queue_->drainInto(admitted_);
-      admit(admitted_);
+      admit(admitted_, queue_->drainInto(admitted_));
 
       CycleFlags flags;
       flags.shutdown = shutdownRequested_.load();
@@ -877,17 +890,17 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
     ReadyOp& r = *members[0];
     Op& o = opAt(*r.localId);
     const size_t n = static_cast<size_t>(r.spec->elements());
-    copyScaled(o.request.output, o.request.input, n, dtype, r.spec->prescale);
+    copyScaled(o.output, o.input, n, dtype, r.spec->prescale);
     if (tl) tl->begin(r.spec->name, phase::kCollective, args);
     AllreduceOptions ar;
-    ar.send = ar.recv = o.request.output;
+    ar.send = ar.recv = o.output;
     ar.count = n;
     ar.dtype = dtype;
     ar.op = commOp;
     ar.algorithm = algorithm_;
     comm_->allreduce(ar);
     if (tl) tl->end(r.spec->name);
-    finishValues(r, o.request.output, o.request.output);
+    finishValues(r, o.output, o.output);
     finish(*r.localId);
     return;
   }
@@ -903,8 +916,7 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
     segments_.clear();
     for (const ReadyOp* m : members) {
       const Op& o = opAt(*m->localId);
-      segments_.push_back(
-          {o.request.input, o.request.output, static_cast<size_t>(m->spec->elements())});
+      segments_.push_back({o.input, o.output, static_cast<size_t>(m->spec->elements())});
       if (tl) tl->begin(m->spec->name, phase::kCollective, args);
     }
     AllreduceOptions ar;
@@ -920,7 +932,7 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
     for (const ReadyOp* m : members) {
       const ReadyOp& r = *m;
       if (tl) tl->end(r.spec->name);
-      void* out = opAt(*r.localId).request.output;
+      void* out = opAt(*r.localId).output;
       finishValues(r, out, out);
       done.push_back(*r.localId);
     }
@@ -938,7 +950,7 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
     if (tl && r.localId) tl->begin(r.spec->name, phase::kMemcpyIn);
     if (r.localId) {
       const Op& o = opAt(*r.localId);
-      copyScaled(p, o.request.input, n, dtype, r.spec->prescale);
+      copyScaled(p, o.input, n, dtype, r.spec->prescale);
     } else {
       fillIdentity(p, n, dtype, commOp);
     }
@@ -971,7 +983,7 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
       tl->begin(r.spec->name, phase::kMemcpyOut);
     }
     const Op& o = opAt(*r.localId);
-    finishValues(r, o.request.output, p);
+    finishValues(r, o.output, p);
     if (tl) tl->end(r.spec->name);
     done.push_back(*r.localId);
   }
@@ -1011,9 +1023,9 @@ void Runtime::runOne(ReadyOp& r, int bucketIndex) {
                                std::to_string(s.root) + " has joined and has no data");
         break;
       }
-      void* buf = o ? o->request.output : scratch(n * esize);
-      if (o && s.root == rank_ && n > 0 && o->request.input != o->request.output) {
-        std::memcpy(o->request.output, o->request.input, n * esize);
+      void* buf = o ? o->output : scratch(n * esize);
+      if (o && s.root == rank_ && n > 0 && o->input != o->output) {
+        std::memcpy(o->output, o->input, n * esize);
       }
       BroadcastOptions b;
       b.buffer = buf;
@@ -1028,18 +1040,18 @@ void Runtime::runOne(ReadyOp& r, int bucketIndex) {
       const ReduceOp commOp = s.op == ReduceOp::kAverage ? ReduceOp::kSum : s.op;
       const void* send;
       if (o && s.prescale == 1.0) {
-        send = o->request.input;
+        send = o->input;
       } else {
         if (fusion_.size() < n * esize) fusion_.resize(n * esize);
         if (o) {
-          std::memcpy(fusion_.data(), o->request.input, n * esize);
+          std::memcpy(fusion_.data(), o->input, n * esize);
           scaleInPlace(fusion_.data(), n, s.dtype, s.prescale);
         } else {
           fillIdentity(fusion_.data(), n, s.dtype, commOp);
         }
         send = fusion_.data();
       }
-      void* recv = o ? o->request.output : scratch(recvCount * esize);
+      void* recv = o ? o->output : scratch(recvCount * esize);
       ReduceScatterOptions rs;
       rs.send = send;
       rs.recv = recv;
@@ -1076,7 +1088,7 @@ void Runtime::runOne(ReadyOp& r, int bucketIndex) {
       if (o) {
         auto& out = o->handle->mutableOutput();
         out.resize(total * esize);
-        ag.send = o->request.input != nullptr ? o->request.input : out.data();
+        ag.send = o->input != nullptr ? o->input : out.data();
         ag.recv = out.data();
         auto shape = s.shape;
         shape[0] = rows;
@@ -1093,10 +1105,10 @@ void Runtime::runOne(ReadyOp& r, int bucketIndex) {
       const size_t row = static_cast<size_t>(rowElements(s));
       std::vector<int64_t> mine(size_, 0);
       if (o) {
-        if (o->request.splits.empty()) {
+        if (o->splits.empty()) {
           std::fill(mine.begin(), mine.end(), s.shape[0] / size_);
         } else {
-          mine = o->request.splits;
+          mine = o->splits;
         }
       }
       std::vector<int64_t> matrix(size_ * size_);
@@ -1122,7 +1134,7 @@ void Runtime::runOne(ReadyOp& r, int bucketIndex) {
       a.countPerRank = block;
       a.dtype = s.dtype;
       if (uniform && o) {
-        a.send = o->request.input;
+        a.send = o->input;
         a.recv = out.data();
         comm_->alltoall(a);
       } else {
@@ -1137,7 +1149,7 @@ void Runtime::runOne(ReadyOp& r, int bucketIndex) {
           const size_t b = static_cast<size_t>(mine[q]) * row * esize;
           if (b > 0) {
             std::memcpy(send + q * blockBytes,
-                        static_cast<const uint8_t*>(o->request.input) + from, b);
+                        static_cast<const uint8_t*>(o->input) + from, b);
           }
           from += b;
         }

@@ -71,7 +71,8 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  HandlePtr enqueue(OpRequest request);
+  // The request is copied (into storage reused across submissions).
+  HandlePtr enqueue(const OpRequest& request);
   // Submitted together: they run in one bucket on every rank. A bad
   // argument in any member (or a repeated name) fails them all at once.
   std::vector<HandlePtr> enqueueGroup(std::vector<OpRequest> requests);
@@ -99,8 +100,10 @@ class Runtime {
   // One pending operation, in a reused slot of ops_. Its OpId is
   // (submission number << 32) | slot, so ids sort in submission order.
   struct Op {
-    OpRequest request;  // spec moved to the negotiator; buffers, splits
-    HandlePtr handle;   // null: the slot is free
+    const void* input = nullptr;  // the request's (its spec is the negotiator's)
+    void* output = nullptr;
+    std::vector<int64_t> splits;
+    HandlePtr handle;  // null: the slot is free
     uint32_t nameId = 0;
     OpId id = 0;
   };
@@ -116,7 +119,9 @@ class Runtime {
 
   // Background thread.
   void loop();
-  void admit(std::vector<Submission>& items);  // leaves `items` moved-from
+  // The first `count` of `items` (a drained queue): their handles are
+  // moved out, their requests left for the queue to reuse.
+  void admit(std::vector<Submission>& items, size_t count);
   void runBucket(const std::vector<size_t>& members, std::vector<ReadyOp>& ready,
                  size_t bytes, int bucketIndex);
   void runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes, int bucketIndex);

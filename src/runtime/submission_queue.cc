@@ -4,17 +4,46 @@
 
 namespace kolo::runtime {
 
+Submission& SubmissionQueue::slotLocked() {
+  if (count_ == items_.size()) items_.emplace_back();
+  return items_[count_++];
+}
+
 // Only a consumer blocked in waitUntil(.., wakeOnItem = true) is notified:
 // the others wake on their deadline, wake() or close() anyway.
+bool SubmissionQueue::pushedLocked(size_t n) {
+  pushed_ += n;
+  if (waitingForItem_) openWindowLocked();
+  return waitingForItem_;
+}
+
 bool SubmissionQueue::push(Submission item) {
   bool notify;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return false;
-    items_.push_back(std::move(item));
-    ++pushed_;
-    notify = waitingForItem_;
-    if (notify) openWindowLocked();
+    slotLocked() = std::move(item);
+    notify = pushedLocked(1);
+  }
+  if (notify) cv_.notify_all();
+  return true;
+}
+
+bool SubmissionQueue::push(const OpRequest& request, HandlePtr handle, uint32_t nameId) {
+  bool notify;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return false;
+    Submission& s = slotLocked();
+    // Assignments into the old element's strings and vectors.
+    s.request.spec = request.spec;
+    s.request.input = request.input;
+    s.request.output = request.output;
+    s.request.splits = request.splits;
+    s.handle = std::move(handle);
+    s.join = false;
+    s.nameId = nameId;
+    notify = pushedLocked(1);
   }
   if (notify) cv_.notify_all();
   return true;
@@ -25,10 +54,8 @@ bool SubmissionQueue::pushAll(std::vector<Submission> items) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return false;
-    for (auto& item : items) items_.push_back(std::move(item));
-    pushed_ += items.size();
-    notify = waitingForItem_;
-    if (notify) openWindowLocked();
+    for (auto& item : items) slotLocked() = std::move(item);
+    notify = pushedLocked(items.size());
   }
   if (notify) cv_.notify_all();
   return true;
@@ -36,24 +63,26 @@ bool SubmissionQueue::pushAll(std::vector<Submission> items) {
 
 std::vector<Submission> SubmissionQueue::drain() {
   std::vector<Submission> out;
-  drainInto(out);
+  out.resize(drainInto(out));
   return out;
 }
 
-void SubmissionQueue::drainInto(std::vector<Submission>& out) {
-  out.clear();
+size_t SubmissionQueue::drainInto(std::vector<Submission>& out) {
   std::lock_guard<std::mutex> lock(mu_);
   out.swap(items_);
+  const size_t n = count_;
+  count_ = 0;
   closeWindowLocked();
+  return n;
 }
 
 bool SubmissionQueue::waitUntil(Clock::time_point deadline, bool wakeOnItem) {
   std::unique_lock<std::mutex> lock(mu_);
   waitingForItem_ = wakeOnItem;
   cv_.wait_until(lock, deadline,
-                 [&] { return woken_ || closed_ || (wakeOnItem && !items_.empty()); });
+                 [&] { return woken_ || closed_ || (wakeOnItem && count_ > 0); });
   waitingForItem_ = false;
-  const bool items = !woken_ && !closed_ && !items_.empty();
+  const bool items = !woken_ && !closed_ && count_ > 0;
   woken_ = false;
   if (items && wakeOnItem) openWindowLocked();
   return items;
@@ -113,7 +142,7 @@ bool SubmissionQueue::closed() const {
 
 size_t SubmissionQueue::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return items_.size();
+  return count_;
 }
 
 }  // namespace kolo::runtime

@@ -3,10 +3,17 @@
 // Contract
 // - push()/pushAll() are thread-safe and never block on other ranks;
 //   pushAll() queues its items atomically (a group arrives in one drain).
-//   Both return false, queuing nothing, once the queue is closed.
-// - drain() takes everything queued, in push order; drainInto(out) does
-//   the same into `out` (cleared first) and keeps out's old buffer for the
-//   next pushes, so a steady stream of submissions allocates nothing here.
+//   They return false, queuing nothing, once the queue is closed.
+//   push(request, handle, nameId) copies the request into storage that a
+//   drained submission left behind, reusing its strings' and vectors'
+//   memory, so a steady stream of submissions under the same names and
+//   shapes allocates nothing here.
+// - drain() takes everything queued, in push order. drainInto(out) does the
+//   same without allocating: it swaps the queue's storage with `out` and
+//   returns how many of out's first elements are the drained items; the
+//   elements after them are storage for later pushes (consumed items are
+//   left in place for the same reason: move the handle out, leave the
+//   request).
 // - waitUntil(deadline, wakeOnItem): blocks until the deadline, wake() or
 //   close(), or, with wakeOnItem, until something is queued (at once when
 //   something already is). A wake() before the call makes it return at
@@ -62,9 +69,10 @@ class SubmissionQueue {
   using Clock = std::chrono::steady_clock;
 
   bool push(Submission item);
+  bool push(const OpRequest& request, HandlePtr handle, uint32_t nameId);
   bool pushAll(std::vector<Submission> items);
   std::vector<Submission> drain();
-  void drainInto(std::vector<Submission>& out);
+  size_t drainInto(std::vector<Submission>& out);
   bool waitUntil(Clock::time_point deadline, bool wakeOnItem);
   void waitQuiet(Clock::duration quiet, Clock::time_point deadline);
   void wake();
@@ -77,10 +85,17 @@ class SubmissionQueue {
   // The gathering window (see ring()); both need mu_ held.
   void openWindowLocked();
   void closeWindowLocked();
+  // The next free element of items_ (count_ grows by one); mu_ held.
+  Submission& slotLocked();
+  // After a push of `n` items: notifies a consumer waiting for one; mu_ held
+  // (returns whether to notify after unlocking).
+  bool pushedLocked(size_t n);
 
   mutable std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
+  // Items [0, count_) are queued; the rest is storage left by drained ones.
   std::vector<Submission> items_;
+  size_t count_ = 0;
   uint64_t pushed_ = 0;          // items ever pushed (waitQuiet)
   bool waitingForItem_ = false;  // a waitUntil(.., true) is blocked: push notifies
   // The gathering window is open (written under mu_; ring() reads it first
