@@ -370,6 +370,37 @@ TEST(SubmissionQueueTest, ManyProducersOneConsumerKeepEachProducersOrder) {
   EXPECT_TRUE(q.closed());
 }
 
+// Drained submissions are storage for later pushes: a request copied into
+// one reuses its name's and shape's memory (the queue's two buffers
+// alternate, so the first round's element comes back on the third).
+TEST(SubmissionQueueTest, PushReusesTheMemoryOfDrainedSubmissions) {
+  SubmissionQueue q;
+  std::vector<Submission> out;
+  OpRequest r;
+  r.spec.name = std::string(40, 'a');  // beyond the short-string buffer
+  r.spec.shape = {2, 3, 4};
+  ASSERT_TRUE(q.push(r, nullptr, 7));
+  ASSERT_EQ(q.drainInto(out), 1u);
+  EXPECT_EQ(out[0].request.spec.name, r.spec.name);
+  EXPECT_EQ(out[0].request.spec.shape, r.spec.shape);
+  EXPECT_EQ(out[0].nameId, 7u);
+  const char* name = out[0].request.spec.name.data();
+  const int64_t* shape = out[0].request.spec.shape.data();
+  r.spec.name = std::string(40, 'b');
+  ASSERT_TRUE(q.push(r, nullptr, 8));
+  ASSERT_EQ(q.drainInto(out), 1u);
+  r.spec.name = std::string(40, 'c');
+  r.spec.shape = {5, 6, 7};
+  ASSERT_TRUE(q.push(r, nullptr, 9));
+  ASSERT_EQ(q.drainInto(out), 1u);
+  EXPECT_EQ(out[0].request.spec.name, std::string(40, 'c'));
+  EXPECT_EQ(out[0].request.spec.shape, (std::vector<int64_t>{5, 6, 7}));
+  EXPECT_EQ(out[0].nameId, 9u);
+  EXPECT_EQ(out[0].request.spec.name.data(), name);
+  EXPECT_EQ(out[0].request.spec.shape.data(), shape);
+  EXPECT_EQ(q.size(), 0u);
+}
+
 TEST(SubmissionQueueTest, WaitEndsOnWakeOrItemOnlyWhenAsked) {
   SubmissionQueue q;
   const auto far = SubmissionQueue::Clock::now() + std::chrono::seconds(30);
