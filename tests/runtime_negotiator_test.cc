@@ -454,6 +454,38 @@ TEST(NegotiatorTest, DifferentCacheCapacitiesAreAnError) {
 
 // A cache much smaller than the working set: entries are evicted and names
 // renegotiated, results stay identical and complete.
+// An operation pending on one rank under its cache slot, whose entry is
+// evicted (the slot reused by a new name) before the other rank submits it:
+// it is sent again, the slot's bit now means the new name only, and the
+// operation still runs once on both ranks.
+TEST(NegotiatorTest, PendingCachedOperationSurvivesTheEvictionOfItsSlot) {
+  World w(2, 2);
+  for (int r = 0; r < 2; ++r) {
+    w.submit(r, spec("a"));
+    w.submit(r, spec("b"));
+  }
+  w.cycle();  // a, b cached in slots 0, 1; a least recently used
+  ASSERT_EQ(w.done[0], (std::vector<std::string>{"a", "b"}));
+  w.submit(0, spec("a"));  // a hit: pending on rank 0 under slot 0
+  for (int r = 0; r < 2; ++r) w.submit(r, spec("c"));
+  auto out = w.cycle();  // c evicts a and takes slot 0
+  EXPECT_EQ(World::names(out[0].ready), std::vector<std::string>{"c"});
+  ASSERT_NE(w[0].cache().atSlot(0), nullptr);
+  EXPECT_EQ(w[0].cache().atSlot(0)->spec->name, "c");
+  EXPECT_EQ(w[0].pendingCount(), 1u);
+  out = w.cycle();  // rank 0 sends a again; nothing is ready
+  EXPECT_TRUE(out[0].ready.empty());
+  EXPECT_GT(w.lastVariableBytes, 0u);
+  w.submit(1, spec("a"));
+  out = w.cycle();
+  EXPECT_EQ(World::names(out[0].ready), std::vector<std::string>{"a"});
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(w.done[r], (std::vector<std::string>{"a", "b", "c", "a"})) << "rank " << r;
+    EXPECT_TRUE(w.failed[r].empty());
+    EXPECT_EQ(w[r].pendingCount(), 0u);
+  }
+}
+
 TEST(NegotiatorTest, TinyCacheStillAgrees) {
   World w(3, 4);
   std::mt19937 rng(3);

@@ -1,10 +1,12 @@
 // The negotiation cycle of docs/runtime.md ("One cycle").
 //
 // Nomenclature
-// - pending: this rank's operations not yet decided, by name, each in one
-//   state: kUnsent (its spec goes into the next variable part), kSent (every
-//   rank holds its spec in sent_), kCached (it is in the response cache with
-//   this rank's spec: only its slot bit travels).
+// - pending: this rank's operations not yet decided, each in one state:
+//   kUnsent (its spec goes into the next variable part), kSent (every rank
+//   holds its spec in sent_), both kept by name in pending_; kCached (it is
+//   in the response cache with this rank's spec: only its slot bit
+//   travels), kept at its slot in cached_, so that a cycle of cached
+//   operations hashes no name to find them.
 // - holders of a slot: the ranks whose fixed part has the slot's bit set.
 // - live rank: one that has not joined. A candidate is a name submitted by
 //   at least one rank and by every live rank.
@@ -125,12 +127,15 @@ struct Negotiator::Candidate {
   size_t bitsAt;  // its per-rank bits in bits_ (1: submitted)
   std::vector<int64_t> firstDims;
   size_t slot;
+  bool held;  // from the slot bits: this rank's operation (if any) is cached_[slot]
 };
 
 Negotiator::Negotiator(int rank, int size, size_t cacheCapacity)
     : rank_(rank), size_(size), cache_(cacheCapacity) {
   KOLO_CHECK_GE(size, 1);
   KOLO_CHECK(rank >= 0 && rank < size);
+  cached_.resize(cache_.capacity());
+  cachedUsed_.assign(cache_.capacity(), 0);
 }
 
 size_t Negotiator::fixedBytes() const {
@@ -144,41 +149,52 @@ size_t Negotiator::variableBytes(const std::vector<uint8_t>& fixed) {
 
 // A decided operation's map node is kept (spareNodes_) and reused by a
 // later submission: assigning the new name and shape into the node's
-// strings and vectors reuses their memory, so a steady stream of
-// operations allocates (and frees) nothing here.
+// strings and vectors reuses their memory, and so does a cached_ element,
+// so a steady stream of operations allocates (and frees) nothing here.
 void Negotiator::submit(OpId id, const OpSpec& spec) {
   auto duplicate = [&] {
     KOLO_THROW(ErrorCode::kInvalidArgument, toString(spec.kind)
                                                 << " '" << spec.name << "' on rank "
                                                 << rank_ << ": name already pending");
   };
-  Local::State state = Local::State::kUnsent;
-  size_t slot = 0;
-  if (const auto* e = cache_.find(spec.name); e && e->matches(spec, rank_)) {
-    state = Local::State::kCached;
-    slot = e->slot;
+  const auto* e = cache_.find(spec.name);
+  if (e && cachedUsed_[e->slot] && cached_[e->slot].spec.name == spec.name) duplicate();
+  if (e && e->matches(spec, rank_)) {
+    if (!pending_.empty() && pending_.count(spec.name)) duplicate();
+    Local& local = cached_[e->slot];
+    local.id = id;
+    local.spec = spec;  // a copy, into the old spec's memory
+    local.state = Local::State::kCached;
+    local.slot = e->slot;
+    cachedUsed_[e->slot] = 1;
+    ++cachedCount_;
+    return;
   }
   Local* local;
+  if (!insertPending(spec.name, &local)) duplicate();
+  local->id = id;
+  local->spec = spec;
+  local->state = Local::State::kUnsent;
+  local->slot = 0;
+}
+
+bool Negotiator::insertPending(const std::string& name, Local** local) {
   if (!spareNodes_.empty()) {
     Pending::node_type& spare = spareNodes_.back();
-    spare.key() = spec.name;  // into the old key's memory
+    spare.key() = name;  // into the old key's memory
     auto result = pending_.insert(std::move(spare));
     if (!result.inserted) {
       spare = std::move(result.node);
-      duplicate();
+      return false;
     }
     spareNodes_.pop_back();
-    local = &result.position->second;
-    local->spec = spec;  // a copy, into the old spec's memory
-  } else {
-    auto [it, inserted] = pending_.try_emplace(spec.name);
-    if (!inserted) duplicate();
-    local = &it->second;
-    local->spec = spec;
+    *local = &result.position->second;
+    return true;
   }
-  local->id = id;
-  local->state = state;
-  local->slot = slot;
+  auto [it, inserted] = pending_.try_emplace(name);
+  if (!inserted) return false;
+  *local = &it->second;
+  return true;
 }
 
 void Negotiator::release(Pending::iterator it) {
@@ -189,15 +205,21 @@ void Negotiator::release(Pending::iterator it) {
   }
 }
 
+void Negotiator::releaseCached(size_t slot) {
+  cachedUsed_[slot] = 0;
+  --cachedCount_;
+}
+
 Message Negotiator::prepare(const CycleFlags& flags) {
   Message m;
   std::vector<uint8_t> specs;
   uint32_t count = 0;
   m.fixed.assign(fixedBytes(), 0);
+  for (size_t slot = 0; cachedCount_ > 0 && slot < cachedUsed_.size(); ++slot) {
+    if (cachedUsed_[slot]) m.fixed[kHeaderBytes + slot / 8] |= uint8_t(1u << (slot % 8));
+  }
   for (auto& [name, local] : pending_) {
-    if (local.state == Local::State::kCached) {
-      m.fixed[kHeaderBytes + local.slot / 8] |= uint8_t(1u << (local.slot % 8));
-    } else if (local.state == Local::State::kUnsent) {
+    if (local.state == Local::State::kUnsent) {
       local.spec.encode(specs);
       local.state = Local::State::kSent;
       ++count;
@@ -346,9 +368,15 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
   // candidate is decided (ready or failed) or held for its group.
   std::vector<Candidate> candidates;
   std::vector<Outcome::Waiting> waitingCached;
-  auto failLocal = [&](const std::string& name, const std::string& message) {
-    auto it = pending_.find(name);
-    if (it != pending_.end()) {
+  // This rank's operation `name` fails; `held`: a candidate from the slot
+  // bits, whose operation here (if any) is cached_[slot].
+  auto failLocal = [&](const std::string& name, const std::string& message,
+                       const Candidate* held = nullptr) {
+    if (held && held->held && cachedUsed_[held->slot] &&
+        cached_[held->slot].spec.name == name) {
+      out.errors.push_back({cached_[held->slot].id, name, message});
+      releaseCached(held->slot);
+    } else if (auto it = pending_.find(name); it != pending_.end()) {
       out.errors.push_back({it->second.id, name, message});
       release(it);
     }
@@ -363,7 +391,7 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
       waitingCached.push_back({spec.name, spec.kind, std::vector<bool>(has, has + n)});
       continue;
     }
-    Candidate c{h.entry->spec, h.bitsAt, {}, h.slot};
+    Candidate c{h.entry->spec, h.bitsAt, {}, h.slot, true};
     if (firstDimMayDiffer(spec.kind) && !spec.shape.empty()) {
       c.firstDims.assign(n, 0);
       for (int r = 0; r < n; ++r) {
@@ -414,7 +442,8 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
     }
     OpSpec spec = std::move(*const_cast<OpSpec*>(ref));
     const auto ins = cache_.insert(std::move(spec), firstDims);
-    candidates.push_back(Candidate{ins.entry->spec, at, std::move(firstDims), ins.slot});
+    candidates.push_back(
+        Candidate{ins.entry->spec, at, std::move(firstDims), ins.slot, false});
     it = sent_.erase(it);
   }
 
@@ -432,7 +461,8 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
       if (auto f = failedGroups_.find(g); f != failedGroups_.end()) {
         failLocal(c.spec->name,
                   std::string(toString(c.spec->kind)) + " '" + c.spec->name +
-                      "': another member of its group failed: " + f->second.message);
+                      "': another member of its group failed: " + f->second.message,
+                  &c);
         if (f->second.remaining <= 1) {
           failedGroups_.erase(f);
         } else {
@@ -475,10 +505,17 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
     arrivalsInto(c->spec->name, submitted, arrivals);
     ReadyOp op;
     if (submitted[rank_]) {
-      auto it = pending_.find(c->spec->name);
-      KOLO_CHECK(it != pending_.end());
-      op.localId = it->second.id;
-      release(it);
+      if (c->held) {
+        // This rank's bit for the slot came from cached_[slot] (prepare).
+        KOLO_CHECK(cachedUsed_[c->slot]);
+        op.localId = cached_[c->slot].id;
+        releaseCached(c->slot);
+      } else {
+        auto it = pending_.find(c->spec->name);
+        KOLO_CHECK(it != pending_.end());
+        op.localId = it->second.id;
+        release(it);
+      }
     }
     // In ready order; an entry that a later insertion of this cycle evicted
     // is no longer in its slot.
@@ -492,20 +529,45 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
     out.ready.push_back(std::move(op));
   }
 
-  // 6. Pending states follow the cache.
-  for (auto& [name, local] : pending_) {
-    const auto* e = cache_.find(name);
+  // 6. Pending states follow the cache. First the cached operations whose
+  // entry is gone or changed (evicted, replaced by a new spec, or its slot
+  // reused this cycle) go back to pending_, to be sent; then the operations
+  // of pending_ that now hit the cache move to their slot.
+  for (size_t slot = 0; cachedCount_ > 0 && slot < cachedUsed_.size(); ++slot) {
+    if (!cachedUsed_[slot]) continue;
+    Local& local = cached_[slot];
+    const auto* e = cache_.atSlot(slot);
+    if (e && e->spec->name == local.spec.name && e->matches(local.spec, rank_)) continue;
+    Local* moved;
+    KOLO_CHECK(insertPending(local.spec.name, &moved));
+    moved->id = local.id;
+    moved->spec = local.spec;
+    moved->state = Local::State::kUnsent;
+    moved->slot = 0;
+    releaseCached(slot);
+  }
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    Local& local = it->second;
+    const auto* e = cache_.find(it->first);
     if (e && e->matches(local.spec, rank_)) {
-      local.state = Local::State::kCached;
-      local.slot = e->slot;
+      KOLO_CHECK(!cachedUsed_[e->slot]);
+      Local& into = cached_[e->slot];
+      into.id = local.id;
+      into.spec = local.spec;
+      into.state = Local::State::kCached;
+      into.slot = e->slot;
+      cachedUsed_[e->slot] = 1;
+      ++cachedCount_;
+      auto next = std::next(it);
+      release(it);
+      it = next;
       continue;
     }
-    if (local.state == Local::State::kCached) {
-      local.state = Local::State::kUnsent;
-    } else if (local.state == Local::State::kSent) {
-      auto s = sent_.find(name);
+    if (local.state == Local::State::kSent) {
+      auto s = sent_.find(it->first);
       if (s == sent_.end() || !s->second[rank_]) local.state = Local::State::kUnsent;
     }
+    ++it;
   }
 
   // Waiting: pending somewhere, not ready, not merely held for its group.
@@ -538,12 +600,15 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
 std::vector<OpId> Negotiator::pendingIds() const {
   std::vector<OpId> ids;
   for (const auto& [name, local] : pending_) ids.push_back(local.id);
+  for (size_t slot = 0; slot < cachedUsed_.size(); ++slot) {
+    if (cachedUsed_[slot]) ids.push_back(cached_[slot].id);
+  }
   std::sort(ids.begin(), ids.end());
   return ids;
 }
 
 size_t Negotiator::pendingCount() const {
-  return pending_.size();
+  return pending_.size() + cachedCount_;
 }
 
 }  // namespace kolo::runtime

@@ -159,10 +159,21 @@ class Negotiator {
   // candidate's per-rank bits (1 = has it) at an offset.
   std::vector<uint8_t> bits_;
 
-  // This rank's pending operations by name (unordered: every decision goes
-  // by cache slot or by the names of sent_).
+  // This rank's pending operations. Those that hit the cache (kCached) sit
+  // in cached_ at their slot, so the steady state (every operation cached)
+  // finds them without hashing a name; the others (kUnsent, kSent) are in
+  // pending_ by name (unordered: every decision goes by cache slot or by
+  // the names of sent_). A cached_ element keeps its strings' memory for
+  // the next operation of that slot.
   using Pending = std::unordered_map<std::string, Local>;
   Pending pending_;
+  std::vector<Local> cached_;        // by slot; valid where cachedUsed_
+  std::vector<uint8_t> cachedUsed_;  // by slot
+  size_t cachedCount_ = 0;
+  void releaseCached(size_t slot);
+  // Into pending_ under `name`, reusing a spare node; false: the name is
+  // pending_ already (nothing inserted).
+  bool insertPending(const std::string& name, Local** local);
   // Nodes of decided operations, for reuse by submit() (at most
   // kSpareNodes).
   static constexpr size_t kSpareNodes = 4096;
