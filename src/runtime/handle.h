@@ -28,9 +28,14 @@ class SubmissionQueue;
 class Handle {
  public:
   explicit Handle(std::string name, std::shared_ptr<SubmissionQueue> queue = nullptr)
+      : name_(std::make_shared<const std::string>(std::move(name))),
+        queue_(std::move(queue)) {}
+  // Shares the name (the runtime's interned copy: no allocation per
+  // operation).
+  Handle(std::shared_ptr<const std::string> name, std::shared_ptr<SubmissionQueue> queue)
       : name_(std::move(name)), queue_(std::move(queue)) {}
 
-  const std::string& name() const { return name_; }
+  const std::string& name() const { return *name_; }
 
   bool poll() const;
   // Throws the operation's error.
@@ -51,8 +56,8 @@ class Handle {
  private:
   void finish(std::exception_ptr error);
 
-  const std::string name_;
-  const std::shared_ptr<SubmissionQueue> queue_;  // rung by wait(); may be null
+  const std::shared_ptr<const std::string> name_;  // never null
+  const std::shared_ptr<SubmissionQueue> queue_;   // rung by wait(); may be null
   // kPending -> kClaimed (one completer won) -> kDone (error_ is set; the
   // release store publishes it). A waiter adds kWaiter to a pending or
   // claimed state before it blocks on the atomic itself (a futex); the

@@ -362,11 +362,11 @@ void Runtime::validate(const OpRequest& r) const {
 }
 
 HandlePtr Runtime::enqueue(const OpRequest& request) {
-  auto handle = std::make_shared<Handle>(request.spec.name, queue_);
   try {
     validate(request);
   } catch (...) {
-    return failed(handle, std::current_exception());
+    return failed(std::make_shared<Handle>(request.spec.name, queue_),
+                  std::current_exception());
   }
   if (request.spec.group != 0 || request.spec.groupSize != 0) {
     // Group ids belong to enqueueGroup: a lone operation has none.
@@ -376,8 +376,10 @@ HandlePtr Runtime::enqueue(const OpRequest& request) {
     return enqueue(lone);
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (broken_) return failed(handle, broken_);
+  if (broken_)
+    return failed(std::make_shared<Handle>(request.spec.name, queue_), broken_);
   const uint32_t nameId = nameIdLocked(request.spec.name);
+  auto handle = std::make_shared<Handle>(names_[nameId], queue_);
   if (namePending_[nameId]) {
     return failed(handle, errorPtr(ErrorCode::kInvalidArgument,
                                    std::string(toString(request.spec.kind)) + " '" +
@@ -403,6 +405,7 @@ uint32_t Runtime::nameIdLocked(const std::string& name) {
         ++it;
       } else {
         freeNameIds_.push_back(it->second);
+        names_[it->second].reset();
         it = nameIds_.erase(it);
       }
     }
@@ -415,8 +418,10 @@ uint32_t Runtime::nameIdLocked(const std::string& name) {
   } else {
     id = static_cast<uint32_t>(namePending_.size());
     namePending_.push_back(0);
+    names_.emplace_back();
   }
   nameIds_.emplace(name, id);
+  names_[id] = std::make_shared<const std::string>(name);
   return id;
 }
 
@@ -927,13 +932,19 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
     ar.segments = segments_.data();
     ar.segmentCount = segments_.size();
     comm_->allreduce(ar);
+    // Nothing left to do to the outputs when the collective averaged (or
+    // the reduction is not an average) and there is no postscale (the
+    // members share one: same key).
+    const bool rework = (op == ReduceOp::kAverage && !averaged) || first.postscale != 1.0;
     std::vector<OpId> done;
     done.reserve(members.size());
     for (const ReadyOp* m : members) {
       const ReadyOp& r = *m;
       if (tl) tl->end(r.spec->name);
-      void* out = opAt(*r.localId).output;
-      finishValues(r, out, out);
+      if (rework) {
+        void* out = opAt(*r.localId).output;
+        finishValues(r, out, out);
+      }
       done.push_back(*r.localId);
     }
     return finishAll(done);

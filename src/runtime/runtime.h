@@ -156,6 +156,9 @@ class Runtime {
   // per id, so a steady-state enqueue allocates nothing for its name.
   std::unordered_map<std::string, uint32_t> nameIds_;
   std::vector<uint8_t> namePending_;  // by name id
+  // By name id: the name, shared with the handles (one allocation per
+  // interned name, not per operation).
+  std::vector<std::shared_ptr<const std::string>> names_;
   std::vector<uint32_t> freeNameIds_;
   size_t nameSweepAt_ = 4096;
   std::exception_ptr broken_;  // guarded by mu_: the loop ended
