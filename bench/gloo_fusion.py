@@ -12,9 +12,9 @@ count first (kolo-fusion-bench --print-tensors). One step: for every tensor
 in that order, a blocking dist.all_reduce (sum, in place) and a division by
 the number of ranks (an average).
 
-Method: WARMUP untimed steps; rank 0 picks the steps per window so that a
-window lasts about --window-time seconds; --windows windows, each after a
-barrier, a window's time the maximum over ranks; the median of the windows'
+Method: WARMUP untimed steps, WARMUP more timed for rank 0 to pick the
+steps per window so that a window lasts about --window-time seconds;
+--windows windows, each after a barrier, a window's time the maximum over ranks; the median of the windows'
 steps/s is reported. Then the inputs are refilled with kolo-fusion-bench's
 rank-dependent values ((3 * rank + tensor + index) mod 11), one more step
 runs and every element is compared with the average; exit 1 when one is
@@ -104,16 +104,16 @@ def worker(rank, args, port, result_queue, master="127.0.0.1"):
             x.div_(n)
 
     fill()
-    t0 = time.perf_counter()
     for _ in range(args.warmup):
         step()
-    per_step = (time.perf_counter() - t0) / args.warmup if args.warmup else 0.0
     steps = args.steps
     if steps == 0:
-        if per_step <= 0:
-            t = time.perf_counter()
+        # Timed after the warm-up (as kolo-fusion-bench does).
+        calibrate = max(1, args.warmup)
+        t0 = time.perf_counter()
+        for _ in range(calibrate):
             step()
-            per_step = time.perf_counter() - t
+        per_step = (time.perf_counter() - t0) / calibrate
         want = math.ceil(args.window_time / max(per_step, 1e-9))
         chosen = torch.tensor([max(1, min(want, 10_000_000))], dtype=torch.int64)
         dist.broadcast(chosen, src=0)

@@ -34,8 +34,9 @@
 // Each round creates a Runtime for runtime-64M and shuts it down before
 // the direct calls (the communicator is the runtime's while it lives).
 //
-// Method: WARMUP untimed steps, then rank 0 picks the steps per window so
-// that a window lasts about --window-time seconds (broadcast to all); then
+// Method: WARMUP untimed steps, then WARMUP more timed to pick the steps per
+// window (rank 0's) so that a window lasts about --window-time seconds
+// (broadcast to all); then
 // --windows timed windows, each starting after a barrier; a window's time is
 // the maximum over ranks; steps/s = steps / window time; the figure
 // reported is the median over the windows (all windows are printed too).
@@ -327,15 +328,14 @@ class FusionBench {
 
   // Warm-up, then rank 0's steps per window.
   long stepsPerWindow(const std::function<void()>& step) {
-    const double t0 = now();
     for (long i = 0; i < o_.warmup; ++i) step();
-    double perStep = o_.warmup > 0 ? (now() - t0) / o_.warmup : 0;
     if (o_.steps > 0) return o_.steps;
-    if (perStep <= 0) {
-      const double t = now();
-      step();
-      perStep = now() - t;
-    }
+    // Timed after the warm-up: the first steps negotiate every name anew
+    // and would make the windows far shorter than asked.
+    const long calibrate = std::max<long>(1, o_.warmup);
+    const double t0 = now();
+    for (long i = 0; i < calibrate; ++i) step();
+    const double perStep = (now() - t0) / static_cast<double>(calibrate);
     const double want = std::ceil(o_.windowTime / std::max(perStep, 1e-9));
     return static_cast<long>(
         sync_.fromRank0(std::max<int64_t>(1, static_cast<int64_t>(std::min(want, 1e7)))));
