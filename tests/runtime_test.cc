@@ -51,6 +51,20 @@ void withRuntimes(int n, const RuntimeOptions& options,
   });
 }
 
+// The contents of the file at `path` (empty when it cannot be read), which
+// is then removed.
+std::string takeFile(const std::string& path) {
+  std::string text;
+  if (std::FILE* f = std::fopen(path.c_str(), "r")) {
+    char chunk[4096];
+    size_t got;
+    while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0) text.append(chunk, got);
+    std::fclose(f);
+  }
+  std::remove(path.c_str());
+  return text;
+}
+
 OpRequest allreduce(const std::string& name, std::vector<float>& buf,
                     ReduceOp op = ReduceOp::kSum) {
   OpRequest r;
@@ -543,14 +557,8 @@ TEST(RuntimeTest, TimelineAndStragglerReport) {
     ASSERT_EQ(report.ranks.size(), 2u);
     EXPECT_GE(report.ranks[rank].operations, 3);
   });
-  std::FILE* f = std::fopen(path.c_str(), "r");
-  ASSERT_NE(f, nullptr) << path;
-  std::string text;
-  char chunk[4096];
-  size_t got;
-  while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0) text.append(chunk, got);
-  std::fclose(f);
-  std::remove(path.c_str());
+  const std::string text = takeFile(path);
+  ASSERT_FALSE(text.empty()) << path;
   for (const char* want :
        {"NEGOTIATE", "MEMCPY_IN_FUSION_BUFFER", "COLLECTIVE", "MEMCPY_OUT_FUSION_BUFFER",
         "tl.a", "tl.b", "tl.c", "tl.p", "tl.q",
@@ -598,14 +606,8 @@ TEST(RuntimeTest, LargeAllreducesFuseOnlyAcrossHosts) {
           rt.shutdown();
         },
         [&](int rank) { return hosts ? "host" + std::to_string(rank) : "host"; });
-    std::FILE* f = std::fopen(path.c_str(), "r");
-    ASSERT_NE(f, nullptr) << path;
-    std::string text;
-    char chunk[4096];
-    size_t got;
-    while ((got = std::fread(chunk, 1, sizeof chunk, f)) > 0) text.append(chunk, got);
-    std::fclose(f);
-    std::remove(path.c_str());
+    const std::string text = takeFile(path);
+    ASSERT_FALSE(text.empty()) << path;
     const bool fused =
         text.find("\"bytes\":\"1048576\",\"bucket\":\"0\",\"tensors\":\"2\"") !=
         std::string::npos;
