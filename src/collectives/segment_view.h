@@ -9,8 +9,8 @@
 //   [begin, end): `send` and `recv` point at the piece's first element in
 //   its segment, `at` is the piece's offset from `begin` (elements), `n`
 //   its length; pieces come in order, empty segments are skipped.
-// - gatherSend / gatherRecv copy [begin, end) out of the send / recv sides
-//   into a contiguous buffer; gatherSendStreaming does it with non-temporal
+// - gatherSend copies [begin, end) out of the send side into a contiguous
+//   buffer; gatherSendStreaming does it with non-temporal
 //   stores (stream_copy.h) and one fence at the end; scatterRecv copies a
 //   contiguous buffer into the recv side of [begin, end).
 // - Holds pointers only: the segments must outlive the view.
@@ -75,11 +75,6 @@ class SegmentView {
       copyStreaming(static_cast<uint8_t*>(dst) + at * es_, send, n * es_);
     });
     fenceStreaming();
-  }
-  void gatherRecv(void* dst, size_t begin, size_t end) const {
-    forEach(begin, end, [&](const uint8_t*, uint8_t* recv, size_t at, size_t n) {
-      std::memcpy(static_cast<uint8_t*>(dst) + at * es_, recv, n * es_);
-    });
   }
   void scatterRecv(const void* src, size_t begin, size_t end) const {
     forEach(begin, end, [&](const uint8_t*, uint8_t* recv, size_t at, size_t n) {

@@ -161,39 +161,44 @@ void Negotiator::submit(OpId id, const OpSpec& spec) {
   if (e && cachedUsed_[e->slot] && cached_[e->slot].spec.name == spec.name) duplicate();
   if (e && e->matches(spec, rank_)) {
     if (!pending_.empty() && pending_.count(spec.name)) duplicate();
-    Local& local = cached_[e->slot];
-    local.id = id;
-    local.spec = spec;  // a copy, into the old spec's memory
-    local.state = Local::State::kCached;
-    local.slot = e->slot;
-    cachedUsed_[e->slot] = 1;
-    ++cachedCount_;
+    placeCached(e->slot, id, spec);
     return;
   }
-  Local* local;
-  if (!insertPending(spec.name, &local)) duplicate();
-  local->id = id;
-  local->spec = spec;
-  local->state = Local::State::kUnsent;
-  local->slot = 0;
+  if (!placeUnsent(id, spec)) duplicate();
 }
 
-bool Negotiator::insertPending(const std::string& name, Local** local) {
+void Negotiator::placeCached(size_t slot, OpId id, const OpSpec& spec) {
+  KOLO_CHECK(!cachedUsed_[slot]);
+  Local& local = cached_[slot];
+  local.id = id;
+  local.spec = spec;  // a copy, into the old spec's memory
+  local.state = Local::State::kCached;
+  local.slot = slot;
+  cachedUsed_[slot] = 1;
+  ++cachedCount_;
+}
+
+bool Negotiator::placeUnsent(OpId id, const OpSpec& spec) {
+  Local* local;
   if (!spareNodes_.empty()) {
     Pending::node_type& spare = spareNodes_.back();
-    spare.key() = name;  // into the old key's memory
+    spare.key() = spec.name;  // into the old key's memory
     auto result = pending_.insert(std::move(spare));
     if (!result.inserted) {
       spare = std::move(result.node);
       return false;
     }
     spareNodes_.pop_back();
-    *local = &result.position->second;
-    return true;
+    local = &result.position->second;
+  } else {
+    auto [it, inserted] = pending_.try_emplace(spec.name);
+    if (!inserted) return false;
+    local = &it->second;
   }
-  auto [it, inserted] = pending_.try_emplace(name);
-  if (!inserted) return false;
-  *local = &it->second;
+  local->id = id;
+  local->spec = spec;  // a copy, into the old spec's memory
+  local->state = Local::State::kUnsent;
+  local->slot = 0;
   return true;
 }
 
@@ -538,26 +543,14 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
     Local& local = cached_[slot];
     const auto* e = cache_.atSlot(slot);
     if (e && e->spec->name == local.spec.name && e->matches(local.spec, rank_)) continue;
-    Local* moved;
-    KOLO_CHECK(insertPending(local.spec.name, &moved));
-    moved->id = local.id;
-    moved->spec = local.spec;
-    moved->state = Local::State::kUnsent;
-    moved->slot = 0;
+    KOLO_CHECK(placeUnsent(local.id, local.spec));
     releaseCached(slot);
   }
   for (auto it = pending_.begin(); it != pending_.end();) {
     Local& local = it->second;
     const auto* e = cache_.find(it->first);
     if (e && e->matches(local.spec, rank_)) {
-      KOLO_CHECK(!cachedUsed_[e->slot]);
-      Local& into = cached_[e->slot];
-      into.id = local.id;
-      into.spec = local.spec;
-      into.state = Local::State::kCached;
-      into.slot = e->slot;
-      cachedUsed_[e->slot] = 1;
-      ++cachedCount_;
+      placeCached(e->slot, local.id, local.spec);
       auto next = std::next(it);
       release(it);
       it = next;

@@ -170,10 +170,12 @@ class Negotiator {
   std::vector<Local> cached_;        // by slot; valid where cachedUsed_
   std::vector<uint8_t> cachedUsed_;  // by slot
   size_t cachedCount_ = 0;
+  // This rank's operation `id` with `spec`, copied into reused storage:
+  // placeCached at its cache slot (free), placeUnsent into pending_ as
+  // kUnsent (false, nothing placed: the name is in pending_ already).
+  void placeCached(size_t slot, OpId id, const OpSpec& spec);
+  bool placeUnsent(OpId id, const OpSpec& spec);
   void releaseCached(size_t slot);
-  // Into pending_ under `name`, reusing a spare node; false: the name is
-  // pending_ already (nothing inserted).
-  bool insertPending(const std::string& name, Local** local);
   // Nodes of decided operations, for reuse by submit() (at most
   // kSpareNodes).
   static constexpr size_t kSpareNodes = 4096;
