@@ -320,14 +320,22 @@ TEST_P(CommunicatorTest, InvalidArgumentOnOneRankFailsAllRanks) {
 // the shm algorithm's direct path and the packed path of the others, on the
 // inline, single-chunk and multi-chunk sizes.
 TEST_P(CommunicatorTest, SegmentedAllreduceMatchesContiguous) {
-  std::vector<std::string> algorithms = {"", "ring", "rhd"};
-  if (std::string(GetParam().transport) != "tcp") algorithms.push_back("shm");
-  for (const auto& algo : algorithms) {
+  // (algorithm, KOLO_SHM_STORES): the shm algorithm with each kind of
+  // staging stores, and with the measured choice.
+  std::vector<std::pair<std::string, std::string>> runs = {
+      {"", "auto"}, {"ring", "auto"}, {"rhd", "auto"}};
+  if (std::string(GetParam().transport) != "tcp") {
+    for (const char* stores : {"plain", "streaming", "auto"})
+      runs.push_back({"shm", stores});
+  }
+  for (const auto& [algo, stores] : runs) {
+    Settings s = settings();
+    s.shmStores = stores;
     // The last count spans two pipeline chunks of the shm algorithm (1 MiB).
     for (size_t count :
          {size_t{5}, size_t{20011}, size_t{(1 << 17) + 77}, size_t{(3 << 17) + 77}}) {
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
-        withCommunicators(n(), settings(), [&](Communicator& c) {
+        withCommunicators(n(), s, [&](Communicator& c) {
           std::vector<float> in(count), expect(count);
           for (size_t i = 0; i < count; ++i)
             in[i] = float((c.rank() * 7 + i * 13) % 101) * 0.37f;
@@ -363,9 +371,9 @@ TEST_P(CommunicatorTest, SegmentedAllreduceMatchesContiguous) {
             const float* got = static_cast<const float*>(segs[k].recv);
             for (size_t i = 0; i < segs[k].count; ++i) {
               ASSERT_EQ(std::memcmp(&got[i], &expect[at + i], sizeof(float)), 0)
-                  << "algorithm '" << algo << "' op " << toString(op) << " count "
-                  << count << " segment " << k << " element " << at + i << ": " << got[i]
-                  << " != " << expect[at + i];
+                  << "algorithm '" << algo << "' stores " << stores << " op "
+                  << toString(op) << " count " << count << " segment " << k << " element "
+                  << at + i << ": " << got[i] << " != " << expect[at + i];
             }
             at += segs[k].count;
           }
@@ -476,6 +484,23 @@ TEST(CommunicatorHosts, LayoutAndHierarchicalAllreduce) {
           c.barrier();
         },
         [&](int r) { return "host" + std::to_string(k.host[r]); });
+  }
+}
+
+TEST(CommunicatorSingle, BadShmStoresIsAnErrorNamingTheVariable) {
+  CommunicatorConfig config;
+  Settings s = test::testSettings();
+  s.shmStores = "fast";
+  try {
+    api::CommunicatorImpl c(config, s);
+    FAIL() << "KOLO_SHM_STORES=fast was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(
+        std::string(e.what()).find("KOLO_SHM_STORES='fast' (expected auto, plain or "
+                                   "streaming)"),
+        std::string::npos)
+        << e.what();
   }
 }
 

@@ -197,6 +197,8 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
     KOLO_THROW(ErrorCode::kInvalidArgument,
                "KOLO_TRANSPORT=mpi but this kolo was built without MPI");
   }
+  stagingStores_ = collectives::StagingStores(
+      collectives::StagingStores::parse("KOLO_SHM_STORES", settings_.shmStores));
   const milliseconds timeout = toMillis(settings_.timeoutSeconds);
   const milliseconds connectTimeout = toMillis(settings_.connectTimeoutSeconds);
   std::string hostId = !config.hostId.empty()      ? config.hostId
@@ -365,6 +367,7 @@ collectives::Context CommunicatorImpl::nextContext() {
   ctx.local = local_.get();
   ctx.cross = cross_.get();
   ctx.shm = shm_.get();
+  ctx.stores = &stagingStores_;
   ctx.tag = ++sequence_ * collectives::kTagsPerOp;
   return ctx;
 }

@@ -14,6 +14,7 @@
 #include "api/topology.h"
 #include "collectives/context.h"
 #include "collectives/descriptor_check.h"
+#include "collectives/staging_stores.h"
 #include "common/settings.h"
 #include "rendezvous/store.h"
 #include "transport/shm/shm_group.h"
@@ -105,6 +106,8 @@ class CommunicatorImpl : public Communicator {
   std::unique_ptr<transport::Transport> cross_;
   std::unique_ptr<shm::ShmGroup> shm_;
   bool allLocalShm_ = false;  // every rank on this host and shm available
+  // The shm allreduce's choice of stores, measured across calls.
+  collectives::StagingStores stagingStores_;
   // A segmented allreduce packed for an algorithm that does not take
   // segments; kept across calls.
   std::vector<uint8_t> packed_;

@@ -44,14 +44,19 @@
 // reduces the n inline payloads itself.
 //
 // A segmented vector (AllreduceArgs::segments, e.g. a fusion bucket's
-// tensors) goes the same way, except that its copy-in gathers the whole
-// chunk from the segments' send buffers, own slice included (with
-// non-temporal stores, see below), each rank reduces its slice in place in
-// its staging slot (one kernel call however many segments the slice spans)
-// and the copy-out scatters every slice into the segments' recv buffers,
-// so a fused bucket costs no more memory traffic than one contiguous
-// vector did before it stopped staging its own slice.
+// tensors) goes the same way, piece by piece: the copy-in gathers the
+// others' slices from the pieces' send buffers, the reduction reads and
+// writes the own slice's pieces, and the copy-out scatters into the pieces'
+// recv buffers, so a fused bucket moves the bytes of one contiguous vector.
+//
+// The writes into the staging slots (copy-in, and the reduced own slice)
+// use plain or non-temporal stores, whichever the communicator's
+// StagingStores measured faster for calls of this size lately: which wins
+// depends on whether the ranks' cores share a cache (staging_stores.h).
+// Either kind leaves the same bytes; streamed ones are fenced before the
+// counter that publishes them.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -59,6 +64,8 @@
 #include "collectives/reduce.h"
 #include "collectives/registry.h"
 #include "collectives/segment_view.h"
+#include "collectives/staging_stores.h"
+#include "collectives/stream_copy.h"
 #include "common/check.h"
 #include "transport/shm/shm_group.h"
 
@@ -112,11 +119,11 @@ void reduceInto(const SegmentView& v, size_t begin, size_t end, const void* cons
 // the n sources, where source r != me is peers[r] (the slice in r's staging
 // slot) and source me is `v`'s own send side, divided by `divisor` when it
 // is above 1; each reduced piece is then copied to `staged` (this rank's
-// staging slot at the slice) for the others. The contiguous path's one
-// piece per chunk.
+// staging slot at the slice) for the others, with stores of `kind`
+// (streamed ones still need a fence before they are published).
 void reduceOwnSlice(const SegmentView& v, size_t begin, size_t end,
                     const void* const* peers, int me, int n, size_t es, DataType dtype,
-                    ReduceOp op, int divisor, uint8_t* staged,
+                    ReduceOp op, int divisor, uint8_t* staged, StoreKind kind,
                     std::vector<const void*>& srcs) {
   srcs.resize(n);
   v.forEach(begin, end, [&](const uint8_t* send, uint8_t* recv, size_t at, size_t m) {
@@ -125,7 +132,11 @@ void reduceOwnSlice(const SegmentView& v, size_t begin, size_t end,
     }
     reduceMany(recv, srcs.data(), n, m, dtype, op);
     if (divisor > 1) divideInPlace(recv, m, dtype, divisor);
-    std::memcpy(staged + at * es, recv, m * es);
+    if (kind == StoreKind::kStreaming) {
+      copyStreaming(staged + at * es, recv, m * es);
+    } else {
+      std::memcpy(staged + at * es, recv, m * es);
+    }
   });
 }
 
@@ -190,6 +201,14 @@ void allreduceShm(Context& ctx, const AllreduceArgs& args) {
     return;
   }
 
+  // The kind of stores into the staging slots, and the call's time for
+  // the choice of later calls (pipelined calls only: the others stage a
+  // few lines).
+  const size_t bytes = args.count * es;
+  const bool measured = ctx.stores != nullptr && bytes > kReduceAllBytes && n > 1;
+  const StoreKind kind = measured ? ctx.stores->pick(bytes) : StoreKind::kPlain;
+  const auto started = std::chrono::steady_clock::now();
+
   std::vector<const void*> srcs(n), shifted;
   size_t offset = 0;
   bool first = true;
@@ -208,32 +227,19 @@ void allreduceShm(Context& ctx, const AllreduceArgs& args) {
     const size_t units = (elems + unit - 1) / unit;
     auto begin = [&](int r) { return std::min(elems, units * r / n * unit); };
     const size_t lo = pipelined ? begin(me) : 0, hi = pipelined ? begin(me + 1) : 0;
-    // A contiguous chunk of the pipelined path stages all but the own slice
-    // (memcpy). A segmented one stages all of it, with non-temporal stores:
-    // copied piece by piece with plain stores into lines the peers read last
-    // step, it took twice as long as one memcpy of a contiguous chunk
-    // (docs/performance.md); streamed, it takes the same time. Its own slice
-    // is then reduced in place in the slot, one kernel call however many
-    // pieces it spans: reducing piece by piece from the pieces (as the
-    // contiguous path does with its one piece) measured 5-12% slower on
-    // this machine in its slower state (docs/performance.md).
-    const bool segmented = args.segmentCount > 0 && pipelined;
-    const bool stageOwn = !pipelined || segmented;
+    // Phase 1: stage the chunk but the own slice (all of it when not
+    // pipelined).
     uint8_t* stage = g.staging(me, slot);
     auto gather = [&](size_t from, size_t to) {
       if (from >= to) return;
-      if (segmented) {
+      if (kind == StoreKind::kStreaming) {
         v.gatherSendStreaming(stage + from * es, offset + from, offset + to);
       } else {
         v.gatherSend(stage + from * es, offset + from, offset + to);
       }
     };
-    if (stageOwn) {
-      gather(0, elems);
-    } else {
-      gather(0, lo);
-      gather(hi, elems);
-    }
+    gather(0, lo);
+    gather(hi, elems);
     g.publish(0, step);
     g.waitForAll(0, step);
     if (first && ctx.check != nullptr) verifyInline(g, slot, step, *ctx.check);
@@ -244,20 +250,13 @@ void allreduceShm(Context& ctx, const AllreduceArgs& args) {
       reduceInto(v, offset, end, srcs.data(), n, es, args.dtype, args.op, args.divisor,
                  shifted);
     } else {
+      // Phase 2: the own slice, reduced into recv and staged for the others.
       for (int r = 0; r < n; ++r) srcs[r] = g.staging(r, slot) + lo * es;
-      if (segmented) {
-        uint8_t* mine = stage + lo * es;
-        if (hi > lo) {
-          reduceMany(mine, srcs.data(), n, hi - lo, args.dtype, args.op);
-          if (args.divisor > 1) divideInPlace(mine, hi - lo, args.dtype, args.divisor);
-        }
-        g.publish(1, step);
-        v.scatterRecv(mine, offset + lo, offset + hi);
-      } else {
-        reduceOwnSlice(v, offset + lo, offset + hi, srcs.data(), me, n, es, args.dtype,
-                       args.op, args.divisor, stage + lo * es, shifted);
-        g.publish(1, step);
-      }
+      reduceOwnSlice(v, offset + lo, offset + hi, srcs.data(), me, n, es, args.dtype,
+                     args.op, args.divisor, stage + lo * es, kind, shifted);
+      if (kind == StoreKind::kStreaming) fenceStreaming();
+      g.publish(1, step);
+      // Phase 3: the others' slices.
       for (int k = 1; k < n; ++k) {
         const int q = (me + k) % n;  // stagger readers across owners
         const size_t qlo = begin(q), qhi = begin(q + 1);
@@ -267,6 +266,12 @@ void allreduceShm(Context& ctx, const AllreduceArgs& args) {
     }
     offset += elems;
   } while (offset < args.count);
+  if (measured) {
+    ctx.stores->record(
+        bytes, kind,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+            .count());
+  }
 }
 
 }  // namespace kolo::collectives

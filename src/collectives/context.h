@@ -21,6 +21,7 @@ class ShmGroup;
 namespace kolo::collectives {
 
 struct OpDescriptor;
+class StagingStores;
 
 // Each collective call gets a fresh block of kTagsPerOp tags starting at
 // `tag`; an algorithm uses tag + step for its steps (step < kTagsPerOp).
@@ -36,6 +37,9 @@ struct Context {
   transport::Transport* cross = nullptr;
   // Shared-memory arena of this host's ranks; null without shm.
   shm::ShmGroup* shm = nullptr;
+  // Which stores fill the shm staging slots (staging_stores.h), kept across
+  // calls by the communicator; null: plain stores.
+  StagingStores* stores = nullptr;
   transport::Tag tag = 0;
   // Set for algorithms whose registry entry says checksArguments: they
   // must verify that all ranks agree on this descriptor (descriptor_check.h)

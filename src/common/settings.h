@@ -35,6 +35,10 @@ namespace kolo {
     "empty: the address that reaches the rendezvous.")                        \
   X(int64_t, shmChunkBytes, "KOLO_SHM_CHUNK_BYTES", 131072,                   \
     "Pipeline chunk of the shared-memory collectives, per rank.")             \
+  X(std::string, shmStores, "KOLO_SHM_STORES", "auto",                        \
+    "Stores that fill the shared-memory staging slots: plain, streaming "     \
+    "(non-temporal), or auto (the faster of the two by the time of recent "   \
+    "calls, per size).")                                                      \
   X(int64_t, spinMicros, "KOLO_SPIN_US", 100,                                 \
     "Microseconds a waiting rank busy-polls before yielding the core "        \
     "(shortened automatically when ranks outnumber cores).")                  \
