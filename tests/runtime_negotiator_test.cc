@@ -44,10 +44,10 @@ class World {
   Negotiator& operator[](int r) { return ranks_[r]; }
 
   // Submits on rank r; the id encodes rank and name for the checks.
-  void submit(int r, const OpSpec& s) {
+  void submit(int r, const OpSpec& s, size_t* slotHint = nullptr) {
     const OpId id = nextId_++;
     ids_[id] = {r, s.name};
-    ranks_[r].submit(id, s);
+    ranks_[r].submit(id, s, slotHint);
   }
 
   // One cycle on every rank; checks that the outcomes agree and returns
@@ -484,6 +484,46 @@ TEST(NegotiatorTest, PendingCachedOperationSurvivesTheEvictionOfItsSlot) {
     EXPECT_TRUE(w.failed[r].empty());
     EXPECT_EQ(w[r].pendingCount(), 0u);
   }
+}
+
+// The slot hint: a right one is used, a stale one (another name's slot,
+// an empty slot, out of range) falls back to the lookup by name, and the
+// hint always comes back as the name's slot now.
+TEST(NegotiatorTest, SlotHintsFindTheSlotAndStaleOnesFallBack) {
+  World w(2, 4);
+  for (int r = 0; r < 2; ++r) {
+    w.submit(r, spec("a"));
+    w.submit(r, spec("b"));
+  }
+  w.cycle();  // a in slot 0, b in slot 1
+  const size_t none = Negotiator::kNoSlot;
+  for (size_t given : {size_t{0}, size_t{1}, size_t{3}, size_t{99}, none}) {
+    size_t hintA = given, hintB = given;
+    for (int r = 0; r < 2; ++r) {
+      hintA = given;
+      hintB = given;
+      w.submit(r, spec("a"), &hintA);
+      w.submit(r, spec("b"), &hintB);
+    }
+    EXPECT_EQ(hintA, 0u) << "given " << given;
+    EXPECT_EQ(hintB, 1u) << "given " << given;
+    auto out = w.cycle();
+    EXPECT_EQ(World::names(out[0].ready), (std::vector<std::string>{"a", "b"}));
+    EXPECT_EQ(w.lastVariableBytes, 0u) << "given " << given;  // both cached
+  }
+  // A name not cached: the hint says so, and the operation is sent.
+  size_t hint = 0;
+  w.submit(0, spec("c"), &hint);
+  EXPECT_EQ(hint, none);
+  // A duplicate found through a right hint is still rejected.
+  size_t again = none;
+  w.submit(1, spec("a"), &again);
+  size_t dup = again;
+  EXPECT_THROW(w.submit(1, spec("a"), &dup), Error);
+  w.submit(1, spec("c"));
+  w.submit(0, spec("a"));
+  auto out = w.cycle();
+  EXPECT_EQ(World::names(out[0].ready), (std::vector<std::string>{"a", "c"}));
 }
 
 TEST(NegotiatorTest, TinyCacheStillAgrees) {

@@ -151,13 +151,19 @@ size_t Negotiator::variableBytes(const std::vector<uint8_t>& fixed) {
 // later submission: assigning the new name and shape into the node's
 // strings and vectors reuses their memory, and so does a cached_ element,
 // so a steady stream of operations allocates (and frees) nothing here.
-void Negotiator::submit(OpId id, const OpSpec& spec) {
+void Negotiator::submit(OpId id, const OpSpec& spec, size_t* slotHint) {
   auto duplicate = [&] {
     KOLO_THROW(ErrorCode::kInvalidArgument, toString(spec.kind)
                                                 << " '" << spec.name << "' on rank "
                                                 << rank_ << ": name already pending");
   };
-  const auto* e = cache_.find(spec.name);
+  const ResponseCache::Entry* e = nullptr;
+  if (slotHint && *slotHint < cache_.capacity()) {
+    e = cache_.atSlot(*slotHint);
+    if (e && e->spec->name != spec.name) e = nullptr;
+  }
+  if (!e) e = cache_.find(spec.name);
+  if (slotHint) *slotHint = e ? e->slot : kNoSlot;
   if (e && cachedUsed_[e->slot] && cached_[e->slot].spec.name == spec.name) duplicate();
   if (e && e->matches(spec, rank_)) {
     if (!pending_.empty() && pending_.count(spec.name)) duplicate();

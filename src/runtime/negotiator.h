@@ -9,9 +9,12 @@
 // others' messages.
 //
 // Contract
-// - submit(id, spec): an operation pending on this rank; `id` is the
-//   runtime's token for it (opaque here). Throws Error(kInvalidArgument) when a pending
-//   operation already has that name.
+// - submit(id, spec, slotHint): an operation pending on this rank; `id` is
+//   the runtime's token for it (opaque here). Throws
+//   Error(kInvalidArgument) when a pending operation already has that name.
+//   `slotHint` (optional, in and out): the cache slot where the caller last
+//   found this name; when that slot still holds the name, the name is not
+//   hashed. On return it holds the name's slot now (kNoSlot: not cached).
 // - prepare(flags) -> Message: this rank's message for the cycle. Every
 //   rank must call prepare() then process() exactly once per cycle.
 // - process(fixed, variable) -> Outcome: `fixed[r]` / `variable[r]` are rank
@@ -130,7 +133,9 @@ class Negotiator {
  public:
   Negotiator(int rank, int size, size_t cacheCapacity = 1024);
 
-  void submit(OpId id, const OpSpec& spec);  // copied into reused storage
+  static constexpr size_t kNoSlot = static_cast<size_t>(-1);
+  // The spec is copied into reused storage.
+  void submit(OpId id, const OpSpec& spec, size_t* slotHint = nullptr);
   Message prepare(const CycleFlags& flags);
   // Size of every rank's fixed part, and the variable part's size that a
   // fixed part announces (what the runtime's allgatherv needs).

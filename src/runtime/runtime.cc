@@ -421,7 +421,15 @@ uint32_t Runtime::nameIdLocked(const std::string& name) {
     names_.emplace_back();
   }
   nameIds_.emplace(name, id);
-  names_[id] = std::make_shared<const std::string>(name);
+  // On cache lines of its own: every handle of this name updates its
+  // reference count on the caller's thread, so nothing the background
+  // thread writes may share that line.
+  struct alignas(64) Interned {
+    explicit Interned(const std::string& n) : text(n) {}
+    std::string text;
+  };
+  auto interned = std::make_shared<const Interned>(name);
+  names_[id] = std::shared_ptr<const std::string>(interned, &interned->text);
   return id;
 }
 
@@ -558,7 +566,10 @@ void Runtime::admit(std::vector<Submission>& items, size_t count) {
     try {
       // Copied into the negotiator's storage: the submission keeps its
       // strings' memory for the queue's next pushes.
-      negotiator_.submit(id, item.request.spec);
+      if (item.nameId >= slotHints_.size()) {
+        slotHints_.resize(item.nameId + 1, Negotiator::kNoSlot);
+      }
+      negotiator_.submit(id, item.request.spec, &slotHints_[item.nameId]);
     } catch (...) {
       if (tl) tl->end(item.handle->name());
       freeOps_.push_back(slot);

@@ -167,6 +167,9 @@ class Runtime {
 
   // Owned by the background thread.
   Negotiator negotiator_;
+  // By name id: the cache slot where the negotiator last found the name
+  // (Negotiator::submit's hint; a stale one only costs a lookup).
+  std::vector<size_t> slotHints_;
   std::vector<Op> ops_;            // by slot (OpId's low 32 bits)
   std::vector<uint32_t> freeOps_;  // free slots of ops_
   uint64_t nextSeq_ = 1;           // OpId's high 32 bits

@@ -64,7 +64,11 @@ struct Submission {
   uint32_t nameId = 0;  // the runtime's interned id of request.spec.name
 };
 
-class SubmissionQueue {
+// Cache-line aligned: made by make_shared, its reference counts (which
+// every handle's creation and destruction updates, on the caller's thread)
+// then sit on a line of their own, not on the line of the lock and
+// counters that the background thread keeps taking.
+class alignas(64) SubmissionQueue {
  public:
   using Clock = std::chrono::steady_clock;
 
