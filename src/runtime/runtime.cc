@@ -592,8 +592,15 @@ void Runtime::admit(std::vector<Submission>& items, size_t count) {
 }
 
 // A bucket's handles: one lock for the pending names, then the completions.
+// Each reference is dropped right after its completion: a caller woken by
+// an early handle of the bucket drops its own references to the next ones
+// as it submits its next step, and the thread that drops the last one
+// frees the handle; dropped here only after the whole bucket, most handles
+// of a large bucket were freed by this thread, into its own allocator
+// cache, from memory the caller had allocated.
 void Runtime::finishAll(const std::vector<OpId>& ids) {
-  std::vector<HandlePtr> handles;
+  std::vector<HandlePtr>& handles = finishing_;
+  handles.clear();
   handles.reserve(ids.size());
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -606,7 +613,10 @@ void Runtime::finishAll(const std::vector<OpId>& ids) {
       freeOps_.push_back(static_cast<uint32_t>(id));
     }
   }
-  for (const auto& h : handles) h->complete();
+  for (auto& h : handles) {
+    h->complete();
+    h.reset();
+  }
 }
 
 void Runtime::finish(OpId id, std::exception_ptr error) {

@@ -175,6 +175,7 @@ class Runtime {
   uint64_t nextSeq_ = 1;           // OpId's high 32 bits
   std::vector<HandlePtr> joinHandles_;
   std::vector<Submission> admitted_;  // the drained queue, kept for its capacity
+  std::vector<HandlePtr> finishing_;  // finishAll's scratch, kept for its capacity
   bool joined_ = false;
   std::vector<uint8_t> fusion_;             // the fusion buffer, kept across cycles
   std::vector<AllreduceSegment> segments_;  // a fused bucket's, kept across cycles
