@@ -9,12 +9,16 @@ Submission& SubmissionQueue::slotLocked() {
   return items_[count_++];
 }
 
-// Only a consumer blocked in waitUntil(.., wakeOnItem = true) is notified:
-// the others wake on their deadline, wake() or close() anyway.
+// Only a consumer blocked in waitUntil(.., wakeOnItem = true) is notified
+// (the others wake on their deadline, wake() or close() anyway), and only
+// by the first push: the pushes of a burst that come before the consumer
+// runs again find nobody left to wake.
 bool SubmissionQueue::pushedLocked(size_t n) {
   pushed_ += n;
-  if (waitingForItem_) openWindowLocked();
-  return waitingForItem_;
+  if (!waitingForItem_) return false;
+  waitingForItem_ = false;
+  openWindowLocked();
+  return true;
 }
 
 bool SubmissionQueue::push(Submission item) {
