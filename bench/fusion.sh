@@ -243,10 +243,11 @@ import glob, json, os, statistics, sys
 
 out_dir, np, strict, stat = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
 
-# runs[(peer, workload, case)] = [steps/s of each run]
-runs, wrong, meta = {}, [], {}
+# runs[(peer, workload, case)] = [steps/s of each run]; by_round: the same
+# by run number (the peers' runs of one number are one interleaved round)
+runs, by_round, wrong, meta = {}, {}, [], {}
 for path in sorted(glob.glob(os.path.join(out_dir, "*.run*.jsonl"))):
-    peer, workload = os.path.basename(path).split(".")[:2]
+    peer, workload, run = os.path.basename(path).split(".")[:3]
     with open(path) as f:
         for line in f:
             if "{" not in line:  # kolorun prefixes rank 0's lines with "[0] "
@@ -254,6 +255,7 @@ for path in sorted(glob.glob(os.path.join(out_dir, "*.run*.jsonl"))):
             rec = json.loads(line[line.index("{"):])
             key = (peer, workload, rec["case"])
             runs.setdefault(key, []).append(rec["steps_per_s"])
+            by_round.setdefault(key, {})[int(run[3:])] = rec["steps_per_s"]
             meta[(workload, "tensors")] = rec["tensors"]
             meta[(workload, "bytes")] = rec["bytes"]
             if peer == "direct":
@@ -292,6 +294,19 @@ for w in ("resnet50", "small"):
           + " | ".join(fmt(v[p]) for p in cols) + " | "
           + " | ".join(fmt(ratio(v["kolo-fused"], v[p]), 2) + "x"
                        for p in ("kolo-unfused", "mpi", "gloo")) + " |")
+
+# The table's ratios take each column's own best (or median) run, which may
+# come from different rounds; on a machine whose speed changes between
+# rounds, the ratio within each round says more.
+rounds = []
+for w in ("resnet50", "small"):
+    f = by_round.get(("kolo-fused", w, "runtime"), {})
+    u = by_round.get(("kolo-unfused", w, "runtime"), {})
+    per = [f"{f[k] / u[k]:.2f}x" for k in sorted(f) if k in u and u[k]]
+    if per:
+        rounds.append(f"{names[w]} {', '.join(per)}")
+if rounds:
+    print("\nkolo fused / unfused within each round: " + "; ".join(rounds))
 
 d64, r64, dtot, copy = (sps("direct", "-", c)
                         for c in ("direct-64M", "runtime-64M", "direct-total", "copy-total"))
