@@ -100,8 +100,10 @@ class alignas(64) SubmissionQueue {
   // Items [0, count_) are queued; the rest is storage left by drained ones.
   std::vector<Submission> items_;
   size_t count_ = 0;
-  uint64_t pushed_ = 0;          // items ever pushed (waitQuiet)
-  bool waitingForItem_ = false;  // a waitUntil(.., true) is blocked: push notifies
+  uint64_t pushed_ = 0;  // items ever pushed (waitQuiet)
+  // A waitUntil(.., true) is blocked and no push has notified it yet (the
+  // first push clears it and notifies).
+  bool waitingForItem_ = false;
   // The gathering window is open (written under mu_; ring() reads it first
   // without the lock).
   std::atomic<bool> gathering_{false};
