@@ -605,12 +605,7 @@ void Runtime::finishAll(const std::vector<OpId>& ids) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (OpId id : ids) {
-      Op& o = opAt(id);
-      if (!o.handle) continue;
-      handles.push_back(std::move(o.handle));
-      namePending_[o.nameId] = 0;
-      o.splits.clear();
-      freeOps_.push_back(static_cast<uint32_t>(id));
+      if (HandlePtr h = releaseLocked(id)) handles.push_back(std::move(h));
     }
   }
   for (auto& h : handles) {
@@ -620,20 +615,26 @@ void Runtime::finishAll(const std::vector<OpId>& ids) {
 }
 
 void Runtime::finish(OpId id, std::exception_ptr error) {
-  Op& o = opAt(id);
-  if (!o.handle) return;
-  HandlePtr handle = std::move(o.handle);
+  HandlePtr handle;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    namePending_[o.nameId] = 0;
+    handle = releaseLocked(id);
   }
-  o.splits.clear();
-  freeOps_.push_back(static_cast<uint32_t>(id));
+  if (!handle) return;
   if (error) {
     handle->fail(error);
   } else {
     handle->complete();
   }
+}
+
+HandlePtr Runtime::releaseLocked(OpId id) {
+  Op& o = opAt(id);
+  if (!o.handle) return nullptr;
+  namePending_[o.nameId] = 0;
+  o.splits.clear();
+  freeOps_.push_back(static_cast<uint32_t>(id));
+  return std::move(o.handle);
 }
 
 void Runtime::stop(

@@ -129,6 +129,9 @@ class Runtime {
   void observe(const Outcome& outcome, Clock::time_point now);
   void finish(OpId id, std::exception_ptr error = nullptr);
   void finishAll(const std::vector<OpId>& ids);  // success, one lock
+  // Takes operation `id`'s handle out (null when it was completed before),
+  // clears its name's pending flag and frees its slot; mu_ held.
+  HandlePtr releaseLocked(OpId id);
   // Ends the loop: marks the runtime broken with `error` (later enqueues
   // fail with it) and fails everything pending or queued with
   // errorFor(name).
