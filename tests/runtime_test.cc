@@ -420,12 +420,19 @@ TEST(RuntimeTest, BadArgumentsFailAtOnce) {
   });
 }
 
-// Rank r runs steps[r] steps, then joins. An average counts only the ranks
-// that still contribute; join completes on every rank when all joined.
+RuntimeOptions absentJoinOptions() {
+  RuntimeOptions o = fastOptions();
+  o.joinMode = RuntimeOptions::JoinMode::kAbsent;
+  return o;
+}
+
+// Rank r runs steps[r] steps, then joins. With KOLO_JOIN_MODE=absent an
+// average counts only the ranks that still contribute; join completes on
+// every rank when all joined.
 TEST(RuntimeTest, JoinWithUnevenStepCounts) {
   const int n = 3;
   const std::vector<int> steps = {5, 2, 4};
-  withRuntimes(n, fastOptions(), [&](Runtime& rt, int rank) {
+  withRuntimes(n, absentJoinOptions(), [&](Runtime& rt, int rank) {
     for (int s = 0; s < steps[rank]; ++s) {
       std::vector<float> g(10, float(rank + 1));
       std::vector<float> total(3, float(rank + 1));
@@ -453,12 +460,74 @@ TEST(RuntimeTest, JoinWithUnevenStepCounts) {
   });
 }
 
-// While rank 2 has joined, the others' operations of every kind run with it
-// taking part without data: no rows in allgather and alltoall, the identity
-// in reductions; a broadcast from the joined rank fails on every rank.
+// Horovod's join (the default): a joined rank contributes zeros, so an
+// average divides by the team's size, integers truncated toward zero.
+TEST(RuntimeTest, HorovodJoinAveragesOverTheTeam) {
+  const int n = 3;
+  const std::vector<int> steps = {3, 1, 2};
+  withRuntimes(n, fastOptions(), [&](Runtime& rt, int rank) {
+    for (int s = 0; s < steps[rank]; ++s) {
+      std::vector<float> g(10, float(rank + 1));
+      std::vector<int32_t> k(5, 10 * (rank + 1));
+      OpRequest ki = allreduce("k", g, ReduceOp::kAverage);
+      ki.spec.dtype = DataType::kInt32;
+      ki.spec.shape = {5};
+      ki.input = ki.output = k.data();
+      auto h1 = rt.enqueue(allreduce("grad", g, ReduceOp::kAverage));
+      auto h2 = rt.enqueue(ki);
+      h1->wait();
+      h2->wait();
+      float sum = 0;
+      int32_t isum = 0;
+      for (int q = 0; q < n; ++q) {
+        if (steps[q] > s) {
+          sum += float(q + 1);
+          isum += 10 * (q + 1);
+        }
+      }
+      EXPECT_FLOAT_EQ(g[0], sum / float(n)) << "rank " << rank << " step " << s;
+      EXPECT_EQ(k[4], isum / n) << "rank " << rank << " step " << s;
+    }
+    EXPECT_NO_THROW(rt.join()->wait());
+  });
+}
+
+// Horovod's join: the kinds that move a joined rank's rows fail on the
+// others, naming it; allreduce and barrier go on.
+TEST(RuntimeTest, HorovodJoinFailsAllgatherAndBroadcast) {
+  withRuntimes(2, fastOptions(), [&](Runtime& rt, int rank) {
+    if (rank == 1) {
+      EXPECT_NO_THROW(rt.join()->wait());
+      return;
+    }
+    std::vector<float> rows(4, 1.0f);
+    OpRequest ag;
+    ag.spec.name = "hj.allgather";
+    ag.spec.kind = OpKind::kAllgather;
+    ag.spec.shape = {2, 2};
+    ag.input = rows.data();
+    EXPECT_NE(
+        errorText(rt.enqueue(ag)).find("allgather 'hj.allgather': rank 1 has joined"),
+        std::string::npos);
+    OpRequest b = ag;
+    b.spec.name = "hj.broadcast";
+    b.spec.kind = OpKind::kBroadcast;
+    b.input = b.output = rows.data();
+    EXPECT_NE(errorText(rt.enqueue(b)).find("rank 1 has joined"), std::string::npos);
+    std::vector<float> x(3, 4.0f);
+    rt.enqueue(allreduce("hj.sum", x, ReduceOp::kSum))->wait();
+    EXPECT_EQ(x[0], 4.0f);  // rank 1's zeros
+    EXPECT_NO_THROW(rt.join()->wait());
+  });
+}
+
+// With KOLO_JOIN_MODE=absent, while rank 2 has joined, the others'
+// operations of every kind run with it taking part without data: no rows in
+// allgather and alltoall, the identity in reductions; a broadcast from the
+// joined rank fails on every rank.
 TEST(RuntimeTest, JoinedRankTakesPartInEveryKind) {
   const int n = 3;
-  withRuntimes(n, fastOptions(), [&](Runtime& rt, int rank) {
+  withRuntimes(n, absentJoinOptions(), [&](Runtime& rt, int rank) {
     HandlePtr joined;
     if (rank == 2) {
       joined = rt.join();

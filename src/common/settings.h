@@ -74,7 +74,14 @@ namespace kolo {
     "named in a log line.")                                                   \
   X(int64_t, runtimeSpinMicros, "KOLO_RUNTIME_SPIN_US", 50,                   \
     "Runtime: microseconds the background thread busy-polls in a wait for "   \
-    "another rank before it sleeps until woken (at most KOLO_SPIN_US).")
+    "another rank before it sleeps until woken (at most KOLO_SPIN_US).")      \
+  X(std::string, joinMode, "KOLO_JOIN_MODE", "horovod",                       \
+    "Runtime: what a rank that called join() is to the others' operations: "  \
+    "horovod (it contributes zeros: an Average divides by the team's size, "  \
+    "and an allgather, alltoall, broadcast or reducescatter fails on the "    \
+    "others, naming it) or absent (left out: an Average divides by the "      \
+    "ranks that submitted, an allgather or alltoall has no rows of it, a "    \
+    "reducescatter averages over the others).")
 
 struct Settings {
 #define KOLO_SETTING_FIELD(type, field, env, def, doc) type field = def;

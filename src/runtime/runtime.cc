@@ -221,6 +221,14 @@ RuntimeOptions RuntimeOptions::fromSettings(const Settings& s) {
   o.autotune = s.autotune != 0;
   o.stragglerMarginSeconds = s.stragglerMarginMs / 1000.0;
   o.spinMicros = s.runtimeSpinMicros;
+  if (s.joinMode == "horovod") {
+    o.joinMode = RuntimeOptions::JoinMode::kHorovod;
+  } else if (s.joinMode == "absent") {
+    o.joinMode = RuntimeOptions::JoinMode::kAbsent;
+  } else {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "KOLO_JOIN_MODE='" << s.joinMode << "' (expected horovod or absent)");
+  }
   return o;
 }
 
@@ -883,10 +891,13 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
   const OpSpec& first = *members.front()->spec;
   const DataType dtype = first.dtype;
   const ReduceOp op = first.op;
-  // An average to which every rank contributed is the Communicator's own
-  // average (divided inside the shm algorithm while in cache); with a
-  // joined rank the sum is divided by the contributors afterwards.
+  // An average over the team's size is the Communicator's own average
+  // (divided inside the shm algorithm while in cache): always so when every
+  // rank contributed, and in Horovod's join mode, where a joined rank's
+  // zeros count. Left-out joined ranks: the sum is divided by the
+  // contributors afterwards.
   const bool everyRank =
+      options_.joinMode == RuntimeOptions::JoinMode::kHorovod ||
       std::all_of(members.begin(), members.end(),
                   [&](const ReadyOp* m) { return m->contributors() == size_; });
   const bool averaged = op == ReduceOp::kAverage && everyRank;
@@ -1023,10 +1034,31 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
   finishAll(done);
 }
 
+// In Horovod's join mode, an operation other than an allreduce or barrier
+// that a joined rank would take part in fails on every rank that submitted
+// it, naming the first joined rank. Decided alike on every rank (the
+// submissions are agreed), so no collective runs anywhere.
+std::exception_ptr Runtime::joinedRankError(const ReadyOp& r) const {
+  const OpSpec& s = *r.spec;
+  if (options_.joinMode != RuntimeOptions::JoinMode::kHorovod ||
+      s.kind == OpKind::kBarrier || r.contributors() == size_) {
+    return nullptr;
+  }
+  const int joined =
+      static_cast<int>(std::find(r.submitted.begin(), r.submitted.end(), uint8_t{0}) -
+                       r.submitted.begin());
+  return errorPtr(ErrorCode::kInvalidArgument,
+                  std::string(toString(s.kind)) + " '" + s.name + "': rank " +
+                      std::to_string(joined) +
+                      " has joined (join()); with KOLO_JOIN_MODE=horovod only "
+                      "allreduce and barrier go on with joined ranks");
+}
+
 // Every kind but a fused allreduce: one collective for one operation. A
 // rank that did not submit it (joined) takes part with nothing to give:
 // zero rows for allgather and alltoall, the identity for reducescatter,
-// its output discarded.
+// its output discarded (KOLO_JOIN_MODE=absent; in Horovod's mode these
+// kinds fail instead: joinedRankError).
 void Runtime::runOne(ReadyOp& r, int bucketIndex) {
   const OpSpec& s = *r.spec;
   if (s.kind == OpKind::kAllreduce) {
@@ -1045,8 +1077,8 @@ void Runtime::runOne(ReadyOp& r, int bucketIndex) {
     if (scratch_.size() < bytes) scratch_.resize(bytes);
     return scratch_.data();
   };
-  std::exception_ptr opError;
-  switch (s.kind) {
+  std::exception_ptr opError = joinedRankError(r);
+  switch (opError ? OpKind::kJoin : s.kind) {  // kJoin: run nothing
     case OpKind::kBarrier: comm_->barrier(); break;
     case OpKind::kBroadcast: {
       if (!r.submitted[s.root]) {

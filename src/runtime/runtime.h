@@ -59,6 +59,10 @@ struct RuntimeOptions {
   bool autotune = false;                    // KOLO_AUTOTUNE
   double stragglerMarginSeconds = 0.005;    // KOLO_STRAGGLER_MARGIN_MS / 1000
   int64_t spinMicros = 50;                  // KOLO_RUNTIME_SPIN_US
+  // KOLO_JOIN_MODE: a joined rank contributes zeros (Horovod's join) or is
+  // left out of the others' operations (docs/runtime.md, "Join").
+  enum class JoinMode { kHorovod, kAbsent };
+  JoinMode joinMode = JoinMode::kHorovod;
 
   static RuntimeOptions fromSettings(const Settings& settings);
 };
@@ -126,6 +130,7 @@ class Runtime {
                  size_t bytes, int bucketIndex);
   void runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes, int bucketIndex);
   void runOne(ReadyOp& op, int bucketIndex);
+  std::exception_ptr joinedRankError(const ReadyOp& op) const;
   void observe(const Outcome& outcome, Clock::time_point now);
   void finish(OpId id, std::exception_ptr error = nullptr);
   void finishAll(const std::vector<OpId>& ids);  // success, one lock

@@ -19,19 +19,23 @@ from kolo import _native
 from kolo import (KoloError, MismatchError, PeerLostError, KoloTimeoutError,
                   NotInitializedError, InvalidArgumentError)
 
-from kolo.torch import collectives as _collectives
 from kolo.torch import process_sets as _process_sets
+from kolo import _ops
 from kolo.torch.collectives import (
     Average, Sum, Min, Max, Product, Adasum,
-    allreduce, allreduce_, allreduce_async, allreduce_async_,
-    grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
-    grouped_allreduce_async_,
-    allgather, allgather_async,
-    broadcast, broadcast_, broadcast_async, broadcast_async_,
-    alltoall, alltoall_async, reducescatter, reducescatter_async,
+    allreduce_async, allreduce_async_,
+    grouped_allreduce_async, grouped_allreduce_async_, sparse_allreduce_async,
+    allgather_async, grouped_allgather_async,
+    broadcast_async, broadcast_async_,
+    alltoall_async, reducescatter_async, grouped_reducescatter_async,
     synchronize, poll, join, barrier)
+from kolo.torch.differentiable import (
+    allreduce, allreduce_, grouped_allreduce, grouped_allreduce_,
+    allgather, grouped_allgather, broadcast, broadcast_, alltoall,
+    reducescatter, grouped_reducescatter)
 from kolo.torch.compression import Compression, Compressor
-from kolo.torch.errors import AdasumNotSupportedError
+from kolo.torch.errors import (AdasumNotSupportedError, HorovodInternalError,
+                               HostsUpdatedInterrupt)
 from kolo.torch.functions import (broadcast_parameters, broadcast_optimizer_state,
                                   broadcast_object, allgather_object,
                                   metric_average)
@@ -58,7 +62,7 @@ def init(comm=None, process_sets=None):
 
 def shutdown():
     """Stops kolo on this rank; pending operations fail."""
-    _collectives._forget_all()
+    _ops.forget_all()
     _process_sets._forget_all()
     if _native.is_initialized():
         _native.shutdown()

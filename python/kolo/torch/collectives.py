@@ -1,9 +1,11 @@
-"""Horovod's collective operations on torch tensors, through kolo's runtime.
+"""Horovod's asynchronous collectives on torch tensors, through kolo's runtime.
 
-Every operation is submitted to the native runtime (``kolo._native``) by name
-and returns a handle at once; ``synchronize(handle)`` waits and returns the
-result, ``poll(handle)`` says whether it is done. The blocking forms
-(``allreduce``, ``allgather``, ...) are submit-then-synchronize.
+Every ``*_async`` function submits to the native runtime (``kolo._native``)
+by name and returns a handle at once (kolo._ops: Horovod's naming rule, one
+handle table for kolo.torch and kolo.numpy); ``synchronize(handle)`` waits
+and returns the result, ``poll(handle)`` says whether it is done. The
+differentiable blocking forms (``allreduce``, ``allgather``, ...) are in
+kolo.torch.differentiable.
 
 Tensors reach the runtime as data pointers. This module guarantees what the
 runtime asks of its callers: every buffer handed over stays referenced (so
@@ -19,28 +21,27 @@ runtime as such. Operations that only move bytes (allgather, broadcast,
 alltoall) also take every other dtype (bool, int8, int16, complex), sent as
 their raw bytes; reductions on those raise InvalidArgumentError.
 
-Names: an operation without a name gets ``<kind>.noname.<n>``, n counting
-calls on this rank, as Horovod does; ranks must issue unnamed operations in
-the same order. Pending names must be unique (the runtime rejects a second
-pending operation of the same name).
+Horovod's conventions, kept here: ``root_rank`` is a global rank, also with a
+process set (it must be a member); a reducescatter whose first dimension does
+not divide by the set's size gives the first ``rows % size`` ranks one row
+more; scaling factors apply to integer tensors in float64 (truncated), to
+float16 in float32; ``synchronize`` of an alltoall handle returns
+``(output, received_splits)``.
 
 Thread-safety: submission, poll and synchronize may be called from any
 thread (autograd hooks call them from the backward pass); one handle must be
 synchronized by one thread.
 """
 
-import collections
-import itertools
-import threading
 import time
 
 import torch
 
-from kolo import _native
+from kolo import _native, _ops
+from kolo._ops import synchronize, poll  # noqa: F401  (re-exported)
 
 from kolo.torch import errors
 from kolo.torch.process_sets import _native_id, global_process_set
-from kolo.torch.compression import Compression
 
 # Reductions: Horovod's names, kolo's codes. Adasum has no native code.
 Sum = _native.SUM
@@ -62,79 +63,75 @@ _NATIVE_DTYPES = {
     torch.int64: _native.INT64,
     torch.uint8: _native.UINT8,
 }
+_INTEGER_DTYPES = (torch.int32, torch.int64, torch.uint8)
+_STRIDED = torch.strided
 
 # Pointer for empty tensors (never read or written: zero bytes).
 _EMPTY_BUFFER = torch.zeros(8, dtype=torch.float64)
+_EMPTY_PTR = _EMPTY_BUFFER.data_ptr()
 
-_name_counters = collections.defaultdict(itertools.count)  # per process set
-_handle_counter = itertools.count(1)
-_lock = threading.Lock()
-_operations = {}  # Python handle -> _Operation
-
-
-class _Operation:
-    """One submitted operation: its native handles, the tensors that must
-    stay alive until it completes, and how to build its result."""
-
-    __slots__ = ("native_handles", "keep_alive", "finish")
-
-    def __init__(self, native_handles, keep_alive, finish):
-        self.native_handles = native_handles
-        self.keep_alive = keep_alive
-        self.finish = finish
+_op_name = _ops.op_name
+_submitted = _ops.submitted
 
 
-def _auto_name(kind, name, ps_id):
-    """``name``, or ``<kind>.noname.<n>`` with n counting this rank's unnamed
-    operations on the process set (per set, so that operations on a set
-    some ranks do not belong to leave the others' counts alone)."""
-    if name is not None:
-        if not isinstance(name, str) or not name:
-            raise errors.invalid_argument(
-                "%s: name must be a non-empty string, got %r" % (kind, name))
-        return name
-    return "%s.noname.%d" % (kind, next(_name_counters[ps_id]))
+# --- checks and small helpers --------------------------------------------------
 
-
-def _register(native_handles, keep_alive, finish):
-    handle = next(_handle_counter)
-    with _lock:
-        _operations[handle] = _Operation(native_handles, keep_alive, finish)
-    return handle
-
-
-def _check_tensor(tensor, what, name):
+def _raise_bad_tensor(tensor, what, name, reduce):
     if not isinstance(tensor, torch.Tensor):
         raise errors.invalid_argument(
             "%s '%s': expected a torch.Tensor, got %s" %
             (what, name, type(tensor).__name__))
-    if tensor.device.type != "cpu":
+    if not tensor.is_cpu:
         raise errors.invalid_argument(
             "%s '%s': tensor is on %s, but this kolo build has no CUDA "
-            "support; move it to the CPU with .cpu()" %
-            (what, name, tensor.device))
-    if tensor.layout != torch.strided:
+            "support; move it to the CPU with .cpu()" % (what, name, tensor.device))
+    if tensor.layout is not _STRIDED:
         raise errors.invalid_argument(
             "%s '%s': %s tensors are not supported; convert with .to_dense()" %
             (what, name, tensor.layout))
-
-
-def _reduce_dtype(tensor, what, name):
-    code = _NATIVE_DTYPES.get(tensor.dtype)
-    if code is None:
+    if reduce:
         raise errors.invalid_argument(
             "%s '%s': dtype %s cannot be reduced by kolo (supported: %s)" %
-            (what, name, tensor.dtype,
-             ", ".join(str(d) for d in _NATIVE_DTYPES)))
-    return code
+            (what, name, tensor.dtype, ", ".join(str(d) for d in _NATIVE_DTYPES)))
+
+
+def _reduce_code(tensor, what, name):
+    """The native dtype code of a tensor that a reduction takes; raises a
+    clear error for anything else (not a tensor, not on the CPU, sparse,
+    a dtype kolo cannot reduce)."""
+    try:
+        code = _NATIVE_DTYPES.get(tensor.dtype)
+        if code is not None and tensor.is_cpu and tensor.layout is _STRIDED:
+            return code
+    except AttributeError:
+        pass
+    _raise_bad_tensor(tensor, what, name, True)
+
+
+def _check_movable(tensor, what, name):
+    """Checks a tensor that an operation only moves (any dtype)."""
+    try:
+        if tensor.is_cpu and tensor.layout is _STRIDED:
+            return
+    except AttributeError:
+        pass
+    _raise_bad_tensor(tensor, what, name, False)
 
 
 def _ptr(tensor):
-    return tensor.data_ptr() if tensor.numel() > 0 else _EMPTY_BUFFER.data_ptr()
+    return tensor.data_ptr() or _EMPTY_PTR  # 0 only for an empty tensor
 
 
 def _contiguous(tensor):
     return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+
+def _ps_id(process_set, what):
+    return 0 if process_set is global_process_set else _native_id(process_set, what)
+
+
+def _set_size(process_set):
+    return _native.size() if process_set is global_process_set else process_set.size()
 
 
 def _resolve_op(average, op, what):
@@ -152,12 +149,39 @@ def _resolve_op(average, op, what):
     return op
 
 
-def _fill_from_output(native_handle, target):
-    """Copies an operation's native output into the contiguous ``target``."""
-    nbytes = target.numel() * target.element_size()
-    if nbytes:
-        _native.output_into(native_handle, target.data_ptr(), nbytes)
-    return target
+def _root_index(process_set, root_rank, what, name):
+    """A global root rank as its index in ``process_set`` (Horovod's
+    root_rank is global, also with a process set)."""
+    try:
+        root = int(root_rank)
+    except (TypeError, ValueError):
+        raise errors.invalid_argument(
+            "%s '%s': root_rank must be an integer, got %r" % (what, name, root_rank))
+    if process_set is global_process_set:
+        return root
+    ranks = process_set.ranks
+    if root not in ranks:
+        raise errors.invalid_argument(
+            "%s '%s': root_rank %d is not a member of process set %s" %
+            (what, name, root, ranks))
+    return ranks.index(root)
+
+
+def _scaled(tensor, factor):
+    """``tensor * factor`` as Horovod scales: integers in float64 (truncated
+    toward zero), float16 in float32, other floats in their own type."""
+    if factor == 1.0:
+        return tensor
+    dtype = tensor.dtype
+    if dtype in _INTEGER_DTYPES:
+        return (tensor.double() * factor).to(dtype)
+    if dtype is torch.float16:
+        return (tensor.float() * factor).to(dtype)
+    return tensor * factor
+
+
+def _second(keep, ids):
+    return keep[1]
 
 
 def _byte_rows(tensor):
@@ -175,84 +199,40 @@ def _output_tensor(native_handle, dtype, row_shape=None):
     ``row_shape`` the output is byte rows [rows, bytes per row] (a dtype sent
     as bytes) and becomes [rows, *row_shape]."""
     shape = list(_native.output_shape(native_handle))
-    if row_shape is None:
-        return _fill_from_output(native_handle, torch.empty(shape, dtype=dtype))
-    out = torch.empty([shape[0]] + list(row_shape), dtype=dtype)
-    return _fill_from_output(native_handle, out)
+    if row_shape is not None:
+        shape = [shape[0]] + list(row_shape)
+    out = torch.empty(shape, dtype=dtype)
+    nbytes = out.numel() * out.element_size()
+    if nbytes:
+        _native.output_into(native_handle, out.data_ptr(), nbytes)
+    return out
 
 
-# --- completion --------------------------------------------------------------
-
-def poll(handle):
-    """True when the operation behind ``handle`` has finished (successfully
-    or not); synchronize() then returns at once."""
-    with _lock:
-        op = _operations.get(handle)
-    if op is None:
-        raise errors.invalid_argument("poll: unknown handle %r" % (handle,))
-    return all(_native.poll(h) for h in op.native_handles)
-
-
-def synchronize(handle):
-    """Waits for the operation and returns its result (the output tensor, or
-    a list for grouped operations). Raises the runtime's error (a
-    kolo.KoloError subclass) if the operation failed."""
-    with _lock:
-        op = _operations.pop(handle, None)
-    if op is None:
-        raise errors.invalid_argument(
-            "synchronize: unknown handle %r (already synchronized?)" % (handle,))
-    try:
-        for h in op.native_handles:
-            _native.wait(h)
-        return op.finish()
-    finally:
-        for h in op.native_handles:
-            _native.release(h)
-
-
-# --- allreduce ---------------------------------------------------------------
-
-def _allreduce_submit(tensor, output, name, op, prescale, postscale, ps_id, what):
-    code = _reduce_dtype(tensor, what, name)
-    return _native.allreduce_async(name, _ptr(tensor), _ptr(output),
-                                   list(tensor.shape), code, op,
-                                   float(prescale), float(postscale), ps_id)
-
+# --- allreduce -----------------------------------------------------------------
 
 def allreduce_async(tensor, average=None, name=None, op=None,
                     prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
     """Starts an allreduce into a new tensor; returns a handle for
     synchronize() / poll()."""
-    what = "allreduce"
-    op = _resolve_op(average, op, what)
-    ps_id = _native_id(process_set, what)
-    name = _auto_name(what, name, ps_id)
-    _check_tensor(tensor, what, name)
-    src = _contiguous(tensor.detach())
+    op = Average if average is None and op is None else \
+        _resolve_op(average, op, "allreduce")
+    ps_id = 0 if process_set is global_process_set else \
+        _native_id(process_set, "allreduce")
+    name = _op_name("allreduce", name)
+    code = _reduce_code(tensor, "allreduce", name)
+    src = tensor if tensor.is_contiguous() else tensor.contiguous()
     out = torch.empty(src.shape, dtype=src.dtype)
-    h = _allreduce_submit(src, out, name, op, prescale_factor,
-                          postscale_factor, ps_id, what)
-    return _register([h], (src, out), lambda: out)
+    h = _native.allreduce_async(name, _ptr(src), _ptr(out), src.shape, code, op,
+                                prescale_factor, postscale_factor, ps_id)
+    return _submitted((h,), name, (src, out), _second)
 
 
-def _inplace_target(tensor):
-    """What an in-place operation on ``tensor`` writes: the tensor's own
-    storage when it is contiguous, else a contiguous copy; and the function
-    that finishes it (copies the copy back) and returns ``tensor``."""
-    buf = tensor.detach()
-    if buf.is_contiguous():
-        return buf, lambda: tensor
-
-    buf = buf.contiguous()
-
-    def finish():
-        with torch.no_grad():
-            tensor.copy_(buf)
-        return tensor
-
-    return buf, finish
+def _copy_back(keep, ids):
+    tensor, buf = keep
+    with torch.no_grad():
+        tensor.copy_(buf)
+    return tensor
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None,
@@ -260,104 +240,69 @@ def allreduce_async_(tensor, average=None, name=None, op=None,
                      process_set=global_process_set):
     """Starts an in-place allreduce of ``tensor``; synchronize() returns the
     same tensor holding the result."""
-    what = "allreduce"
-    op = _resolve_op(average, op, what)
-    ps_id = _native_id(process_set, what)
-    name = _auto_name(what, name, ps_id)
-    _check_tensor(tensor, what, name)
-    buf, finish = _inplace_target(tensor)
-    h = _allreduce_submit(buf, buf, name, op, prescale_factor,
-                          postscale_factor, ps_id, what)
-    return _register([h], (tensor, buf), finish)
+    op = Average if average is None and op is None else \
+        _resolve_op(average, op, "allreduce")
+    ps_id = 0 if process_set is global_process_set else \
+        _native_id(process_set, "allreduce")
+    name = _op_name("allreduce", name)
+    code = _reduce_code(tensor, "allreduce", name)
+    if tensor.is_contiguous():
+        p = _ptr(tensor)
+        h = _native.allreduce_async(name, p, p, tensor.shape, code, op,
+                                    prescale_factor, postscale_factor, ps_id)
+        return _submitted((h,), name, tensor, None)
+    buf = tensor.contiguous()
+    p = _ptr(buf)
+    h = _native.allreduce_async(name, p, p, buf.shape, code, op, prescale_factor,
+                                postscale_factor, ps_id)
+    return _submitted((h,), name, (tensor, buf), _copy_back)
 
 
-class _AllreduceFunction(torch.autograd.Function):
-    """Differentiable allreduce: the gradient is the allreduce (same op and
-    scaling) of the output's gradient, as in Horovod."""
-
-    @staticmethod
-    def forward(ctx, tensor, name, op, prescale, postscale, process_set):
-        ctx.args = (op, prescale, postscale, process_set)
-        return synchronize(allreduce_async(tensor, name=name, op=op,
-                                           prescale_factor=prescale,
-                                           postscale_factor=postscale,
-                                           process_set=process_set))
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        op, prescale, postscale, process_set = ctx.args
-        if op not in (Sum, Average):
-            raise errors.invalid_argument(
-                "allreduce: the gradient of %s is not defined" % _REDUCE_OPS[op])
-        grad = synchronize(allreduce_async(grad_output, op=op,
-                                           prescale_factor=prescale,
-                                           postscale_factor=postscale,
-                                           process_set=process_set))
-        return grad, None, None, None, None, None
-
-
-def allreduce(tensor, average=None, name=None, compression=Compression.none,
-              op=None, prescale_factor=1.0, postscale_factor=1.0,
-              process_set=global_process_set):
-    """Reduces ``tensor`` over the ranks of ``process_set`` (Average by
-    default) and returns the result as a new tensor. Differentiable for Sum
-    and Average."""
-    op = _resolve_op(average, op, "allreduce")
-    compressed, ctx = compression.compress(tensor)
-    if torch.is_grad_enabled() and compressed.requires_grad:
-        out = _AllreduceFunction.apply(compressed, name, op, prescale_factor,
-                                       postscale_factor, process_set)
-    else:
-        out = synchronize(allreduce_async(
-            compressed, name=name, op=op, prescale_factor=prescale_factor,
-            postscale_factor=postscale_factor, process_set=process_set))
-    return compression.decompress(out, ctx)
-
-
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, process_set=global_process_set):
-    """In-place allreduce; returns ``tensor``."""
-    return synchronize(allreduce_async_(
-        tensor, average=average, name=name, op=op,
-        prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-        process_set=process_set))
-
-
-def _grouped_submit(tensors, outputs, average, name, op, prescale, postscale,
-                    process_set, finish_results):
+def _grouped_allreduce_submit(srcs, outs, average, name, op, prescale, postscale,
+                              process_set, keep, finish):
     what = "grouped_allreduce"
     op = _resolve_op(average, op, what)
-    ps_id = _native_id(process_set, what)
-    base = _auto_name(what, name, ps_id)
-    if not tensors:
+    ps_id = _ps_id(process_set, what)
+    base = _op_name(what, name)
+    count = len(srcs)
+    if not count:
         raise errors.invalid_argument("%s '%s': no tensors" % (what, base))
-    names = ["%s.%d" % (base, i) for i in range(len(tensors))]
-    for t, n in zip(tensors, names):
-        _check_tensor(t, what, n)
-    dtypes = {t.dtype for t in tensors}
+    names = ["%s_%dof%d" % (base, i + 1, count) for i in range(count)]
+    for t, n in zip(srcs, names):
+        code = _reduce_code(t, what, n)
+    dtypes = {t.dtype for t in srcs}
     if len(dtypes) != 1:
         raise errors.invalid_argument(
             "%s '%s': all tensors of a group must have one dtype, got %s" %
             (what, base, sorted(str(d) for d in dtypes)))
-    code = _reduce_dtype(tensors[0], what, base)
     hs = _native.grouped_allreduce_async(
-        names, [_ptr(s) for s in tensors], [_ptr(o) for o in outputs],
-        [list(s.shape) for s in tensors], code, op, float(prescale),
-        float(postscale), ps_id)
-    return _register(list(hs), (list(tensors), list(outputs)), finish_results)
+        names, [_ptr(s) for s in srcs], [_ptr(o) for o in outs],
+        [list(s.shape) for s in srcs], code, op, float(prescale), float(postscale),
+        ps_id)
+    return _submitted(tuple(hs), base, keep, finish)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None,
                             prescale_factor=1.0, postscale_factor=1.0,
                             process_set=global_process_set):
-    """Starts allreduces of a list of tensors (one dtype) that run together;
-    synchronize() returns the list of results."""
-    srcs = [_contiguous(t.detach()) if isinstance(t, torch.Tensor) else t
-            for t in tensors]
+    """Starts allreduces of a list of tensors (one dtype) that run together
+    (one fusion bucket); synchronize() returns the list of results. Member
+    names are ``<name>_<i>of<n>``, as in Horovod."""
+    srcs = [_contiguous(t) if isinstance(t, torch.Tensor) else t for t in tensors]
     outs = [torch.empty(s.shape, dtype=s.dtype) if isinstance(s, torch.Tensor)
             else s for s in srcs]
-    return _grouped_submit(srcs, outs, average, name, op, prescale_factor,
-                           postscale_factor, process_set, lambda: list(outs))
+    return _grouped_allreduce_submit(srcs, outs, average, name, op, prescale_factor,
+                                     postscale_factor, process_set, (srcs, outs),
+                                     lambda keep, ids: list(keep[1]))
+
+
+def _copy_back_all(keep, ids):
+    tensors, bufs = keep
+    with torch.no_grad():
+        for t, b in zip(tensors, bufs):
+            if b is not t:
+                t.copy_(b)
+    return tensors
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None,
@@ -365,319 +310,303 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None,
                              process_set=global_process_set):
     """In-place form of grouped_allreduce_async."""
     tensors = list(tensors)
-    bufs = [t.detach() if isinstance(t, torch.Tensor) else t for t in tensors]
-    bufs = [b if not isinstance(b, torch.Tensor) or b.is_contiguous()
-            else b.contiguous() for b in bufs]
+    bufs = [_contiguous(t) if isinstance(t, torch.Tensor) else t for t in tensors]
+    return _grouped_allreduce_submit(bufs, bufs, average, name, op, prescale_factor,
+                                     postscale_factor, process_set, (tensors, bufs),
+                                     _copy_back_all)
 
-    def finish():
-        with torch.no_grad():
-            for t, b in zip(tensors, bufs):
-                if b.data_ptr() != t.data_ptr() or not t.is_contiguous():
-                    t.copy_(b)
-        return tensors
 
-    handle = _grouped_submit(bufs, bufs, average, name, op, prescale_factor,
-                             postscale_factor, process_set, finish)
-    with _lock:
-        _operations[handle].keep_alive = (tensors, bufs)
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Horovod's sparse allreduce: allgathers the indices and values of a
+    sparse tensor. Returns a function that waits and returns the reduced
+    sparse tensor (duplicate indices stand for their sum, as in torch)."""
+    if op not in (Sum, Average):
+        raise errors.invalid_argument(
+            "sparse_allreduce '%s': op must be Sum or Average, got %s" %
+            (name, _REDUCE_OPS.get(op, op)))
+    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+    indices = allgather_async(t._indices().transpose(0, 1).contiguous(),
+                              name="%s.indices" % name, process_set=process_set)
+    values = allgather_async(t._values(), name="%s.values" % name,
+                             process_set=process_set)
+
+    def handle():
+        v = synchronize(values)
+        i = synchronize(indices)
+        if op == Average:
+            v = v / _set_size(process_set)
+        if i.dim() == 0 or v.dim() == 0:
+            return t.new().resize_as_(t)
+        return torch.sparse_coo_tensor(i.transpose(0, 1), v, t.size())
+
     return handle
 
 
-def grouped_allreduce(tensors, average=None, name=None,
-                      compression=Compression.none, op=None,
-                      prescale_factor=1.0, postscale_factor=1.0,
-                      process_set=global_process_set):
-    """Allreduce of a list of tensors in one group; returns new tensors."""
-    pairs = [compression.compress(t) for t in tensors]
-    outs = synchronize(grouped_allreduce_async(
-        [p[0] for p in pairs], average=average, name=name, op=op,
-        prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-        process_set=process_set))
-    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+# --- allgather -----------------------------------------------------------------
 
-
-def grouped_allreduce_(tensors, average=None, name=None, op=None,
-                       prescale_factor=1.0, postscale_factor=1.0,
-                       process_set=global_process_set):
-    """In-place grouped allreduce; returns the tensors."""
-    return synchronize(grouped_allreduce_async_(
-        tensors, average=average, name=name, op=op,
-        prescale_factor=prescale_factor, postscale_factor=postscale_factor,
-        process_set=process_set))
-
-
-# --- allgather ---------------------------------------------------------------
-
-def allgather_async(tensor, name=None, process_set=global_process_set):
-    """Starts an allgather: the ranks' tensors concatenated along the first
-    dimension (which may differ across ranks). A 0-d tensor counts as [1]."""
-    what = "allgather"
-    ps_id = _native_id(process_set, what)
-    name = _auto_name(what, name, ps_id)
-    _check_tensor(tensor, what, name)
-    src = _contiguous(tensor.detach())
+def _allgather_submit(tensor, name, ps_id, what):
+    """(native handle, what to keep alive, finish(native handle) -> result)."""
+    _check_movable(tensor, what, name)
+    src = _contiguous(tensor)
     if src.dim() == 0:
         src = src.reshape(1)
     dtype = src.dtype
     code = _NATIVE_DTYPES.get(dtype)
     if code is not None:
         h = _native.allgather_async(name, _ptr(src), list(src.shape), code, ps_id)
-        return _register([h], src, lambda: _output_tensor(h, dtype))
+        return h, src, lambda nh: _output_tensor(nh, dtype)
     rows = _byte_rows(src)
     row_shape = list(src.shape[1:])
-    h = _native.allgather_async(name, _ptr(rows), list(rows.shape),
-                                _native.UINT8, ps_id)
-
-    def finish():
-        return _output_tensor(h, dtype, row_shape)
-
-    return _register([h], (src, rows), finish)
+    h = _native.allgather_async(name, _ptr(rows), list(rows.shape), _native.UINT8,
+                                ps_id)
+    return h, (src, rows), lambda nh: _output_tensor(nh, dtype, row_shape)
 
 
-class _AllgatherFunction(torch.autograd.Function):
-    """Differentiable allgather: each rank's gradient is its own rows of the
-    sum over ranks of the output's gradient."""
-
-    @staticmethod
-    def forward(ctx, tensor, name, process_set):
-        ctx.process_set = process_set
-        ctx.rows = tensor.shape[0] if tensor.dim() else 1
-        return synchronize(allgather_async(tensor, name=name,
-                                           process_set=process_set))
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        ps = ctx.process_set
-        summed = synchronize(allreduce_async(grad_output, op=Sum, process_set=ps))
-        counts = synchronize(allgather_async(
-            torch.tensor([ctx.rows], dtype=torch.int64), process_set=ps))
-        me = ps.rank() if ps is not None else 0
-        offset = int(counts[:me].sum())
-        return summed.narrow(0, offset, ctx.rows), None, None
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    """Starts an allgather: the ranks' tensors concatenated along the first
+    dimension (which may differ across ranks). A 0-d tensor counts as [1]."""
+    what = "allgather"
+    ps_id = _ps_id(process_set, what)
+    name = _op_name(what, name)
+    h, keep, finish = _allgather_submit(tensor, name, ps_id, what)
+    return _submitted((h,), name, keep, lambda keep, ids: finish(ids[0]))
 
 
-def allgather(tensor, name=None, process_set=global_process_set):
-    """Concatenation of every rank's ``tensor`` along dimension 0.
-    Differentiable."""
-    if torch.is_grad_enabled() and isinstance(tensor, torch.Tensor) \
-            and tensor.requires_grad:
-        return _AllgatherFunction.apply(tensor, name, process_set)
-    return synchronize(allgather_async(tensor, name=name, process_set=process_set))
+def _submit_each(what, tensors, name, process_set, submit_one):
+    """Grouped operations the runtime runs one by one: submits every member
+    (named ``<name>_<i>of<n>``) and returns one handle whose result is the
+    list of results. ``submit_one(tensor, name, ps_id)`` returns (native
+    handle, keep, finish(native handle))."""
+    ps_id = _ps_id(process_set, what)
+    base = _op_name(what, name)
+    tensors = list(tensors)
+    count = len(tensors)
+    if not count:
+        raise errors.invalid_argument("%s '%s': no tensors" % (what, base))
+    ids, keeps, finishes = [], [], []
+    try:
+        for i, t in enumerate(tensors):
+            h, keep, finish = submit_one(t, "%s_%dof%d" % (base, i + 1, count), ps_id)
+            ids.append(h)
+            keeps.append(keep)
+            finishes.append(finish)
+    except Exception:
+        # Those already submitted still run: hand them to a handle that is
+        # dropped at once (their buffers stay alive until they finish).
+        _submitted(tuple(ids), base, keeps, None)
+        raise
+    return _submitted(tuple(ids), base, keeps,
+                      lambda keep, ids: [f(h) for f, h in zip(finishes, ids)])
 
 
-# --- broadcast ---------------------------------------------------------------
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Allgathers of a list of tensors under one handle; synchronize()
+    returns the list of gathered tensors."""
+    return _submit_each("grouped_allgather", tensors, name, process_set,
+                        lambda t, n, ps: _allgather_submit(t, n, ps, "grouped_allgather"))
 
-def _broadcast_submit(buf, root_rank, name, ps_id):
+
+# --- broadcast -----------------------------------------------------------------
+
+def _broadcast_submit(buf, root, name, ps_id):
     code = _NATIVE_DTYPES.get(buf.dtype)
     if code is not None:
-        return _native.broadcast_async(name, _ptr(buf), list(buf.shape), code,
-                                       int(root_rank), ps_id), buf
+        return _native.broadcast_async(name, _ptr(buf), buf.shape, code, root,
+                                       ps_id), buf
     flat = buf.reshape(-1)
     flat = flat.view(torch.uint8) if buf.dtype != torch.uint8 else flat
-    return _native.broadcast_async(name, _ptr(flat), list(flat.shape),
-                                   _native.UINT8, int(root_rank), ps_id), flat
+    return _native.broadcast_async(name, _ptr(flat), flat.shape, _native.UINT8,
+                                   root, ps_id), flat
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    """Starts a broadcast from ``root_rank`` into a new tensor."""
+    """Starts a broadcast from ``root_rank`` (a global rank) into a new tensor."""
     what = "broadcast"
-    ps_id = _native_id(process_set, what)
-    name = _auto_name(what, name, ps_id)
-    _check_tensor(tensor, what, name)
+    ps_id = _ps_id(process_set, what)
+    name = _op_name(what, name)
+    _check_movable(tensor, what, name)
+    root = _root_index(process_set, root_rank, what, name)
     out = tensor.detach().clone(memory_format=torch.contiguous_format)
-    h, view = _broadcast_submit(out, root_rank, name, ps_id)
-    return _register([h], (out, view), lambda: out)
+    h, view = _broadcast_submit(out, root, name, ps_id)
+    return _submitted((h,), name, (view, out), _second)
 
 
 def broadcast_async_(tensor, root_rank, name=None,
                      process_set=global_process_set):
-    """Starts an in-place broadcast of ``tensor`` from ``root_rank``."""
+    """Starts an in-place broadcast of ``tensor`` from ``root_rank`` (global)."""
     what = "broadcast"
-    ps_id = _native_id(process_set, what)
-    name = _auto_name(what, name, ps_id)
-    _check_tensor(tensor, what, name)
-    buf, finish = _inplace_target(tensor)
-    h, view = _broadcast_submit(buf, root_rank, name, ps_id)
-    return _register([h], (tensor, buf, view), finish)
+    ps_id = _ps_id(process_set, what)
+    name = _op_name(what, name)
+    _check_movable(tensor, what, name)
+    root = _root_index(process_set, root_rank, what, name)
+    if tensor.is_contiguous():
+        h, view = _broadcast_submit(tensor, root, name, ps_id)
+        return _submitted((h,), name, (view, tensor), _second)
+    buf = tensor.contiguous()
+    h, view = _broadcast_submit(buf, root, name, ps_id)
+    return _submitted((h,), name, (tensor, buf, view),
+                      lambda keep, ids: _copy_back(keep[:2], ids))
 
 
-class _BroadcastFunction(torch.autograd.Function):
-    """Differentiable broadcast: the root's gradient is the sum of every
-    rank's output gradient; the others get zeros."""
+# --- alltoall ------------------------------------------------------------------
 
-    @staticmethod
-    def forward(ctx, tensor, root_rank, name, process_set):
-        ctx.root_rank = root_rank
-        ctx.process_set = process_set
-        return synchronize(broadcast_async(tensor, root_rank, name=name,
-                                           process_set=process_set))
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        ps = ctx.process_set
-        summed = synchronize(allreduce_async(grad_output, op=Sum, process_set=ps))
-        if ps.rank() != ctx.root_rank:
-            summed.zero_()
-        return summed, None, None, None
-
-
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """``root_rank``'s tensor on every rank, as a new tensor. Differentiable."""
-    if torch.is_grad_enabled() and isinstance(tensor, torch.Tensor) \
-            and tensor.requires_grad:
-        return _BroadcastFunction.apply(tensor, root_rank, name, process_set)
-    return synchronize(broadcast_async(tensor, root_rank, name=name,
-                                       process_set=process_set))
-
-
-def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    """In-place broadcast; returns ``tensor``."""
-    return synchronize(broadcast_async_(tensor, root_rank, name=name,
-                                        process_set=process_set))
+def _split_list(splits, rows, count, what, name):
+    """The rows each rank gets: ``splits`` as ints, or equal parts."""
+    if splits is None:
+        if rows % count:
+            raise errors.invalid_argument(
+                "%s '%s': the first dimension %d does not divide by the %d ranks; "
+                "give splits" % (what, name, rows, count))
+        return [rows // count] * count
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype.is_floating_point or splits.is_complex():
+            raise errors.invalid_argument(
+                "%s '%s': splits must be integers, got dtype %s" %
+                (what, name, splits.dtype))
+        splits = splits.reshape(-1).tolist()
+    try:
+        split_list = [int(s) for s in splits]
+    except (TypeError, ValueError):
+        raise errors.invalid_argument(
+            "%s '%s': splits must be a list or tensor of integers, got %r" %
+            (what, name, splits))
+    if len(split_list) != count:
+        raise errors.invalid_argument(
+            "%s '%s': %d splits for %d ranks" % (what, name, len(split_list), count))
+    if any(s < 0 for s in split_list) or sum(split_list) != rows:
+        raise errors.invalid_argument(
+            "%s '%s': splits %s must be non-negative and add up to the first "
+            "dimension %d" % (what, name, split_list, rows))
+    return split_list
 
 
-# --- alltoall ----------------------------------------------------------------
-
-def alltoall_async(tensor, splits=None, name=None,
-                   process_set=global_process_set):
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts an alltoall. ``splits`` (list or 1-d tensor, one entry per rank
     of the set) says how many rows of dimension 0 go to each rank; None splits
-    equally. synchronize() returns the received rows in rank order, and with
-    ``splits`` given, also how many rows came from each rank."""
+    equally. synchronize() returns (received rows in rank order, rows
+    received from each rank), as Horovod's does."""
     what = "alltoall"
-    ps_id = _native_id(process_set, what)
-    name = _auto_name(what, name, ps_id)
-    _check_tensor(tensor, what, name)
-    src = _contiguous(tensor.detach())
+    ps_id = _ps_id(process_set, what)
+    name = _op_name(what, name)
+    _check_movable(tensor, what, name)
+    src = _contiguous(tensor)
     if src.dim() == 0:
         raise errors.invalid_argument(
             "%s '%s': needs a tensor of at least one dimension" % (what, name))
-    split_list = None
-    if splits is not None:
-        if isinstance(splits, torch.Tensor):
-            splits = splits.reshape(-1).tolist()
-        split_list = [int(s) for s in splits]
+    splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
+    split_list = _split_list(splits, src.shape[0], _set_size(process_set), what, name)
     dtype = src.dtype
     code = _NATIVE_DTYPES.get(dtype)
     row_shape = list(src.shape[1:])
-    if code is not None:
-        send, shape = src, list(src.shape)
-    else:
-        send = _byte_rows(src)
-        shape, code = list(send.shape), _native.UINT8
-    h = _native.alltoall_async(name, _ptr(send), shape, code, split_list, ps_id)
-    handles, keep = [h], [src, send]
-    if split_list is not None:
-        # Received splits: an equal-split alltoall of the send splits.
-        sizes = torch.tensor(split_list, dtype=torch.int64)
-        try:
-            hs = _native.alltoall_async(name + ".splits", _ptr(sizes),
-                                        list(sizes.shape), _native.INT64, None,
-                                        ps_id)
-        except Exception:
-            _native.release(h)
-            raise
-        handles.append(hs)
-        keep.append(sizes)
+    send = src if code is not None else _byte_rows(src)
+    h = _native.alltoall_async(name, _ptr(send), list(send.shape),
+                               code if code is not None else _native.UINT8,
+                               split_list, ps_id)
+    # Received splits: an equal-split alltoall of the send splits.
+    sizes = torch.tensor(split_list, dtype=torch.int64)
+    try:
+        hs = _native.alltoall_async(name + ".splits", _ptr(sizes), list(sizes.shape),
+                                    _native.INT64, None, ps_id)
+    except Exception:
+        _submitted((h,), name, (src, send), None)  # dropped: runs to its end
+        raise
 
-    def finish():
-        if code == _native.UINT8 and dtype != torch.uint8:
-            out = _output_tensor(h, dtype, row_shape)
-        else:
-            out = _output_tensor(h, dtype)
-        if split_list is None:
-            return out
-        received = _output_tensor(handles[1], torch.int64).to(torch.int32)
+    def finish(keep, ids):
+        out = _output_tensor(ids[0], dtype, row_shape if code is None else None)
+        received = _output_tensor(ids[1], torch.int64).to(splits_dtype)
         return out, received
 
-    return _register(handles, keep, finish)
+    return _submitted((h, hs), name, (src, send, sizes), finish)
 
 
-def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Scatters rows of ``tensor`` to the ranks and gathers theirs: returns
-    the received tensor, and with ``splits`` given, (tensor, received_splits)."""
-    return synchronize(alltoall_async(tensor, splits=splits, name=name,
-                                      process_set=process_set))
+# --- reducescatter -------------------------------------------------------------
 
+def _reducescatter_submit(tensor, name, op, ps_id, count, me, prescale, postscale,
+                          what):
+    """(native handle, keep, finish(native handle)) of one reducescatter.
+    Rows split as Horovod splits them: the first ``rows % count`` ranks get
+    one row more. An uneven split runs as an even one over a copy padded with
+    zero rows, each rank's block starting at a multiple of the larger block."""
+    code = _reduce_code(tensor, what, name)
+    if tensor.dim() == 0:
+        raise errors.invalid_argument(
+            "%s '%s': needs a tensor of at least one dimension" % (what, name))
+    src = _scaled(_contiguous(tensor), prescale)
+    rows = src.shape[0]
+    small, extra = divmod(rows, count)
+    mine = small + (1 if me < extra else 0)
+    if extra:
+        big = small + 1
+        padded = src.new_zeros([big * count] + list(src.shape[1:]))
+        offset = 0
+        for r in range(count):
+            n = small + (1 if r < extra else 0)
+            padded[r * big:r * big + n] = src[offset:offset + n]
+            offset += n
+        src = padded
+    h = _native.reducescatter_async(name, _ptr(src), list(src.shape), code, op, ps_id)
+    dtype = src.dtype
 
-# --- reducescatter -----------------------------------------------------------
+    def finish(nh):
+        out = _output_tensor(nh, dtype)
+        if extra:
+            out = out[:mine]
+        return _scaled(out, postscale)
+
+    return h, src, finish
+
 
 def reducescatter_async(tensor, name=None, op=Average,
                         process_set=global_process_set, prescale_factor=1.0,
                         postscale_factor=1.0):
     """Starts a reducescatter: reduces ``tensor`` over the ranks and returns
-    to each its block of dimension 0 (which must divide by the set size)."""
+    to each its block of dimension 0 (Horovod's split when uneven)."""
     what = "reducescatter"
     op = _resolve_op(None, op, what)
-    ps_id = _native_id(process_set, what)
-    name = _auto_name(what, name, ps_id)
-    _check_tensor(tensor, what, name)
-    code = _reduce_dtype(tensor, what, name)
-    src = _contiguous(tensor.detach())
-    if prescale_factor != 1.0:
-        src = src * prescale_factor
-    if src.dim() == 0:
-        raise errors.invalid_argument(
-            "%s '%s': needs a tensor of at least one dimension" % (what, name))
-    h = _native.reducescatter_async(name, _ptr(src), list(src.shape), code, op,
-                                    ps_id)
-    dtype = src.dtype
-
-    def finish():
-        out = _output_tensor(h, dtype)
-        if postscale_factor != 1.0:
-            out.mul_(postscale_factor)
-        return out
-
-    return _register([h], src, finish)
+    ps_id = _ps_id(process_set, what)
+    name = _op_name(what, name)
+    me = _native.rank() if process_set is global_process_set else process_set.rank()
+    h, keep, finish = _reducescatter_submit(
+        tensor, name, op, ps_id, _set_size(process_set), me, prescale_factor,
+        postscale_factor, what)
+    return _submitted((h,), name, keep, lambda keep, ids: finish(ids[0]))
 
 
-def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
-                  process_set=global_process_set, prescale_factor=1.0,
-                  postscale_factor=1.0):
-    """Reducescatter of ``tensor``; returns this rank's reduced block."""
-    compressed, ctx = compression.compress(tensor)
-    out = synchronize(reducescatter_async(
-        compressed, name=name, op=op, process_set=process_set,
-        prescale_factor=prescale_factor, postscale_factor=postscale_factor))
-    return compression.decompress(out, ctx)
+def grouped_reducescatter_async(tensors, name=None, op=Average,
+                                process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """Reducescatters of a list of tensors under one handle; synchronize()
+    returns the list of this rank's blocks."""
+    what = "grouped_reducescatter"
+    op = _resolve_op(None, op, what)
+    count = _set_size(process_set)
+    me = _native.rank() if process_set is global_process_set else process_set.rank()
+    return _submit_each(
+        what, tensors, name, process_set,
+        lambda t, n, ps: _reducescatter_submit(t, n, op, ps, count, me, prescale_factor,
+                                               postscale_factor, what))
 
 
-# --- barrier and join --------------------------------------------------------
+# --- barrier and join ----------------------------------------------------------
 
 def barrier(process_set=global_process_set):
     """Blocks until every rank of the set has called barrier()."""
-    h = _native.barrier_async(_native_id(process_set, "barrier"))
-    try:
-        _native.wait(h)
-    finally:
-        _native.release(h)
+    h = _native.barrier_async(_ps_id(process_set, "barrier"))
+    synchronize(_submitted((h,), "barrier", None, None))
 
 
 def join(device=-1, process_set=global_process_set):
-    """This rank has no more data: it contributes neutral values to the other
-    ranks' collectives until every rank has joined. Returns the rank that
-    joined last (by the ranks' clocks, so approximate across hosts).
-    ``device`` is accepted for Horovod compatibility (CPU only here)."""
+    """This rank has no more data: it takes part in the other ranks'
+    collectives (zeros for allreduce; see docs/python.md for the rest) until
+    every rank has joined. Returns the rank that joined last (by the ranks'
+    clocks, so approximate across hosts). ``device`` is accepted for Horovod
+    compatibility (CPU only here)."""
     del device
-    ps_id = _native_id(process_set, "join")
     joined_at = time.time()
-    h = _native.join_async(ps_id)
-    try:
-        _native.wait(h)
-    finally:
-        _native.release(h)
+    h = _native.join_async(_ps_id(process_set, "join"))
+    synchronize(_submitted((h,), "join", None, None))
     times = synchronize(allgather_async(
         torch.tensor([joined_at], dtype=torch.float64), name="join.last_rank",
         process_set=process_set))
-    return int(torch.argmax(times).item())
-
-
-def _pending_count():
-    with _lock:
-        return len(_operations)
-
-
-def _forget_all():
-    with _lock:
-        _operations.clear()
+    last = int(torch.argmax(times).item())
+    return last if process_set is global_process_set else process_set.ranks[last]

@@ -41,6 +41,22 @@ except TypeError:  # exception layouts that cannot be combined
         """Adasum is not implemented by kolo."""
 
 
+# Horovod's exception names. Every error of a kolo operation is a KoloError
+# (a RuntimeError), as every error of a Horovod operation is a
+# HorovodInternalError: the two names are one class.
+HorovodInternalError = kolo.KoloError
+
+
+class HostsUpdatedInterrupt(RuntimeError):
+    """The set of hosts of an elastic job changed (Horovod's name; kolo
+    raises it from elastic training). ``skip_sync``: whether the state need
+    not be synchronized again."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__("the hosts of the job changed")
+        self.skip_sync = skip_sync
+
+
 def adasum_not_supported(what):
     return _with_code(AdasumNotSupportedError(
         "%s: op=Adasum is not supported by kolo; use Average (the default) or "

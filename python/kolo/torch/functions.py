@@ -6,7 +6,9 @@ import pickle
 
 import torch
 
+from kolo import _native
 from kolo.torch import collectives as C
+from kolo.torch import differentiable as D
 from kolo.torch import errors
 from kolo.torch.process_sets import global_process_set
 
@@ -67,11 +69,13 @@ def _drain(handles):
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Returns root_rank's ``obj`` on every rank (pickled; tensors included).
-    ``name`` defaults to the type name of the object, as in Horovod."""
+    """Returns root_rank's ``obj`` (root_rank is a global rank, as in
+    Horovod) on every rank of the set (pickled; tensors included). ``name``
+    defaults to the type name of the object, as in Horovod."""
     name = name if name is not None else type(obj).__name__
     base = "broadcast_object.%s" % name
-    if process_set.rank() == root_rank:
+    is_root = _native.rank() == root_rank
+    if is_root:
         buf = io.BytesIO()
         torch.save(obj, buf, pickle_protocol=pickle.HIGHEST_PROTOCOL)
         payload = torch.frombuffer(bytearray(buf.getvalue()), dtype=torch.uint8)
@@ -79,11 +83,11 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     else:
         payload = None
         size = torch.zeros(1, dtype=torch.int64)
-    C.broadcast_(size, root_rank, name=base + ".size", process_set=process_set)
+    D.broadcast_(size, root_rank, name=base + ".size", process_set=process_set)
     if payload is None:
         payload = torch.empty(int(size.item()), dtype=torch.uint8)
-    C.broadcast_(payload, root_rank, name=base + ".data", process_set=process_set)
-    if process_set.rank() == root_rank:
+    D.broadcast_(payload, root_rank, name=base + ".data", process_set=process_set)
+    if is_root:
         return obj
     return torch.load(io.BytesIO(payload.numpy().tobytes()))
 
@@ -114,18 +118,24 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
     momentum, and the hyperparameters of each param group) equal to
     root_rank's.
 
-    The root's ``state_dict()`` is broadcast as an object and loaded on the
-    other ranks, so state that the root has not created yet (a fresh
-    optimizer) is simply absent everywhere; no dummy step is taken.
+    As in Horovod, an optimizer without state yet (a fresh one) first takes
+    one step of the wrapped optimizer with zero gradients (parameters that
+    require a gradient and have none get a zero ``grad``; sparse for
+    SparseAdam), so that its state exists on every rank. The root's
+    ``state_dict()`` is then broadcast as an object (entries that are None or
+    not tensors included) and loaded on the other ranks. ``root_rank`` is a
+    global rank.
     """
     if isinstance(optimizer, torch.optim.LBFGS):
         raise errors.invalid_argument(
             "broadcast_optimizer_state: LBFGS is not supported")
-    state = optimizer.state_dict() if process_set.rank() == root_rank else None
+    if not optimizer.state_dict()["state"]:
+        _initialize_state(optimizer)
+    state = optimizer.state_dict() if _native.rank() == root_rank else None
     state = broadcast_object(state, root_rank,
                              name="broadcast_optimizer_state",
                              process_set=process_set)
-    if process_set.rank() != root_rank:
+    if _native.rank() != root_rank:
         mine = optimizer.state_dict()["param_groups"]
         theirs = state["param_groups"]
         if [len(g["params"]) for g in mine] != [len(g["params"]) for g in theirs]:
@@ -137,6 +147,19 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
         optimizer.load_state_dict(state)
 
 
+def _initialize_state(optimizer):
+    """One step of the wrapped optimizer (never the distributed step, which
+    would reduce gradients) with zero gradients, to create its state."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
+                if isinstance(optimizer, torch.optim.SparseAdam):
+                    p.grad = p.grad.to_sparse()
+    step = getattr(optimizer, "_kolo_local_step", optimizer.step)
+    step()
+
+
 def metric_average(value, name=None, process_set=global_process_set):
     """The average over ranks of a Python number or 0-d tensor, as a float
     (for printing global loss and accuracy)."""
@@ -144,6 +167,6 @@ def metric_average(value, name=None, process_set=global_process_set):
         value = value.detach().double().cpu()
     else:
         value = torch.tensor(float(value), dtype=torch.float64)
-    out = C.allreduce(value, name=name if name is None else "metric." + name,
+    out = D.allreduce(value, name=name if name is None else "metric." + name,
                       op=C.Average, process_set=process_set)
     return float(out.item()) if out.numel() == 1 else out

@@ -164,10 +164,11 @@ class _DistributedMixin:
         grad = p.grad
         if grad.is_sparse:
             if not self._sparse_as_dense:
-                raise errors.invalid_argument(
-                    "DistributedOptimizer: parameter '%s' has a sparse gradient; "
-                    "pass sparse_as_dense=True" % name)
-            p.grad = grad = grad.to_dense()
+                # Horovod's sparse allreduce: an allgather of indices and
+                # values; the handle is a function returning the result.
+                return C.sparse_allreduce_async(grad, name=name, op=self._op,
+                                                process_set=self.process_set), None
+            grad = grad.to_dense()
         prescale, postscale = 1.0, 1.0
         if self._op == C.Average and self._predivide != 1.0:
             # Average divides by the rank count; split it around the sum.
@@ -178,6 +179,20 @@ class _DistributedMixin:
                                     postscale_factor=postscale,
                                     process_set=self.process_set)
         return handle, (ctx, compressed)
+
+    def _finish_grad(self, p, handle, info):
+        """Waits for one parameter's reduction and puts it into p.grad."""
+        if callable(handle):  # sparse allreduce
+            p.grad.zero_().add_(handle())
+            return
+        output = C.synchronize(handle)
+        ctx, compressed = info
+        result = self._compression.decompress(output, ctx)
+        if p.grad.is_sparse:  # sparse_as_dense: back to sparse for the step
+            p.grad.zero_().add_(result.to_sparse())
+        elif result is not p.grad:
+            with torch.no_grad():
+                p.grad.copy_(result)
 
     def synchronize(self):
         """Finishes the gradient allreduces of this step (starting those
@@ -196,16 +211,10 @@ class _DistributedMixin:
                         first_error = e
         for p, (handle, info) in list(self._handles.items()):
             try:
-                output = C.synchronize(handle)
+                self._finish_grad(p, handle, info)
             except Exception as e:  # wait for every handle, then raise
                 if first_error is None:
                     first_error = e
-                continue
-            ctx, compressed = info
-            result = self._compression.decompress(output, ctx)
-            if result is not p.grad:
-                with torch.no_grad():
-                    p.grad.copy_(result)
         self._handles.clear()
         for p in self._requires_update:
             self._allreduce_delay[p] = self.backward_passes_per_step
@@ -233,6 +242,10 @@ class _DistributedMixin:
                     "again (averaging already averaged values)")
             self.synchronize()
         self._synchronized = False
+        return super().step(closure)
+
+    def _kolo_local_step(self, closure=None):
+        """The wrapped optimizer's own step (no gradient reduction)."""
         return super().step(closure)
 
     def zero_grad(self, *args, **kwargs):

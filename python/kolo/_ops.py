@@ -1,0 +1,190 @@
+"""The one front end of kolo's asynchronous operations: handles, names,
+completion. kolo.torch and kolo.numpy both submit through it.
+
+Names (Horovod's rule): an operation given no name is called
+``<kind>.noname.<n>``, with one counter n for every unnamed operation of the
+process, of any kind and process set (1, 2, ...). Ranks that issue the same
+unnamed operations in the same order therefore generate the same names, as
+in Horovod. Unlike Horovod's handle numbers, named operations do not advance
+the counter, so named operations that only some ranks issue (on a process
+set, or before a join) never shift the others' generated names; a rank that
+issues an extra unnamed operation does, and the runtime then reports the
+mismatch by name.
+
+Handles: every submission returns a :class:`Handle`. ``synchronize(h)``
+waits, releases the native operation and returns the result (calling it
+again returns the same result, or raises the same error); ``poll(h)`` says
+whether it has finished. A handle keeps the buffers the runtime reads or
+writes alive until the operation ends. A handle dropped while its operation
+is pending hands those buffers to an orphan list, reaped at later
+submissions, so dropping a handle never frees memory the runtime still
+uses. Handles from before ``shutdown()`` are refused after it (the native
+handle numbers start again after a new ``init()``).
+
+Thread-safety: submission, poll and synchronize may be called from any
+thread (autograd hooks call them from the backward pass); one handle must be
+synchronized by one thread at a time.
+"""
+
+import itertools
+import threading
+
+from kolo import _native
+
+_numbers = itertools.count(1)  # next() is atomic under the GIL
+_generation = 0  # bumped by forget_all() (shutdown)
+
+# Handles dropped while pending: (native ids, buffers) until they finish.
+_orphans = []
+_orphans_lock = threading.Lock()
+
+
+def op_name(kind, name):
+    """``name`` checked, or Horovod's generated ``<kind>.noname.<n>``."""
+    if name is None:
+        return "%s.noname.%d" % (kind, next(_numbers))
+    if type(name) is not str or not name:
+        raise _native.InvalidArgumentError(
+            "%s: name must be a non-empty string, got %r" % (kind, name))
+    return name
+
+
+def _release_quietly(ids):
+    for i in ids:
+        try:
+            _native.release(i)
+        except Exception:  # noqa: BLE001 - kolo shut down: nothing to free
+            pass
+
+
+def reap_orphans():
+    """Releases orphaned operations that have finished (and their buffers)."""
+    with _orphans_lock:
+        keep = []
+        for ids, buffers in _orphans:
+            try:
+                if not all(_native.poll(i) for i in ids):
+                    keep.append((ids, buffers))
+                    continue
+            except Exception:  # noqa: BLE001 - kolo shut down: nothing pending
+                continue
+            _release_quietly(ids)
+        _orphans[:] = keep
+
+
+class Handle:
+    """One submitted operation (one native operation, or several that finish
+    together, such as a grouped allreduce). Pass it to synchronize() or
+    poll(); ``name`` is the operation's (base) name."""
+
+    __slots__ = ("name", "_ids", "_keep", "_finish", "_generation", "_done",
+                 "_result", "_error")
+
+    def __init__(self, ids, name, keep, finish):
+        """``ids``: the native handles (a tuple); ``keep``: what must stay
+        alive until they finish; ``finish(keep, ids)``: builds the result
+        after a successful wait (the native handles are still valid while
+        it runs), or None when the result is ``keep`` itself."""
+        self.name = name
+        self._ids = ids
+        self._keep = keep
+        self._finish = finish
+        self._generation = _generation
+        self._done = False
+        self._result = None
+        self._error = None
+
+    def poll(self):
+        """True once every native operation has finished (well or not)."""
+        if self._done:
+            return True
+        self._check_generation()
+        for i in self._ids:
+            if not _native.poll(i):
+                return False
+        return True
+
+    def wait(self):
+        """Waits, builds the result, releases the native operations; returns
+        the result or raises the operation's error (the first, for several)."""
+        if self._done:
+            if self._error is not None:
+                raise self._error
+            return self._result
+        self._check_generation()
+        try:
+            error = None
+            for i in self._ids:
+                try:
+                    _native.wait(i)
+                except Exception as e:  # wait for all, raise the first
+                    if error is None:
+                        error = e
+            if error is None:
+                finish = self._finish
+                self._result = self._keep if finish is None else \
+                    finish(self._keep, self._ids)
+            else:
+                self._error = error
+        finally:
+            self._done = True
+            _release_quietly(self._ids)
+            self._keep = self._finish = None
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def _check_generation(self):
+        if self._generation != _generation:
+            raise _native.InvalidArgumentError(
+                "handle of '%s' was created before kolo was shut down; its "
+                "operation no longer exists" % self.name)
+
+    def __del__(self):
+        if self._done or self._generation != _generation:
+            return
+        try:
+            if all(_native.poll(i) for i in self._ids):
+                _release_quietly(self._ids)
+                return
+        except Exception:  # noqa: BLE001 - kolo shut down
+            return
+        with _orphans_lock:
+            _orphans.append((self._ids, self._keep))
+
+    def __repr__(self):
+        return "<kolo handle '%s'%s>" % (self.name, " done" if self._done else "")
+
+
+def submitted(ids, name, keep, finish):
+    """A Handle for native operations just submitted (reaps orphans first)."""
+    if _orphans:
+        reap_orphans()
+    return Handle(ids, name, keep, finish)
+
+
+def synchronize(handle):
+    """Waits for ``handle`` and returns its result (raises its error)."""
+    if type(handle) is not Handle:
+        raise _native.InvalidArgumentError(
+            "synchronize: expected a handle returned by an *_async call, got %r"
+            % (handle,))
+    return handle.wait()
+
+
+def poll(handle):
+    """True once ``handle``'s operation has finished; synchronize() then
+    returns at once."""
+    if type(handle) is not Handle:
+        raise _native.InvalidArgumentError(
+            "poll: expected a handle returned by an *_async call, got %r" % (handle,))
+    return handle.poll()
+
+
+def forget_all():
+    """Called at shutdown: the native operations are gone with the runtime;
+    handles created before are refused from now on."""
+    global _generation
+    _generation += 1
+    with _orphans_lock:
+        _orphans.clear()
