@@ -3,6 +3,12 @@
 #include "runtime/autotuner.h"
 
 #include <gtest/gtest.h>
+#include <kolo/error.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 namespace kolo::runtime {
 namespace {
@@ -117,6 +123,50 @@ TEST(Autotuner, ThresholdUnits) {
       t.logLine(),
       "autotune: trying fusion threshold 1000 B, cycle time 1 ms (candidate 2 of 2; "
       "fusion threshold 512 KiB, cycle time 2.5 ms gave 0.0 MB/s)");
+}
+
+TEST(Autotuner, TrialsNameTheScoredCandidateAndTheBest) {
+  Autotuner t(threePoints(), 0, 1);
+  ASSERT_TRUE(t.record(2000, 0.001));  // 2 MB/s
+  EXPECT_EQ(t.lastTrial().point.fusionThresholdBytes, 1 * kMiB);
+  EXPECT_DOUBLE_EQ(t.lastTrial().bytesPerSecond, 2e6);
+  ASSERT_TRUE(t.record(9000, 0.001));
+  EXPECT_EQ(t.lastTrial().point.fusionThresholdBytes, 4 * kMiB);
+  ASSERT_TRUE(t.record(1000, 0.001));
+  ASSERT_TRUE(t.done());
+  EXPECT_EQ(t.lastTrial().point.fusionThresholdBytes, 16 * kMiB);
+  EXPECT_EQ(t.best().point.fusionThresholdBytes, 4 * kMiB);
+  EXPECT_EQ(t.best().point.cycleTimeMs, 1.0);
+  EXPECT_DOUBLE_EQ(t.best().bytesPerSecond, 9e6);
+}
+
+TEST(AutotuneLog, CsvRowsThenTheChoice) {
+  const std::string path = ::testing::TempDir() + "autotune_log_test.csv";
+  {
+    auto log = AutotuneLog::open(path);
+    log->write({{4 * kMiB, 0.5}, 1234.56});
+    log->write({{64 * kMiB, 2.5}, 1e9});
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(),
+            "fusion_threshold_bytes,cycle_time_ms,bytes_per_second\n"
+            "4194304,0.5,1234.6\n"
+            "67108864,2.5,1000000000.0\n");
+  std::remove(path.c_str());
+}
+
+TEST(AutotuneLog, UnwritablePathIsNamed) {
+  try {
+    AutotuneLog::open("/no/such/dir/tune.csv");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("/no/such/dir/tune.csv"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("KOLO_AUTOTUNE_LOG"), std::string::npos);
+  }
 }
 
 }  // namespace

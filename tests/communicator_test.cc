@@ -487,6 +487,35 @@ TEST(CommunicatorHosts, LayoutAndHierarchicalAllreduce) {
   }
 }
 
+// KOLO_HIERARCHICAL_ALLREDUCE (Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE):
+// every size uses hier across hosts; one host keeps the table (as Horovod
+// ignores it there); KOLO_ALLREDUCE_ALGO wins.
+TEST(CommunicatorTest, HierarchicalAllreduceSettingAppliesAcrossHostsOnly) {
+  Settings s = test::testSettings();
+  s.hierarchicalAllreduce = 1;
+  test::withCommunicators(2, s, [](Communicator& c) {
+    EXPECT_EQ(c.allreduceAlgorithm(64), "shm");
+    c.barrier();
+  });
+  test::withCommunicators(
+      4, s,
+      [](Communicator& c) {
+        EXPECT_EQ(c.allreduceAlgorithm(64), "hier");  // the table: tree
+        EXPECT_EQ(c.allreduceAlgorithm(64 << 20), "hier");
+        std::vector<float> buf(5, float(c.rank()));
+        AllreduceOptions o;
+        o.send = o.recv = buf.data();
+        o.count = buf.size();
+        c.allreduce(o);
+        EXPECT_EQ(buf[4], 6.0f);
+      },
+      [](int r) { return "host" + std::to_string(r / 2); });
+  s.allreduceAlgorithm = "ring";
+  test::withCommunicators(
+      4, s, [](Communicator& c) { EXPECT_EQ(c.allreduceAlgorithm(64), "ring"); },
+      [](int r) { return "host" + std::to_string(r / 2); });
+}
+
 TEST(CommunicatorSingle, BadShmStoresIsAnErrorNamingTheVariable) {
   CommunicatorConfig config;
   Settings s = test::testSettings();

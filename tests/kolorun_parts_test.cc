@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -191,11 +192,203 @@ TEST(OptionsTest, HostOptionErrors) {
             std::string::npos);
 }
 
+// ---- horovodrun's command line ------------------------------------------------
+
+// Every tuning flag of horovodrun and the KOLO_ export it becomes.
+TEST(HorovodFlagsTest, TuningFlagsBecomeKoloExports) {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"--fusion-threshold-mb", "32"}, "KOLO_FUSION_THRESHOLD=33554432"},  // MiB
+      {{"--fusion-threshold-mb=0"}, "KOLO_FUSION_THRESHOLD=0"},
+      {{"--cycle-time-ms", "2.5"}, "KOLO_CYCLE_TIME=2.5"},
+      {{"--cache-capacity", "256"}, "KOLO_CACHE_CAPACITY=256"},
+      {{"--hierarchical-allreduce"}, "KOLO_HIERARCHICAL_ALLREDUCE=1"},
+      {{"--no-hierarchical-allreduce"}, "KOLO_HIERARCHICAL_ALLREDUCE=0"},
+      {{"--autotune"}, "KOLO_AUTOTUNE=1"},
+      {{"--no-autotune"}, "KOLO_AUTOTUNE=0"},
+      {{"--autotune-log-file", "tune.csv"}, "KOLO_AUTOTUNE_LOG=tune.csv"},
+      {{"--autotune-warmup-samples", "3"}, "KOLO_AUTOTUNE_WARMUP_SAMPLES=3"},
+      {{"--autotune-steps-per-sample", "10"}, "KOLO_AUTOTUNE_STEPS_PER_SAMPLE=10"},
+      {{"--timeline-filename", "/tmp/tl.json"}, "KOLO_TIMELINE=/tmp/tl.json"},
+      {{"--timeline-mark-cycles"}, "KOLO_TIMELINE_MARK_CYCLES=1"},
+      {{"--no-timeline-mark-cycles"}, "KOLO_TIMELINE_MARK_CYCLES=0"},
+      {{"--no-stall-check"}, "KOLO_STALL_CHECK_DISABLE=1"},
+      {{"--stall-check"}, "KOLO_STALL_CHECK_DISABLE=0"},
+      {{"--stall-check-warning-time-seconds", "20"}, "KOLO_STALL_WARNING=20"},
+      {{"--stall-check-shutdown-time-seconds", "90"}, "KOLO_STALL_SHUTDOWN=90"},
+      {{"--gloo-timeout-seconds", "45"}, "KOLO_TIMEOUT=45"},
+      {{"--log-level", "TRACE"}, "KOLO_LOG_LEVEL=debug"},
+      {{"--log-level", "DEBUG"}, "KOLO_LOG_LEVEL=debug"},
+      {{"--log-level", "INFO"}, "KOLO_LOG_LEVEL=info"},
+      {{"--log-level", "warning"}, "KOLO_LOG_LEVEL=warning"},
+      {{"--log-level", "ERROR"}, "KOLO_LOG_LEVEL=error"},
+      {{"--log-level", "FATAL"}, "KOLO_LOG_LEVEL=error"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    std::vector<std::string> args = {"-np", "2"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.push_back("prog");
+    const auto options = parse(args);
+    EXPECT_EQ(options.exports, std::vector<std::string>{expected}) << flags[0];
+    EXPECT_TRUE(options.notes.empty()) << flags[0];
+    EXPECT_EQ(options.command, std::vector<std::string>{"prog"}) << flags[0];
+  }
+}
+
+TEST(HorovodFlagsTest, TuningFlagsReachTheRanksAndTheLastWins) {
+  auto options = parse({"-np", "2", "-x", "KOLO_CYCLE_TIME=3", "--cycle-time-ms", "5",
+                        "--autotune", "prog"});
+  auto p = planPlacement(options);
+  JobIdentity job{"tcp://127.0.0.1:5000", "job-1", ""};
+  // A local rank (kolorun's environment) and a remote one (only KOLO_*).
+  for (const auto& base : {std::vector<std::string>{"KOLO_CYCLE_TIME=9", "HOME=/"},
+                           std::vector<std::string>{"KOLO_CYCLE_TIME=9"}}) {
+    auto env = rankEnvironment(base, options.exports, p[1], job);
+    EXPECT_EQ(std::count(env.begin(), env.end(), "KOLO_CYCLE_TIME=5"), 1);
+    EXPECT_EQ(std::count(env.begin(), env.end(), "KOLO_AUTOTUNE=1"), 1);
+    for (const auto& e : env) EXPECT_NE(e, "KOLO_CYCLE_TIME=9");
+  }
+}
+
+TEST(HorovodFlagsTest, SpellingsOfKolorunsOwnFlags) {
+  const std::string hostfile = ::testing::TempDir() + "kolorun_hvd_hosts";
+  std::ofstream(hostfile) << "a slots=2\nb slots=2\n";
+  auto o = parse({"--num-proc", "3", "--output-filename", "logs", "--network-interfaces",
+                  "eth1", "--network-interface", "eth1", "-p", "2222", "-i",
+                  "/keys/my key", "--start-timeout", "12", "--verbose", "--gloo",
+                  "-hostfile", hostfile, "prog"});
+  std::remove(hostfile.c_str());
+  EXPECT_EQ(o.numRanks, 3);
+  EXPECT_EQ(o.hosts.size(), 2u);
+  EXPECT_EQ(o.outputDir, "logs");
+  EXPECT_EQ(o.networkInterface, "eth1");
+  EXPECT_EQ(o.startTimeoutSeconds, 12);
+  EXPECT_TRUE(o.verbose);
+  EXPECT_FALSE(o.mpi);
+  EXPECT_TRUE(o.sshCommandGiven);
+  EXPECT_EQ(o.sshCommand, "ssh -o BatchMode=yes -p 2222 -i '/keys/my key'");
+  EXPECT_EQ(splitCommandWords(o.sshCommand).back(), "/keys/my key");
+  auto custom = parse({"-np", "1", "--ssh-port=22", "--ssh-command", "my-ssh",
+                       "--ssh-identity-file", "id", "prog"});
+  EXPECT_EQ(custom.sshCommand, "my-ssh -p 22 -i id");
+  auto hosts = parse({"-np", "2", "--hosts", "a:1,b:1", "prog"});
+  EXPECT_EQ(hosts.hosts.size(), 2u);
+}
+
+TEST(HorovodFlagsTest, FlagsThatChangeNothingAreAcceptedWithANote) {
+  const std::vector<std::vector<std::string>> noted = {
+      {"--autotune-bayes-opt-max-samples", "20"},
+      {"--autotune-gaussian-process-noise", "0.8"},
+      {"--hierarchical-allgather"},
+      {"--torus-allreduce"},
+      {"--num-nccl-streams", "2"},
+      {"--thread-affinity", "1"},
+      {"--tcp"},
+      {"--disable-cache"},
+  };
+  for (const auto& flags : noted) {
+    std::vector<std::string> args = {"-np", "2"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.push_back("prog");
+    const auto o = parse(args);
+    ASSERT_EQ(o.notes.size(), 1u) << flags[0];
+    EXPECT_EQ(o.notes[0].rfind(flags[0] + " has no effect: ", 0), 0u) << o.notes[0];
+    EXPECT_TRUE(o.exports.empty()) << flags[0];
+  }
+  // Those asking for what kolo does anyway: honoured, nothing to say.
+  const auto o = parse({"-np", "2", "--no-hierarchical-allgather", "--no-torus-allreduce",
+                        "--no-mpi-threads-disable", "--log-without-timestamp",
+                        "--log-hide-timestamp", "prog"});
+  EXPECT_TRUE(o.notes.empty());
+  EXPECT_TRUE(o.exports.empty());
+}
+
+TEST(HorovodFlagsTest, FlagsKolorunCannotHonourAreErrorsNamingThem) {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"--min-np", "2"}, "--min-np is not supported yet (elastic training)"},
+      {{"--min-num-proc=2"}, "--min-num-proc is not supported yet (elastic training)"},
+      {{"--max-np", "8"}, "--max-np is not supported yet (elastic training)"},
+      {{"--slots-per-host", "2"}, "--slots-per-host is not supported yet"},
+      {{"--elastic-timeout", "60"}, "--elastic-timeout is not supported yet"},
+      {{"--reset-limit", "3"}, "--reset-limit is not supported yet"},
+      {{"--blacklist-cooldown-range", "1", "2"}, "--blacklist-cooldown-range is not"},
+      {{"--host-discovery-script", "x.sh"},
+       "--host-discovery-script is not supported yet"},
+      {{"--config-file", "c.yaml"},
+       "--config-file is not supported: kolorun reads no YAML"},
+      {{"-cb"}, "-cb is not supported"},
+      {{"--check-build"}, "--check-build is not supported"},
+      {{"--jsrun"}, "--jsrun is not supported: launch with --mpi"},
+      {{"--binding-args", "--bind-to core"}, "--binding-args is not supported"},
+      {{"--mpi-threads-disable"}, "--mpi-threads-disable is not supported"},
+      {{"--log-with-timestamp"}, "--log-with-timestamp is not supported: kolo's log"},
+      {{"--no-log-hide-timestamp"}, "--no-log-hide-timestamp is not supported"},
+      {{"--prefix-output-with-timestamp"}, "--prefix-output-with-timestamp is not"},
+      {{"-prefix-timestamp"}, "-prefix-timestamp is not supported"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args = {"-np", "2"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    args.push_back("prog");
+    const std::string error = usageErrorOf(args);
+    EXPECT_EQ(error.rfind(message, 0), 0u) << flags[0] << ": " << error;
+  }
+}
+
+TEST(HorovodFlagsTest, BadValuesAndCombinationsAreErrors) {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"--fusion-threshold-mb", "-1"}, "--fusion-threshold-mb expects a non-negative"},
+      {{"--fusion-threshold-mb", "1.5"}, "got '1.5'"},
+      {{"--fusion-threshold-mb", "99999999999999999"}, "too large"},
+      {{"--cycle-time-ms", "fast"}, "--cycle-time-ms expects a non-negative number"},
+      {{"--cache-capacity", "x"}, "--cache-capacity expects a non-negative integer"},
+      {{"--autotune-warmup-samples", "-3"}, "--autotune-warmup-samples expects"},
+      {{"--autotune-gaussian-process-noise", "2"}, "a number in [0, 1], got '2'"},
+      {{"--autotune-bayes-opt-max-samples", "many"}, "got 'many'"},
+      {{"--stall-check-warning-time-seconds", "1m"}, "got '1m'"},
+      {{"--log-level", "verbose"}, "--log-level expects TRACE, DEBUG"},
+      {{"--timeline-filename="}, "--timeline-filename needs a file name"},
+      {{"--ssh-port", "0"}, "--ssh-port expects a port number (1..65535), got '0'"},
+      {{"-p", "70000"}, "-p expects a port number"},
+      {{"--network-interfaces", "eth0,eth1"}, "got eth0,eth1: name one of them"},
+      {{"--network-interface", "eth0", "--network-interface", "eth1"}, "name one"},
+      {{"--network-interfaces", ","}, "needs an interface name"},
+      {{"--gloo", "--mpi"}, "give either --gloo or --mpi, not both"},
+      {{"--mpi", "--gloo"}, "give either --gloo or --mpi, not both"},
+      {{"--mpi-args", "--map-by core"}, "--mpi-args needs --mpi"},
+      {{"--mpi", "--mpi-args", " "}, "--mpi-args needs flags for mpirun"},
+      {{"--mpi", "--mpi-args", "'open"}, "--mpi-args: unbalanced '"},
+      {{"--autotune=1"}, "option --autotune takes no value"},
+      {{"--fusion-threshold-mb"}, "option --fusion-threshold-mb needs a value"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args = {"-np", "2"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    if (flags[0] != "--fusion-threshold-mb" || flags.size() > 1) args.push_back("prog");
+    const std::string error = usageErrorOf(args);
+    EXPECT_NE(error.find(message), std::string::npos) << flags[0] << ": " << error;
+  }
+}
+
+TEST(MpiLaunchTest, CarriesHorovodFlags) {
+  auto options =
+      parse({"--mpi", "-np", "2", "-H", "a:1,b:1", "-p", "2222", "--fusion-threshold-mb",
+             "8", "--mpi-args=--map-by core -v", "prog"});
+  auto argv = mpirunCommand(options, {}, false);
+  std::string line;
+  for (const auto& a : argv) line += "<" + a + ">";
+  for (const char* expected :
+       {"<--mca><plm_rsh_agent><ssh -o BatchMode=yes -p 2222>",
+        "<-x><KOLO_FUSION_THRESHOLD=8388608>", "<--map-by><core><-v><prog>"}) {
+    EXPECT_NE(line.find(expected), std::string::npos) << expected << " in " << line;
+  }
+}
+
 TEST(MpiLaunchTest, TranslatesTheOptions) {
   auto options = parse({"-np", "4", "-H", "a:2,b:2", "--ssh-command", "my-ssh -p 2",
                         "--network-interface", "eth1", "--output-dir", "out", "--timeout",
                         "9.5", "-x", "FOO=1", "prog", "arg"});
-  auto argv = mpirunCommand(options, {"KOLO_TIMEOUT=5", "HOME=/root"}, true);
+  auto argv = mpirunCommand(
+      options, {"KOLO_TIMEOUT=5", "HOME=/root", "HOROVOD_CYCLE_TIME=2"}, true);
   std::string line;
   for (const auto& a : argv) line += "<" + a + ">";
   EXPECT_EQ(argv.front(), "mpirun");
@@ -203,7 +396,8 @@ TEST(MpiLaunchTest, TranslatesTheOptions) {
        {"<--allow-run-as-root>", "<-np><4>", "<-H><a:2,b:2>",
         "<--mca><plm_rsh_agent><my-ssh -p 2>", "<--mca><btl_tcp_if_include><eth1>",
         "<-x><KOLO_IFACE=eth1>", "<--output-filename><out>", "<--timeout><10>",
-        "<-x><KOLO_TIMEOUT>", "<-x><FOO=1>", "<--bind-to><none>", "<prog><arg>"}) {
+        "<-x><KOLO_TIMEOUT>", "<-x><HOROVOD_CYCLE_TIME>", "<-x><FOO=1>",
+        "<--bind-to><none>", "<prog><arg>"}) {
     EXPECT_NE(line.find(expected), std::string::npos) << expected << " in " << line;
   }
   EXPECT_EQ(line.find("HOME"), std::string::npos) << line;

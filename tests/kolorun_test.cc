@@ -297,6 +297,20 @@ TEST(KolorunTest, ExportFlagSetsVariables) {
   EXPECT_TRUE(contains(r.out, "[1] hello world\n")) << describe(r);
 }
 
+// horovodrun's tuning flags become the ranks' KOLO_* settings; a flag
+// that changes nothing says so on stderr.
+TEST(KolorunTest, HorovodTuningFlagsReachEveryRank) {
+  auto r =
+      runKolorun({"-np", "2", "--fusion-threshold-mb", "16", "--cycle-time-ms", "2.5",
+                  "--log-level", "TRACE", "--no-stall-check", "--tcp", "sh", "-c",
+                  "echo $KOLO_RANK $KOLO_FUSION_THRESHOLD $KOLO_CYCLE_TIME "
+                  "$KOLO_LOG_LEVEL $KOLO_STALL_CHECK_DISABLE"});
+  ASSERT_EQ(r.exitCode, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "[0] 0 16777216 2.5 debug 1\n")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "[1] 1 16777216 2.5 debug 1\n")) << describe(r);
+  EXPECT_TRUE(contains(r.err, "kolorun: --tcp has no effect: ")) << describe(r);
+}
+
 TEST(KolorunTest, StdinIsEmpty) {
   auto r = runKolorun({"-np", "2", "sh", "-c", "cat; echo read-done"}, 10);
   ASSERT_EQ(r.exitCode, 0) << describe(r);
@@ -395,6 +409,9 @@ TEST(KolorunTest, BadFlagsPrintUsageAndExit2) {
       {{"-np"}, "needs a value"},
       {{"-np", "2", "--timeout", "soon", "true"}, "'soon'"},
       {{"-np", "2", "-x", "1BAD", "true"}, "'1BAD'"},
+      {{"-np", "2", "--min-np", "1", "true"},
+       "kolorun: --min-np is not supported yet (elastic training)"},
+      {{"-np", "2", "--fusion-threshold-mb", "lots", "true"}, "'lots'"},
   };
   for (const auto& [args, message] : cases) {
     auto r = runKolorun(args, 10);
@@ -569,6 +586,7 @@ std::vector<std::string> concat(std::vector<std::string> a,
 TEST(KolorunHostsTest, RemoteRanksGetTheirLayoutAndOnlyForwardedVariables) {
   FakeSsh ssh;
   setenv("KOLO_TIMEOUT", "9", 1);
+  setenv("HOROVOD_CYCLE_TIME", "4", 1);
   setenv("KOLORUN_EXPORTED", "yes", 1);
   setenv("KOLORUN_NOT_FORWARDED", "leak", 1);
   auto r = runKolorun(concat(
@@ -576,16 +594,17 @@ TEST(KolorunHostsTest, RemoteRanksGetTheirLayoutAndOnlyForwardedVariables) {
       {"-x", "KOLORUN_EXPORTED", "-x", "SET=v w", "sh", "-c",
        "echo \"$KOLO_RANK $KOLO_SIZE $KOLO_LOCAL_RANK $KOLO_LOCAL_SIZE $KOLO_CROSS_RANK "
        "$KOLO_CROSS_SIZE $KOLO_HOST_ID $KOLO_IFACE $KOLO_TIMEOUT $KOLORUN_EXPORTED "
-       "[$SET] [$KOLORUN_NOT_FORWARDED] $KOLO_RENDEZVOUS $(pwd)\""}));
+       "[$SET] [$KOLORUN_NOT_FORWARDED] $HOROVOD_CYCLE_TIME $KOLO_RENDEZVOUS $(pwd)\""}));
   unsetenv("KOLO_TIMEOUT");
+  unsetenv("HOROVOD_CYCLE_TIME");
   unsetenv("KOLORUN_EXPORTED");
   unsetenv("KOLORUN_NOT_FORWARDED");
   ASSERT_EQ(r.exitCode, 0) << describe(r);
   const std::string cwd = std::filesystem::current_path().string();
-  const char* want[] = {"[0] 0 4 0 2 0 2 198.51.100.1 lo 9 yes [v w] [] tcp://",
-                        "[1] 1 4 1 2 0 2 198.51.100.1 lo 9 yes [v w] [] tcp://",
-                        "[2] 2 4 0 2 1 2 198.51.100.2 lo 9 yes [v w] [] tcp://",
-                        "[3] 3 4 1 2 1 2 198.51.100.2 lo 9 yes [v w] [] tcp://"};
+  const char* want[] = {"[0] 0 4 0 2 0 2 198.51.100.1 lo 9 yes [v w] [] 4 tcp://",
+                        "[1] 1 4 1 2 0 2 198.51.100.1 lo 9 yes [v w] [] 4 tcp://",
+                        "[2] 2 4 0 2 1 2 198.51.100.2 lo 9 yes [v w] [] 4 tcp://",
+                        "[3] 3 4 1 2 1 2 198.51.100.2 lo 9 yes [v w] [] 4 tcp://"};
   for (const char* w : want) EXPECT_TRUE(contains(r.out, w)) << w << "\n" << describe(r);
   EXPECT_TRUE(contains(r.out, " " + cwd + "\n")) << describe(r);
   // Probe + one call per rank, each "ARGS... HOST LINE": 4 arguments.
@@ -597,6 +616,17 @@ TEST(KolorunHostsTest, RemoteRanksGetTheirLayoutAndOnlyForwardedVariables) {
     onFirst += contains(c, "|198.51.100.1");
   }
   EXPECT_EQ(onFirst, 3);  // probe + 2 ranks
+}
+
+TEST(KolorunHostsTest, HorovodTuningFlagsReachRemoteRanks) {
+  FakeSsh ssh;
+  auto r = runKolorun(
+      concat(concat({"-np", "2", "--autotune", "--timeline-filename", "/tmp/tl.json"},
+                    ssh.args("198.51.100.1:1,198.51.100.2:1")),
+             {"sh", "-c", "echo $KOLO_RANK $KOLO_AUTOTUNE $KOLO_TIMELINE"}));
+  ASSERT_EQ(r.exitCode, 0) << describe(r);
+  EXPECT_TRUE(contains(r.out, "[0] 0 1 /tmp/tl.json\n")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "[1] 1 1 /tmp/tl.json\n")) << describe(r);
 }
 
 TEST(KolorunHostsTest, ThisHostInTheListIsStartedWithoutSsh) {
@@ -740,13 +770,14 @@ TEST(KolorunMpiTest, MpiDelegatesToMpirun) {
   if (std::system("command -v mpirun >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "mpirun is not installed";
   }
-  auto r = runKolorun({"--mpi", "-np", "2", "-x", "KOLORUN_MPI_VAR=abc", "sh", "-c",
+  auto r = runKolorun({"--mpi", "-np", "2", "-x", "KOLORUN_MPI_VAR=abc",
+                       "--cycle-time-ms", "3", "sh", "-c",
                        "echo rank=$OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE "
-                       "var=$KOLORUN_MPI_VAR"},
+                       "var=$KOLORUN_MPI_VAR cycle=$KOLO_CYCLE_TIME"},
                       60);
   ASSERT_EQ(r.exitCode, 0) << describe(r);
-  EXPECT_TRUE(contains(r.out, "rank=0 of 2 var=abc")) << describe(r);
-  EXPECT_TRUE(contains(r.out, "rank=1 of 2 var=abc")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "rank=0 of 2 var=abc cycle=3")) << describe(r);
+  EXPECT_TRUE(contains(r.out, "rank=1 of 2 var=abc cycle=3")) << describe(r);
   // A failing rank fails the launch with its code, as under kolorun.
   auto f = runKolorun({"--mpi", "-np", "2", "sh", "-c",
                        "[ $OMPI_COMM_WORLD_RANK = 1 ] && exit 3; exit 0"},

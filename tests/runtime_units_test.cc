@@ -542,6 +542,11 @@ TEST(RuntimeOptionsTest, FromSettingsTakesEveryRuntimeKnob) {
   s.autotune = 1;
   s.stragglerMarginMs = 12;
   s.runtimeSpinMicros = 3;
+  s.stallCheckDisable = 1;
+  s.timelineMarkCycles = 1;
+  s.autotuneLogPath = "/tmp/a.csv";
+  s.autotuneWarmupSamples = 4;
+  s.autotuneStepsPerSample = 6;
   const RuntimeOptions o = RuntimeOptions::fromSettings(s);
   EXPECT_EQ(o.fusionThresholdBytes, 1234);
   EXPECT_EQ(o.cycleTimeMs, 2.5);
@@ -553,10 +558,19 @@ TEST(RuntimeOptionsTest, FromSettingsTakesEveryRuntimeKnob) {
   EXPECT_TRUE(o.autotune);
   EXPECT_DOUBLE_EQ(o.stragglerMarginSeconds, 0.012);
   EXPECT_EQ(o.spinMicros, 3);
+  EXPECT_FALSE(o.stallCheck);
+  EXPECT_TRUE(o.timelineMarkCycles);
+  EXPECT_EQ(o.autotuneLogPath, "/tmp/a.csv");
+  EXPECT_EQ(o.autotuneWarmupSamples, 4);
+  EXPECT_EQ(o.autotuneStepsPerSample, 6);
   const RuntimeOptions d = RuntimeOptions::fromSettings(Settings{});
   EXPECT_EQ(d.fusionThresholdBytes, 64 << 20);
   EXPECT_EQ(d.cacheCapacity, 1024u);
   EXPECT_FALSE(d.deterministic);
+  EXPECT_TRUE(d.stallCheck);
+  EXPECT_FALSE(d.timelineMarkCycles);
+  EXPECT_EQ(d.autotuneWarmupSamples, 2);
+  EXPECT_EQ(d.autotuneStepsPerSample, 5);
 }
 
 }  // namespace

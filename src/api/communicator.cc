@@ -187,6 +187,9 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
                                                     << config.size << " ranks");
   }
   if (!team) setLogRank(config.rank);
+  if (!team && config.rank == 0) {
+    for (const auto& note : settings_.ignoredHorovod) KOLO_LOG(kInfo) << note;
+  }
   config_ = config;
   const std::string& mode = settings_.transport;
   if (mode != "auto" && mode != "tcp" && mode != "shm" && mode != "mpi") {
@@ -420,8 +423,8 @@ void CommunicatorImpl::doAllreduce(const AllreduceOptions& o) {
   const collectives::AllreduceAlgorithm* algo = nullptr;
   if (!error) {
     try {
-      const std::string& name =
-          !o.algorithm.empty() ? o.algorithm : settings_.allreduceAlgorithm;
+      const std::string_view name =
+          !o.algorithm.empty() ? std::string_view(o.algorithm) : forcedAllreduce(ctx);
       algo = name.empty() ? &collectives::selectAllreduce(bytes, ctx)
                           : &collectives::findAllreduce(name, ctx);
     } catch (const Error&) {
@@ -476,11 +479,19 @@ std::string CommunicatorImpl::allreduceAlgorithm(size_t bytes) const {
   ctx.local = local_.get();
   ctx.cross = cross_.get();
   ctx.shm = shm_.get();
-  if (!settings_.allreduceAlgorithm.empty()) {
-    return std::string(
-        collectives::findAllreduce(settings_.allreduceAlgorithm, ctx).name);
-  }
+  const std::string_view forced = forcedAllreduce(ctx);
+  if (!forced.empty()) return std::string(collectives::findAllreduce(forced, ctx).name);
   return std::string(collectives::selectAllreduce(bytes, ctx).name);
+}
+
+std::string_view CommunicatorImpl::forcedAllreduce(
+    const collectives::Context& ctx) const {
+  if (!settings_.allreduceAlgorithm.empty()) return settings_.allreduceAlgorithm;
+  // Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE: ignored on one host.
+  if (settings_.hierarchicalAllreduce != 0 && collectives::allreduceUsable("hier", ctx)) {
+    return "hier";
+  }
+  return {};
 }
 
 // ---- split (teams) -----------------------------------------------------------

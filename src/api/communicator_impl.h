@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "api/op_queue.h"
 #include "api/topology.h"
@@ -74,6 +75,10 @@ class CommunicatorImpl : public Communicator {
   void shutdown();
 
  private:
+  // The allreduce algorithm the settings force in `ctx`: KOLO_ALLREDUCE_ALGO,
+  // else hier under KOLO_HIERARCHICAL_ALLREDUCE=1 where hier can run; empty:
+  // the selection table decides.
+  std::string_view forcedAllreduce(const collectives::Context& ctx) const;
   // The constructors' common body; `team`: built by split().
   void setUp(const CommunicatorConfig& config, bool engineMpi,
              std::shared_ptr<rendezvous::Store> store, bool team);

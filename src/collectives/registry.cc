@@ -130,6 +130,11 @@ const AllreduceAlgorithm& findAllreduce(std::string_view name, const Context& ct
   return *a;
 }
 
+bool allreduceUsable(std::string_view name, const Context& ctx) {
+  const AllreduceAlgorithm* a = lookup(name);
+  return a != nullptr && a->usable(ctx);
+}
+
 const AllreduceAlgorithm& selectAllreduce(size_t bytes, const Context& ctx) {
   const Topology topology = topologyOf(ctx);
   for (const SelectionRow& row : kSelection) {

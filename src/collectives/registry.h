@@ -55,6 +55,9 @@ const std::vector<AllreduceAlgorithm>& allreduceAlgorithms();
 // for an unknown one and naming the reason when it is not usable here.
 const AllreduceAlgorithm& findAllreduce(std::string_view name, const Context& ctx);
 
+// Whether the algorithm `name` exists and can run in this context.
+bool allreduceUsable(std::string_view name, const Context& ctx);
+
 // The table's choice for `bytes` in this context.
 const AllreduceAlgorithm& selectAllreduce(size_t bytes, const Context& ctx);
 

@@ -5,8 +5,12 @@
 // and after the last candidate the best score wins (the earliest on a tie).
 #include "runtime/autotuner.h"
 
+#include <cerrno>
+#include <cstring>
 #include <iomanip>
 #include <sstream>
+
+#include "common/check.h"
 
 namespace kolo::runtime {
 namespace {
@@ -100,6 +104,39 @@ std::string Autotuner::logLine() const {
   }
   os << ")";
   return os.str();
+}
+
+Trial Autotuner::lastTrial() const {
+  if (scores_.empty()) return {current(), 0.0};
+  return {grid_[scores_.size() - 1], scores_.back()};
+}
+
+Trial Autotuner::best() const {
+  if (scores_.empty()) return {current(), 0.0};
+  return {grid_[best_], scores_[best_]};
+}
+
+std::unique_ptr<AutotuneLog> AutotuneLog::open(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  if (file == nullptr) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "cannot open the autotune log '"
+                   << path << "' (KOLO_AUTOTUNE_LOG): " << std::strerror(errno));
+  }
+  std::fputs("fusion_threshold_bytes,cycle_time_ms,bytes_per_second\n", file);
+  std::fflush(file);
+  return std::unique_ptr<AutotuneLog>(new AutotuneLog(file));
+}
+
+AutotuneLog::~AutotuneLog() {
+  std::fclose(file_);
+}
+
+void AutotuneLog::write(const Trial& trial) {
+  std::fprintf(file_, "%lld,%g,%.1f\n",
+               static_cast<long long>(trial.point.fusionThresholdBytes),
+               trial.point.cycleTimeMs, trial.bytesPerSecond);
+  std::fflush(file_);
 }
 
 }  // namespace kolo::runtime

@@ -20,12 +20,22 @@
 //   A candidate's score is the sum of its scored bytes over the sum of
 //   their seconds; the earliest candidate wins a tie. After settling,
 //   record() does nothing and returns false.
+// - lastTrial(): after record() returned true, the candidate just scored
+//   (its point and bytes per second); best(): after done(), the winner.
 // - An empty grid is done at once with TuningPoint's defaults.
 // - done(): the search is over.
 // - Not thread-safe.
+//
+// AutotuneLog (KOLO_AUTOTUNE_LOG, Horovod's HOROVOD_AUTOTUNE_LOG): a CSV
+// file, header "fusion_threshold_bytes,cycle_time_ms,bytes_per_second",
+// one row per scored candidate, the chosen one repeated as the last row.
+// open() creates/truncates it or throws Error(kInvalidArgument) naming the
+// path; each row is flushed as it is written. Not thread-safe.
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,6 +44,11 @@ namespace kolo::runtime {
 struct TuningPoint {
   int64_t fusionThresholdBytes = 64 << 20;
   double cycleTimeMs = 1.0;
+};
+
+struct Trial {
+  TuningPoint point;
+  double bytesPerSecond = 0;
 };
 
 class Autotuner {
@@ -47,6 +62,8 @@ class Autotuner {
   bool record(uint64_t bytes, double seconds);
   bool done() const { return done_; }
   std::string logLine() const;
+  Trial lastTrial() const;
+  Trial best() const;
 
  private:
   std::vector<TuningPoint> grid_;
@@ -59,6 +76,20 @@ class Autotuner {
   std::vector<double> scores_;
   size_t best_ = 0;
   bool done_ = false;
+};
+
+class AutotuneLog {
+ public:
+  static std::unique_ptr<AutotuneLog> open(const std::string& path);
+  ~AutotuneLog();
+  AutotuneLog(const AutotuneLog&) = delete;
+  AutotuneLog& operator=(const AutotuneLog&) = delete;
+
+  void write(const Trial& trial);
+
+ private:
+  explicit AutotuneLog(std::FILE* file) : file_(file) {}
+  std::FILE* file_;
 };
 
 }  // namespace kolo::runtime

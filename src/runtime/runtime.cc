@@ -216,9 +216,16 @@ RuntimeOptions RuntimeOptions::fromSettings(const Settings& s) {
   o.cacheCapacity = static_cast<size_t>(std::max<int64_t>(1, s.cacheCapacity));
   o.stallWarningSeconds = s.stallWarningSeconds;
   o.stallShutdownSeconds = s.stallShutdownSeconds;
+  o.stallCheck = s.stallCheckDisable == 0;
   o.timelinePath = s.timelinePath;
+  o.timelineMarkCycles = s.timelineMarkCycles != 0;
   o.deterministic = s.deterministic != 0;
   o.autotune = s.autotune != 0;
+  o.autotuneLogPath = s.autotuneLogPath;
+  o.autotuneWarmupSamples =
+      static_cast<int>(std::min<int64_t>(s.autotuneWarmupSamples, 1 << 20));
+  o.autotuneStepsPerSample =
+      static_cast<int>(std::min<int64_t>(s.autotuneStepsPerSample, 1 << 20));
   o.stragglerMarginSeconds = s.stragglerMarginMs / 1000.0;
   o.spinMicros = s.runtimeSpinMicros;
   if (s.joinMode == "horovod") {
@@ -254,10 +261,17 @@ Runtime::Runtime(std::shared_ptr<Communicator> comm, RuntimeOptions options)
     }
   }
   if (rank_ == 0) {
-    stall_ = std::make_unique<StallInspector>(options_.stallWarningSeconds,
-                                              options_.stallShutdownSeconds);
+    if (options_.stallCheck) {
+      stall_ = std::make_unique<StallInspector>(options_.stallWarningSeconds,
+                                                options_.stallShutdownSeconds);
+    }
     if (options_.autotune) {
-      autotuner_ = std::make_unique<Autotuner>(Autotuner::defaultGrid(), 2, 5);
+      autotuner_ = std::make_unique<Autotuner>(Autotuner::defaultGrid(),
+                                               options_.autotuneWarmupSamples,
+                                               options_.autotuneStepsPerSample);
+      if (!options_.autotuneLogPath.empty()) {
+        autotuneLog_ = AutotuneLog::open(options_.autotuneLogPath);
+      }
     }
     if (!options_.timelinePath.empty()) {
       timeline_ = TimelineWriter::open(options_.timelinePath, rank_);
@@ -681,6 +695,7 @@ void Runtime::loop() {
   try {
     while (true) {
       const auto cycleStart = Clock::now();
+      markCycle(cycleStart);
       admit(admitted_, queue_->drainInto(admitted_));
 
       CycleFlags flags;
@@ -836,32 +851,46 @@ void Runtime::observe(const Outcome& outcome, Clock::time_point cycleStart) {
       }
     }
   }
-  if (stall_) {
-    const auto now = Clock::now();
-    std::vector<PendingName> pending;
-    pending.reserve(outcome.waiting.size());
-    for (const auto& w : outcome.waiting) {
-      pending.push_back({w.name, toString(w.kind), w.submitted});
-    }
-    stall_->observe(now, pending);
-    const std::string warning = stall_->warning(now);
-    if (!warning.empty()) {
-      KOLO_LOG(kWarning) << warning;
-      if (auto tl = timeline()) tl->instant("stall", "STALL_WARNING");
-    }
-    if (stallReason_.empty()) stallReason_ = stall_->shutdownReason(now);
+  if (stall_) inspectStalls(outcome);
+  sampleAutotuner(outcome);
+  (void)cycleStart;
+}
+
+void Runtime::inspectStalls(const Outcome& outcome) {
+  const auto now = Clock::now();
+  std::vector<PendingName> pending;
+  pending.reserve(outcome.waiting.size());
+  for (const auto& w : outcome.waiting) {
+    pending.push_back({w.name, toString(w.kind), w.submitted});
   }
+  stall_->observe(now, pending);
+  const std::string warning = stall_->warning(now);
+  if (!warning.empty()) {
+    KOLO_LOG(kWarning) << warning;
+    if (auto tl = timeline()) tl->instant("stall", "STALL_WARNING");
+  }
+  if (stallReason_.empty()) stallReason_ = stall_->shutdownReason(now);
+}
+
+void Runtime::sampleAutotuner(const Outcome& outcome) {
   if (autotuner_ && cycleBytes_ > 0) {
     const auto now = Clock::now();
     const double seconds = std::chrono::duration<double>(now - lastSample_).count();
     lastSample_ = now;
-    if (autotuner_->record(cycleBytes_, seconds)) {
-      KOLO_LOG(kInfo) << autotuner_->logLine();
+    if (!autotuner_->record(cycleBytes_, seconds)) return;
+    KOLO_LOG(kInfo) << autotuner_->logLine();
+    if (autotuneLog_) {
+      autotuneLog_->write(autotuner_->lastTrial());
+      if (autotuner_->done()) autotuneLog_->write(autotuner_->best());
     }
   } else if (cycleBytes_ == 0 && outcome.ready.empty() && outcome.waiting.empty()) {
     lastSample_ = Clock::now();  // idle time is not the tuning's fault
   }
-  (void)cycleStart;
+}
+
+void Runtime::markCycle(Clock::time_point cycleStart) {
+  if (!options_.timelineMarkCycles) return;
+  if (auto tl = timeline()) tl->instant("cycles", "CYCLE_START", cycleStart);
 }
 
 void Runtime::runBucket(const std::vector<size_t>& members, std::vector<ReadyOp>& ready,

@@ -54,9 +54,14 @@ struct RuntimeOptions {
   size_t cacheCapacity = 1024;              // KOLO_CACHE_CAPACITY
   double stallWarningSeconds = 60;          // KOLO_STALL_WARNING
   double stallShutdownSeconds = 0;          // KOLO_STALL_SHUTDOWN (0 = never)
+  bool stallCheck = true;                   // !KOLO_STALL_CHECK_DISABLE
   std::string timelinePath;                 // KOLO_TIMELINE
+  bool timelineMarkCycles = false;          // KOLO_TIMELINE_MARK_CYCLES
   bool deterministic = false;               // KOLO_DETERMINISTIC
   bool autotune = false;                    // KOLO_AUTOTUNE
+  std::string autotuneLogPath;              // KOLO_AUTOTUNE_LOG
+  int autotuneWarmupSamples = 2;            // KOLO_AUTOTUNE_WARMUP_SAMPLES
+  int autotuneStepsPerSample = 5;           // KOLO_AUTOTUNE_STEPS_PER_SAMPLE
   double stragglerMarginSeconds = 0.005;    // KOLO_STRAGGLER_MARGIN_MS / 1000
   int64_t spinMicros = 50;                  // KOLO_RUNTIME_SPIN_US
   // KOLO_JOIN_MODE: a joined rank contributes zeros (Horovod's join) or is
@@ -132,6 +137,9 @@ class Runtime {
   void runOne(ReadyOp& op, int bucketIndex);
   std::exception_ptr joinedRankError(const ReadyOp& op) const;
   void observe(const Outcome& outcome, Clock::time_point now);
+  void inspectStalls(const Outcome& outcome);
+  void sampleAutotuner(const Outcome& outcome);
+  void markCycle(Clock::time_point cycleStart);
   void finish(OpId id, std::exception_ptr error = nullptr);
   void finishAll(const std::vector<OpId>& ids);  // success, one lock
   // Takes operation `id`'s handle out (null when it was completed before),
@@ -185,13 +193,14 @@ class Runtime {
   std::vector<Submission> admitted_;  // the drained queue, kept for its capacity
   std::vector<HandlePtr> finishing_;  // finishAll's scratch, kept for its capacity
   bool joined_ = false;
-  std::vector<uint8_t> fusion_;             // the fusion buffer, kept across cycles
-  std::vector<AllreduceSegment> segments_;  // a fused bucket's, kept across cycles
-  std::vector<uint8_t> scratch_;            // a joined rank's inputs and outputs
-  std::unique_ptr<StallInspector> stall_;   // rank 0 only
-  std::string stallReason_;                 // rank 0: announced next cycle
-  std::unique_ptr<Autotuner> autotuner_;    // rank 0 with KOLO_AUTOTUNE
-  uint64_t cycleBytes_ = 0;                 // reduced in this cycle (autotuner)
+  std::vector<uint8_t> fusion_;               // the fusion buffer, kept across cycles
+  std::vector<AllreduceSegment> segments_;    // a fused bucket's, kept across cycles
+  std::vector<uint8_t> scratch_;              // a joined rank's inputs and outputs
+  std::unique_ptr<StallInspector> stall_;     // rank 0 only
+  std::string stallReason_;                   // rank 0: announced next cycle
+  std::unique_ptr<Autotuner> autotuner_;      // rank 0 with KOLO_AUTOTUNE
+  std::unique_ptr<AutotuneLog> autotuneLog_;  // rank 0 with KOLO_AUTOTUNE_LOG
+  uint64_t cycleBytes_ = 0;                   // reduced in this cycle (autotuner)
   Clock::time_point lastSample_;
 
   mutable std::mutex stragglerMu_;  // guards straggler_ (report() from any thread)

@@ -70,12 +70,34 @@ void checkAlgorithmName(const std::string& name) {
                    known + ")");
 }
 
+// "any (ignored)", "`MPI`, `GLOO` (ignored); others: error", or
+// "none: error when set".
+std::string horovodValuesText(const std::string& accepted) {
+  if (accepted == "*") return "any (ignored)";
+  if (accepted.empty()) return "none: error when set";
+  std::string out;
+  std::istringstream list(accepted);
+  for (std::string v; std::getline(list, v, ',');)
+    out += (out.empty() ? "`" : ", `") + v + "`";
+  return out + " (ignored); others: error";
+}
+
+// The tables of docs/env.md: the settings with their Horovod aliases, then
+// the Horovod variables no setting stands for.
 void printSettings() {
-  std::cout << "| variable | default | meaning |\n| --- | --- | --- |\n";
+  std::cout << "| variable | Horovod alias | default | meaning |\n"
+               "| --- | --- | --- | --- |\n";
   for (const auto& s : Settings::describe()) {
-    std::cout << "| `" << s.env << "` | "
+    std::string alias = s.alias.empty() ? "(none)" : "`" + s.alias + "`";
+    if (!s.aliasNote.empty()) alias += " (" + s.aliasNote + ")";
+    std::cout << "| `" << s.env << "` | " << alias << " | "
               << (s.defaultValue.empty() ? "(empty)" : "`" + s.defaultValue + "`")
               << " | " << s.doc << " |\n";
+  }
+  std::cout << "\n| Horovod variable | values | why |\n| --- | --- | --- |\n";
+  for (const auto& h : Settings::describeHorovod()) {
+    std::cout << "| `" << h.env << "` | " << horovodValuesText(h.accepted) << " | "
+              << h.reason << " |\n";
   }
 }
 

@@ -30,6 +30,8 @@ int main(int argc, char** argv) {
     std::printf("kolorun (kolo) %s\n", KOLO_VERSION);
     return 0;
   }
+  for (const auto& note : options.notes)
+    std::fprintf(stderr, "kolorun: %s\n", note.c_str());
   if (options.mpi) {
     extern char** environ;
     std::vector<std::string> env;

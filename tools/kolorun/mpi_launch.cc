@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "placement.h"
 #include "remote_launch.h"
 
 namespace kolo::kolorun {
@@ -47,12 +48,13 @@ std::vector<std::string> mpirunCommand(const LaunchOptions& options,
                  std::to_string(static_cast<long>(std::ceil(options.timeoutSeconds)))});
   }
   for (const auto& e : environment) {
-    if (e.rfind("KOLO_", 0) != 0) continue;
+    if (!isForwarded(e)) continue;
     std::string name = e.substr(0, e.find('='));
     if (!options.networkInterface.empty() && name == "KOLO_IFACE") continue;
     argv.insert(argv.end(), {"-x", name});
   }
   for (const auto& spec : options.exports) argv.insert(argv.end(), {"-x", spec});
+  argv.insert(argv.end(), options.mpiArgs.begin(), options.mpiArgs.end());
   argv.insert(argv.end(), options.command.begin(), options.command.end());
   return argv;
 }

@@ -5,13 +5,15 @@
 //   -H h:s,... / --hostfile F  -H h:s,... / --hostfile F
 //   no host list               --oversubscribe (kolorun runs any N here)
 //   --oversubscribe            --oversubscribe
-//   --ssh-command CMD          --mca plm_rsh_agent CMD
+//   --ssh-command CMD, -p, -i  --mca plm_rsh_agent 'CMD -p PORT -i FILE'
 //   --network-interface IF     --mca btl_tcp_if_include IF
 //                              --mca oob_tcp_if_include IF, -x KOLO_IFACE=IF
 //   --output-dir DIR           --output-filename DIR
 //   --timeout S                --timeout ceil(S)
 //   -x NAME[=VALUE]            -x NAME[=VALUE]
-//   (every KOLO_* variable)    -x NAME
+//   tuning flags               -x KOLO_NAME=VALUE (they are exports)
+//   (every KOLO_*, HOROVOD_*)  -x NAME
+//   --mpi-args ARGS            ARGS, last before the command
 // plus --bind-to none --map-by slot (kolo ranks run their own threads), and
 // --tag-output (mpirun's "[job,rank]<stdout>:" prefix stands in for
 // kolorun's "[rank]"); as root, --allow-run-as-root. The ranks then find
@@ -26,7 +28,8 @@
 
 namespace kolo::kolorun {
 
-// `environment`: NAME=VALUE entries (kolorun's), searched for KOLO_*.
+// `environment`: NAME=VALUE entries (kolorun's), searched for those that
+// isForwarded() picks.
 // `asRoot`: add --allow-run-as-root.
 std::vector<std::string> mpirunCommand(const LaunchOptions& options,
                                        const std::vector<std::string>& environment,

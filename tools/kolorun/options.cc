@@ -1,10 +1,19 @@
+// kolorun's flags are a table (kFlags): each row lists a flag's spellings,
+// whether it takes a value, and the handler that applies it. Handlers of
+// horovodrun's tuning flags write KOLO_NAME=VALUE exports; the rows of
+// flags kolorun cannot honour carry the reason their handler reports.
 #include "options.h"
 
+#include <cctype>
 #include <cerrno>
-#include <climits>
+#include <cstdint>
 #include <cstdlib>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <string_view>
+
+#include "remote_launch.h"
 
 namespace kolo::kolorun {
 namespace {
@@ -23,14 +32,29 @@ int parseRankCount(std::string_view flag, const std::string& text) {
   return static_cast<int>(v);
 }
 
-double parseSeconds(std::string_view flag, const std::string& text) {
+double parseNumber(std::string_view flag, const std::string& text, const char* what) {
   char* end = nullptr;
   errno = 0;
   double v = std::strtod(text.c_str(), &end);
   if (text.empty() || end == text.c_str() || *end != '\0' || errno == ERANGE ||
       !(v >= 0)) {
-    throw UsageError(std::string(flag) +
-                     " expects a non-negative number of seconds, got '" + text + "'");
+    throw UsageError(std::string(flag) + " expects a non-negative " + what + ", got '" +
+                     text + "'");
+  }
+  return v;
+}
+
+double parseSeconds(std::string_view flag, const std::string& text) {
+  return parseNumber(flag, text, "number of seconds");
+}
+
+int64_t parseCount(std::string_view flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || end == text.c_str() || *end != '\0' || errno == ERANGE || v < 0) {
+    throw UsageError(std::string(flag) + " expects a non-negative integer, got '" + text +
+                     "'");
   }
   return v;
 }
@@ -56,94 +80,394 @@ std::pair<std::string, std::optional<std::string>> splitInline(const std::string
   return {arg, std::nullopt};
 }
 
+// `word` as one word of a command string that splitCommandWords() reads.
+std::string commandWord(std::string_view flag, const std::string& word) {
+  if (word.find_first_of(" \t\n'\"") == std::string::npos) return word;
+  if (word.find('\'') == std::string::npos) return "'" + word + "'";
+  if (word.find('"') == std::string::npos) return "\"" + word + "\"";
+  throw UsageError(std::string(flag) + ": '" + word + "' has both kinds of quotes");
+}
+
+// ---- the parse -----------------------------------------------------------------
+
+struct Parse {
+  LaunchOptions options;
+  bool haveRanks = false;
+  bool gloo = false;
+  std::string sshPort;      // -p
+  std::string sshIdentity;  // -i
+};
+
+struct Flag;
+using Handler = void (*)(Parse&, const Flag&, const std::string& flag,
+                         const std::string& value);
+
+struct Flag {
+  const char* names;  // its spellings, blank-separated
+  bool takesValue;
+  Handler apply;
+  // The KOLO_ variable a tuning flag sets, or why a flag is a no-op or
+  // unsupported.
+  const char* text = "";
+};
+
+void setExport(Parse& p, const std::string& name, const std::string& value) {
+  p.options.exports.push_back(name + "=" + value);
+}
+
+// ---- kolorun's own flags (and horovodrun's spellings of them) ------------------
+
+void ranks(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  p.options.numRanks = parseRankCount(flag, v);
+  p.haveRanks = true;
+}
+
+void jobTimeout(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  p.options.timeoutSeconds = parseSeconds(flag, v);
+}
+
+void outputDir(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  if (v.empty()) throw UsageError(flag + " needs a directory");
+  p.options.outputDir = v;
+}
+
+void verbose(Parse& p, const Flag&, const std::string&, const std::string&) {
+  p.options.verbose = true;
+}
+
+void hostList(Parse& p, const Flag&, const std::string&, const std::string& v) {
+  if (!p.options.hostfile.empty())
+    throw UsageError("give either -H or --hostfile, not both");
+  p.options.hosts = parseHostList(v);
+}
+
+void hostfile(Parse& p, const Flag&, const std::string&, const std::string& v) {
+  if (!p.options.hosts.empty())
+    throw UsageError("give either -H or --hostfile, not both");
+  p.options.hostfile = v;
+  p.options.hosts = parseHostfile(v);
+}
+
+void sshCommand(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  if (v.find_first_not_of(" \t") == std::string::npos) {
+    throw UsageError(flag + " needs a command");
+  }
+  p.options.sshCommand = v;
+  p.options.sshCommandGiven = true;
+}
+
+void sshPort(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  const int64_t port = parseCount(flag, v);
+  if (port < 1 || port > 65535) {
+    throw UsageError(flag + " expects a port number (1..65535), got '" + v + "'");
+  }
+  p.sshPort = std::to_string(port);
+}
+
+void sshIdentity(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  if (v.empty()) throw UsageError(flag + " needs a file");
+  p.sshIdentity = commandWord(flag, v);
+}
+
+// kolo takes one interface: a list of several is an error rather than a
+// guess at which of them every host has.
+void networkInterfaces(Parse& p, const Flag&, const std::string& flag,
+                       const std::string& v) {
+  std::set<std::string> names;
+  if (!p.options.networkInterface.empty()) names.insert(p.options.networkInterface);
+  std::istringstream list(v);
+  for (std::string name; std::getline(list, name, ',');) {
+    if (!name.empty()) names.insert(name);
+  }
+  if (names.empty()) throw UsageError(flag + " needs an interface name or address");
+  if (names.size() > 1) {
+    std::string all;
+    for (const auto& n : names) all += (all.empty() ? "" : ",") + n;
+    throw UsageError(flag +
+                     ": kolo carries its traffic between hosts over one "
+                     "interface; got " +
+                     all + ": name one of them");
+  }
+  p.options.networkInterface = *names.begin();
+}
+
+void oversubscribe(Parse& p, const Flag&, const std::string&, const std::string&) {
+  p.options.oversubscribe = true;
+}
+
+void startTimeout(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  p.options.startTimeoutSeconds = parseSeconds(flag, v);
+  if (p.options.startTimeoutSeconds <= 0) {
+    throw UsageError(flag + " expects a positive number of seconds");
+  }
+}
+
+void mpi(Parse& p, const Flag&, const std::string&, const std::string&) {
+  p.options.mpi = true;
+}
+
+void gloo(Parse& p, const Flag&, const std::string&, const std::string&) {
+  p.gloo = true;
+}
+
+void mpiArgs(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  if (v.find_first_not_of(" \t") == std::string::npos) {
+    throw UsageError(flag + " needs flags for mpirun");
+  }
+  for (auto& w : splitCommandWords(v, flag)) p.options.mpiArgs.push_back(std::move(w));
+}
+
+void exportVariable(Parse& p, const Flag&, const std::string&, const std::string& v) {
+  checkExport(v);
+  p.options.exports.push_back(v);
+}
+
+void help(Parse& p, const Flag&, const std::string&, const std::string&) {
+  p.options.showHelp = true;
+}
+
+void version(Parse& p, const Flag&, const std::string&, const std::string&) {
+  p.options.showVersion = true;
+}
+
+// ---- horovodrun's tuning flags: KOLO_ settings of the ranks ---------------------
+
+void setCount(Parse& p, const Flag& f, const std::string& flag, const std::string& v) {
+  setExport(p, f.text, std::to_string(parseCount(flag, v)));
+}
+
+void setNumber(Parse& p, const Flag& f, const std::string& flag, const std::string& v) {
+  parseNumber(flag, v, "number");
+  setExport(p, f.text, v);
+}
+
+// --fusion-threshold-mb: MiB on the command line, bytes in KOLO_FUSION_THRESHOLD.
+void setMebibytes(Parse& p, const Flag& f, const std::string& flag,
+                  const std::string& v) {
+  const int64_t mib = parseCount(flag, v);
+  if (mib > (INT64_MAX >> 20)) throw UsageError(flag + " '" + v + "' is too large");
+  setExport(p, f.text, std::to_string(mib << 20));
+}
+
+void setPath(Parse& p, const Flag& f, const std::string& flag, const std::string& v) {
+  if (v.empty()) throw UsageError(flag + " needs a file name");
+  setExport(p, f.text, v);
+}
+
+void setOne(Parse& p, const Flag& f, const std::string&, const std::string&) {
+  setExport(p, f.text, "1");
+}
+
+void setZero(Parse& p, const Flag& f, const std::string&, const std::string&) {
+  setExport(p, f.text, "0");
+}
+
+// horovodrun's levels (upper case there) onto kolo's.
+void setLogLevel(Parse& p, const Flag& f, const std::string& flag, const std::string& v) {
+  std::string level;
+  for (char c : v)
+    level += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (level == "trace") level = "debug";
+  if (level == "fatal") level = "error";
+  if (level != "debug" && level != "info" && level != "warning" && level != "error") {
+    throw UsageError(
+        flag + " expects TRACE, DEBUG, INFO, WARNING, ERROR or FATAL, got '" + v + "'");
+  }
+  setExport(p, f.text, level);
+}
+
+// ---- flags that ask for what kolo does anyway, or that kolo cannot honour --------
+
+// Asks for kolo's own behaviour: nothing to do.
+void honoured(Parse&, const Flag&, const std::string&, const std::string&) {}
+
+void noEffect(Parse& p, const Flag& f, const std::string& flag, const std::string&) {
+  p.options.notes.push_back(flag + " has no effect: " + f.text);
+}
+
+void noEffectCount(Parse& p, const Flag& f, const std::string& flag,
+                   const std::string& v) {
+  parseCount(flag, v);
+  noEffect(p, f, flag, v);
+}
+
+void noEffectFraction(Parse& p, const Flag& f, const std::string& flag,
+                      const std::string& v) {
+  if (parseNumber(flag, v, "number") > 1) {
+    throw UsageError(flag + " expects a number in [0, 1], got '" + v + "'");
+  }
+  noEffect(p, f, flag, v);
+}
+
+void unsupported(Parse&, const Flag& f, const std::string& flag, const std::string&) {
+  throw UsageError(flag + " is not supported" + f.text);
+}
+
+constexpr char kElastic[] = " yet (elastic training)";
+constexpr char kNoTime[] = ": kolo's log lines carry no time";
+
+const Flag kFlags[] = {
+    // kolorun's own, with horovodrun's spellings.
+    {"-np -n --np --num-proc", true, ranks},
+    {"--timeout", true, jobTimeout},
+    {"--output-dir --output-filename", true, outputDir},
+    {"--verbose -v", false, verbose},
+    {"-H --hosts -host --host", true, hostList},
+    {"--hostfile -hostfile", true, hostfile},
+    {"--ssh-command", true, sshCommand},
+    {"-p --ssh-port", true, sshPort},
+    {"-i --ssh-identity-file", true, sshIdentity},
+    {"--network-interface --network-interfaces", true, networkInterfaces},
+    {"--oversubscribe", false, oversubscribe},
+    {"--start-timeout", true, startTimeout},
+    {"--mpi", false, mpi},
+    {"--gloo", false, gloo},
+    {"--mpi-args", true, mpiArgs},
+    {"-x", true, exportVariable},
+    {"-h --help", false, help},
+    {"--version", false, version},
+    // horovodrun's tuning flags.
+    {"--fusion-threshold-mb", true, setMebibytes, "KOLO_FUSION_THRESHOLD"},
+    {"--cycle-time-ms", true, setNumber, "KOLO_CYCLE_TIME"},
+    {"--cache-capacity", true, setCount, "KOLO_CACHE_CAPACITY"},
+    {"--hierarchical-allreduce", false, setOne, "KOLO_HIERARCHICAL_ALLREDUCE"},
+    {"--no-hierarchical-allreduce", false, setZero, "KOLO_HIERARCHICAL_ALLREDUCE"},
+    {"--autotune", false, setOne, "KOLO_AUTOTUNE"},
+    {"--no-autotune", false, setZero, "KOLO_AUTOTUNE"},
+    {"--autotune-log-file", true, setPath, "KOLO_AUTOTUNE_LOG"},
+    {"--autotune-warmup-samples", true, setCount, "KOLO_AUTOTUNE_WARMUP_SAMPLES"},
+    {"--autotune-steps-per-sample", true, setCount, "KOLO_AUTOTUNE_STEPS_PER_SAMPLE"},
+    {"--timeline-filename", true, setPath, "KOLO_TIMELINE"},
+    {"--timeline-mark-cycles", false, setOne, "KOLO_TIMELINE_MARK_CYCLES"},
+    {"--no-timeline-mark-cycles", false, setZero, "KOLO_TIMELINE_MARK_CYCLES"},
+    {"--no-stall-check", false, setOne, "KOLO_STALL_CHECK_DISABLE"},
+    {"--stall-check", false, setZero, "KOLO_STALL_CHECK_DISABLE"},
+    {"--stall-check-warning-time-seconds", true, setNumber, "KOLO_STALL_WARNING"},
+    {"--stall-check-shutdown-time-seconds", true, setNumber, "KOLO_STALL_SHUTDOWN"},
+    {"--gloo-timeout-seconds", true, setNumber, "KOLO_TIMEOUT"},
+    {"--log-level", true, setLogLevel, "KOLO_LOG_LEVEL"},
+    // Asking for what kolo does anyway.
+    {"--no-hierarchical-allgather --no-torus-allreduce --no-mpi-threads-disable "
+     "--log-without-timestamp --log-hide-timestamp",
+     false, honoured},
+    // Accepted, changing nothing: a note says why.
+    {"--autotune-bayes-opt-max-samples", true, noEffectCount,
+     "kolo's autotuner walks a fixed grid of candidates (no Bayesian optimization)"},
+    {"--autotune-gaussian-process-noise", true, noEffectFraction,
+     "kolo's autotuner walks a fixed grid of candidates (no Gaussian process)"},
+    {"--hierarchical-allgather", false, noEffect,
+     "kolo's allgather is one ring whatever the topology"},
+    {"--torus-allreduce", false, noEffect,
+     "an NCCL algorithm (kolo has no GPU path yet); --hierarchical-allreduce is the "
+     "nearest"},
+    {"--num-nccl-streams", true, noEffectCount, "kolo has no GPU path yet"},
+    {"--thread-affinity", true, noEffectCount, "kolo does not pin its background thread"},
+    {"--tcp", false, noEffect,
+     "kolo uses no InfiniBand verbs; its traffic between hosts is tcp (or MPI "
+     "under --mpi)"},
+    {"--disable-cache", false, noEffect, "kolorun keeps no cache of start-up checks"},
+    // Not supported: an error says why.
+    {"--min-np --min-num-proc --max-np --max-num-proc --slots-per-host "
+     "--elastic-timeout --reset-limit --blacklist-cooldown-range "
+     "--host-discovery-script",
+     false, unsupported, kElastic},
+    {"--config-file", false, unsupported,
+     ": kolorun reads no YAML file; give the flags on the command line"},
+    {"-cb --check-build", false, unsupported,
+     ": kolorun --version names the build; docs/launching.md lists what it honours"},
+    {"--jsrun", false, unsupported, ": launch with --mpi (mpirun) or srun instead"},
+    {"--binding-args", false, unsupported,
+     ": kolo's ranks are not bound to cores; extra mpirun flags go in --mpi-args"},
+    {"--mpi-threads-disable", false, unsupported,
+     ": kolo's background thread calls MPI, which needs MPI_THREAD_SERIALIZED or more"},
+    {"--log-with-timestamp --no-log-hide-timestamp", false, unsupported, kNoTime},
+    {"-prefix-timestamp --prefix-output-with-timestamp", false, unsupported,
+     ": kolorun prefixes each line with [rank] only"},
+};
+
+bool spelledAs(const char* names, std::string_view flag) {
+  std::string_view rest(names);
+  while (!rest.empty()) {
+    const size_t end = rest.find(' ');
+    if (rest.substr(0, end) == flag) return true;
+    if (end == std::string_view::npos) break;
+    rest.remove_prefix(end + 1);
+  }
+  return false;
+}
+
+const Flag& findFlag(const std::string& flag, const std::string& arg) {
+  for (const Flag& f : kFlags) {
+    if (spelledAs(f.names, flag)) return f;
+  }
+  throw UsageError("unknown option '" + arg + "'");
+}
+
+// The value of the flag at argv[i]: inline (--flag=v) or the next argument
+// (then i moves past it); "" for a flag without a value.
+std::string valueOf(const Flag& spec, const std::string& flag,
+                    const std::optional<std::string>& inlineValue, int argc,
+                    const char* const* argv, int& i) {
+  if (!spec.takesValue) {
+    if (inlineValue) throw UsageError("option " + flag + " takes no value");
+    return "";
+  }
+  if (inlineValue) return *inlineValue;
+  if (i + 1 >= argc) throw UsageError("option " + flag + " needs a value");
+  return argv[++i];
+}
+
+// -p and -i become words of the ssh command (local and mpirun launches).
+void applySshOptions(Parse& p) {
+  if (!p.sshPort.empty()) p.options.sshCommand += " -p " + p.sshPort;
+  if (!p.sshIdentity.empty()) p.options.sshCommand += " -i " + p.sshIdentity;
+  if (!p.sshPort.empty() || !p.sshIdentity.empty()) p.options.sshCommandGiven = true;
+}
+
+void checkSlots(const LaunchOptions& options) {
+  if (options.hosts.empty() || options.oversubscribe || options.mpi) return;
+  long slots = 0;
+  for (const auto& h : options.hosts) slots += h.slots;
+  if (options.numRanks > slots) {
+    throw UsageError("-np " + std::to_string(options.numRanks) +
+                     " is more ranks than the " + std::to_string(slots) + " slots of " +
+                     std::to_string(options.hosts.size()) +
+                     " host(s); add hosts or slots, or pass --oversubscribe");
+  }
+}
+
+void finish(Parse& p) {
+  if (!p.haveRanks) throw UsageError("missing -np N (the number of ranks)");
+  if (p.options.command.empty()) throw UsageError("missing the command to run");
+  if (p.gloo && p.options.mpi) throw UsageError("give either --gloo or --mpi, not both");
+  if (!p.options.mpiArgs.empty() && !p.options.mpi) {
+    throw UsageError("--mpi-args needs --mpi (they are flags of mpirun)");
+  }
+  applySshOptions(p);
+  checkSlots(p.options);
+}
+
 }  // namespace
 
 LaunchOptions parseArguments(int argc, const char* const* argv) {
-  LaunchOptions options;
-  bool haveRanks = false;
+  Parse p;
   int i = 1;
-  // The value of the flag at argv[i]: inline (--flag=v) or the next argument.
-  auto value = [&](const std::string& flag,
-                   const std::optional<std::string>& inlineValue) {
-    if (inlineValue) return *inlineValue;
-    if (i + 1 >= argc) throw UsageError("option " + flag + " needs a value");
-    return std::string(argv[++i]);
-  };
   for (; i < argc; ++i) {
-    std::string arg = argv[i];
+    const std::string arg = argv[i];
     if (arg == "--") {
       ++i;
       break;
     }
     if (arg.empty() || arg[0] != '-' || arg == "-") break;  // the command starts here
-    auto [flag, inlineValue] = splitInline(arg);
-    if (flag == "-np" || flag == "-n" || flag == "--np") {
-      options.numRanks = parseRankCount(flag, value(flag, inlineValue));
-      haveRanks = true;
-    } else if (flag == "--timeout") {
-      options.timeoutSeconds = parseSeconds(flag, value(flag, inlineValue));
-    } else if (flag == "--output-dir") {
-      options.outputDir = value(flag, inlineValue);
-      if (options.outputDir.empty()) throw UsageError("--output-dir needs a directory");
-    } else if (flag == "--verbose" || flag == "-v") {
-      options.verbose = true;
-    } else if (flag == "-H" || flag == "--hosts" || flag == "-host" || flag == "--host") {
-      if (!options.hostfile.empty())
-        throw UsageError("give either -H or --hostfile, not both");
-      options.hosts = parseHostList(value(flag, inlineValue));
-    } else if (flag == "--hostfile" || flag == "-hostfile") {
-      if (!options.hosts.empty())
-        throw UsageError("give either -H or --hostfile, not both");
-      options.hostfile = value(flag, inlineValue);
-      options.hosts = parseHostfile(options.hostfile);
-    } else if (flag == "--ssh-command") {
-      options.sshCommand = value(flag, inlineValue);
-      if (options.sshCommand.find_first_not_of(" \t") == std::string::npos) {
-        throw UsageError("--ssh-command needs a command");
-      }
-      options.sshCommandGiven = true;
-    } else if (flag == "--network-interface") {
-      options.networkInterface = value(flag, inlineValue);
-      if (options.networkInterface.empty()) {
-        throw UsageError("--network-interface needs an interface name or address");
-      }
-    } else if (flag == "--oversubscribe") {
-      options.oversubscribe = true;
-    } else if (flag == "--start-timeout") {
-      options.startTimeoutSeconds = parseSeconds(flag, value(flag, inlineValue));
-      if (options.startTimeoutSeconds <= 0) {
-        throw UsageError("--start-timeout expects a positive number of seconds");
-      }
-    } else if (flag == "--mpi") {
-      options.mpi = true;
-    } else if (flag == "-x") {
-      std::string spec = value(flag, inlineValue);
-      checkExport(spec);
-      options.exports.push_back(spec);
-    } else if (flag == "-h" || flag == "--help") {
-      options.showHelp = true;
-      return options;
-    } else if (flag == "--version") {
-      options.showVersion = true;
-      return options;
-    } else {
-      throw UsageError("unknown option '" + arg + "'");
-    }
+    const auto [flag, inlineValue] = splitInline(arg);
+    const Flag& spec = findFlag(flag, arg);
+    if (spec.apply == unsupported) unsupported(p, spec, flag, "");  // before its value
+    spec.apply(p, spec, flag, valueOf(spec, flag, inlineValue, argc, argv, i));
+    if (p.options.showHelp || p.options.showVersion) return p.options;
   }
-  for (; i < argc; ++i) options.command.emplace_back(argv[i]);
-  if (!haveRanks) throw UsageError("missing -np N (the number of ranks)");
-  if (options.command.empty()) throw UsageError("missing the command to run");
-  if (!options.hosts.empty() && !options.oversubscribe && !options.mpi) {
-    long slots = 0;
-    for (const auto& h : options.hosts) slots += h.slots;
-    if (options.numRanks > slots) {
-      throw UsageError("-np " + std::to_string(options.numRanks) +
-                       " is more ranks than the " + std::to_string(slots) + " slots of " +
-                       std::to_string(options.hosts.size()) +
-                       " host(s); add hosts or slots, or pass --oversubscribe");
-    }
-  }
-  return options;
+  for (; i < argc; ++i) p.options.command.emplace_back(argv[i]);
+  finish(p);
+  return p.options;
 }
 
 std::string usageText() {
@@ -160,12 +484,15 @@ std::string usageText() {
          "  --hostfile FILE     hosts from FILE: 'HOST slots=N' or 'HOST:N' lines\n"
          "  --ssh-command CMD   how remote ranks start: CMD HOST 'COMMAND LINE'\n"
          "                      (default: ssh -o BatchMode=yes)\n"
+         "  -p PORT, -i FILE    add -p PORT / -i FILE to the ssh command\n"
          "  --network-interface IF  interface (or IPv4 address) for kolo's\n"
          "                      traffic between hosts (sets KOLO_IFACE)\n"
          "  --oversubscribe     allow more ranks than slots\n"
          "  --start-timeout S   how long a remote host may take to answer the\n"
          "                      probe before the launch (default 30)\n"
          "  --mpi               launch through mpirun instead (same options)\n"
+         "  --mpi-args ARGS     with --mpi: more flags for mpirun\n"
+         "  --gloo              kolo's own launch and transports (the default)\n"
          "  --timeout S         end the job after S seconds (exit 124); 0: no limit\n"
          "  --output-dir DIR    also write each rank's output to\n"
          "                      DIR/rank.R.stdout and DIR/rank.R.stderr\n"
@@ -174,10 +501,30 @@ std::string usageText() {
          "  -h, --help          this text\n"
          "  --version           print the version\n"
          "\n"
+         "horovodrun's flags (each sets a KOLO_* variable of every rank;\n"
+         "docs/launching.md lists them all, and those kolorun refuses):\n"
+         "  --num-proc N, --output-filename DIR, --network-interfaces IF,\n"
+         "  --ssh-port PORT, --ssh-identity-file FILE   as above\n"
+         "  --fusion-threshold-mb MB       KOLO_FUSION_THRESHOLD (in bytes)\n"
+         "  --cycle-time-ms MS             KOLO_CYCLE_TIME\n"
+         "  --cache-capacity N             KOLO_CACHE_CAPACITY\n"
+         "  --[no-]hierarchical-allreduce  KOLO_HIERARCHICAL_ALLREDUCE\n"
+         "  --[no-]autotune                KOLO_AUTOTUNE\n"
+         "  --autotune-log-file FILE       KOLO_AUTOTUNE_LOG\n"
+         "  --autotune-warmup-samples N    KOLO_AUTOTUNE_WARMUP_SAMPLES\n"
+         "  --autotune-steps-per-sample N  KOLO_AUTOTUNE_STEPS_PER_SAMPLE\n"
+         "  --timeline-filename FILE       KOLO_TIMELINE\n"
+         "  --[no-]timeline-mark-cycles    KOLO_TIMELINE_MARK_CYCLES\n"
+         "  --no-stall-check               KOLO_STALL_CHECK_DISABLE=1\n"
+         "  --stall-check-warning-time-seconds S   KOLO_STALL_WARNING\n"
+         "  --stall-check-shutdown-time-seconds S  KOLO_STALL_SHUTDOWN\n"
+         "  --gloo-timeout-seconds S       KOLO_TIMEOUT\n"
+         "  --log-level LEVEL              KOLO_LOG_LEVEL (TRACE..FATAL)\n"
+         "\n"
          "Each rank gets KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE,\n"
          "KOLO_CROSS_RANK, KOLO_CROSS_SIZE, KOLO_HOST_ID, KOLO_RENDEZVOUS and\n"
-         "KOLO_JOB_ID. Remote ranks also get the caller's KOLO_* variables and\n"
-         "those named by -x.\n";
+         "KOLO_JOB_ID. Remote ranks also get the caller's KOLO_* and HOROVOD_*\n"
+         "variables and those named by -x or set by the flags above.\n";
 }
 
 }  // namespace kolo::kolorun

@@ -1,9 +1,21 @@
 // Command-line options of kolorun.
 //
 //   kolorun -np N [-H HOST:SLOTS,... | --hostfile FILE] [--ssh-command CMD]
-//           [--network-interface IF] [--oversubscribe] [--start-timeout S]
-//           [--timeout S] [--output-dir DIR] [--verbose] [-x NAME[=VALUE]]
-//           [--mpi] CMD ARGS...
+//           [-p PORT] [-i KEYFILE] [--network-interface IF] [--oversubscribe]
+//           [--start-timeout S] [--timeout S] [--output-dir DIR] [--verbose]
+//           [-x NAME[=VALUE]] [--mpi [--mpi-args ARGS] | --gloo]
+//           [horovodrun's tuning flags] CMD ARGS...
+//
+// horovodrun's command line is accepted for everything kolorun can honour
+// (docs/launching.md, "horovodrun's command line", lists every flag):
+// spellings of kolorun's own flags (--num-proc, --output-filename,
+// --network-interfaces, ...) mean the same; each tuning flag
+// (--fusion-threshold-mb, --autotune, --timeline-filename, ...) becomes a
+// KOLO_NAME=VALUE entry of `exports`, so it reaches local, remote and
+// mpirun-launched ranks alike; a flag asking for what kolo does anyway, or
+// for a tuning detail kolo does not have, is accepted with a line in
+// `notes`; any other flag (elastic training, --config-file, ...) is a
+// UsageError naming it.
 //
 // Options come before CMD; everything from CMD on is the ranks' command line,
 // passed verbatim ("--" may separate the two). parseArguments() throws
@@ -25,22 +37,27 @@ class UsageError : public std::runtime_error {
 };
 
 struct LaunchOptions {
-  int numRanks = 0;                  // -np N, required, >= 1
-  double timeoutSeconds = 0;         // --timeout S: job wall-clock limit, 0 = none
-  std::string outputDir;             // --output-dir DIR: also rank.R.{stdout,stderr}
-  bool verbose = false;              // --verbose / -v
-  std::vector<std::string> exports;  // -x NAME or -x NAME=VALUE, in order
+  int numRanks = 0;           // -np N, required, >= 1
+  double timeoutSeconds = 0;  // --timeout S: job wall-clock limit, 0 = none
+  std::string outputDir;      // --output-dir DIR: also rank.R.{stdout,stderr}
+  bool verbose = false;       // --verbose / -v
+  // -x NAME or -x NAME=VALUE and the tuning flags' KOLO_NAME=VALUE, in
+  // command-line order (a later entry for a name wins).
+  std::vector<std::string> exports;
+  std::vector<std::string> notes;    // accepted flags that change nothing, and why
   std::vector<std::string> command;  // CMD ARGS..., never empty after parsing
   std::vector<HostSlots> hosts;      // -H or --hostfile; empty = all on this host
   std::string hostfile;              // --hostfile FILE, as given (for --mpi)
-  std::string sshCommand = "ssh -o BatchMode=yes";  // --ssh-command CMD
-  bool sshCommandGiven = false;
-  std::string networkInterface;     // --network-interface IF: KOLO_IFACE of ranks
-  bool oversubscribe = false;       // --oversubscribe: more ranks than slots
-  double startTimeoutSeconds = 30;  // --start-timeout S: remote host probe
-  bool mpi = false;                 // --mpi: delegate the launch to mpirun
-  bool showHelp = false;            // -h / --help: print usage, run nothing
-  bool showVersion = false;         // --version
+  std::string sshCommand = "ssh -o BatchMode=yes";  // --ssh-command CMD,
+                                                    // then -p PORT -i FILE
+  bool sshCommandGiven = false;                     // any of those three
+  std::string networkInterface;      // --network-interface IF: KOLO_IFACE of ranks
+  bool oversubscribe = false;        // --oversubscribe: more ranks than slots
+  double startTimeoutSeconds = 30;   // --start-timeout S: remote host probe
+  bool mpi = false;                  // --mpi: delegate the launch to mpirun
+  std::vector<std::string> mpiArgs;  // --mpi-args ARGS: more mpirun flags
+  bool showHelp = false;             // -h / --help: print usage, run nothing
+  bool showVersion = false;          // --version
 };
 
 // argv[0] is kolorun's own name and is skipped.

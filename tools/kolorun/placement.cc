@@ -32,6 +32,10 @@ void setVariable(std::vector<std::string>& env, std::string_view name,
 
 }  // namespace
 
+bool isForwarded(const std::string& entry) {
+  return entry.rfind("KOLO_", 0) == 0 || entry.rfind("HOROVOD_", 0) == 0;
+}
+
 std::vector<Placement> planPlacement(const LaunchOptions& options) {
   std::vector<Placement> out;
   out.reserve(options.numRanks);

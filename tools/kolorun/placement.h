@@ -8,8 +8,9 @@
 // without a rank are not part of the job (cross size counts hosts in use).
 //
 // rankEnvironment() is the environment a rank starts with: `base` (kolorun's
-// own for a local rank; for a remote rank only the KOLO_* variables of the
-// caller), then the -x exports, then the layout variables (which always win).
+// own for a local rank; for a remote rank only the caller's variables that
+// isForwarded() picks), then the -x exports (and tuning flags), then the
+// layout variables (which always win).
 #pragma once
 
 #include <string>
@@ -40,6 +41,11 @@ struct JobIdentity {
 // A job id unique on this host and, practically, across hosts:
 // kolorun-<pid>-<time>-<random>.
 std::string makeJobId();
+
+// Whether a NAME=VALUE entry of kolorun's environment goes to remote and
+// mpirun-launched ranks: kolo's settings (KOLO_*) and Horovod's variables
+// (HOROVOD_*), which the ranks read as aliases of kolo's settings.
+bool isForwarded(const std::string& entry);
 
 // `base` is NAME=VALUE entries. Sets KOLO_HOST_ID to the host's name when
 // the job has a host list (ranks on different hosts then never share memory,

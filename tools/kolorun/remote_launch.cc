@@ -106,7 +106,7 @@ std::string shellQuote(std::string_view text) {
   return out;
 }
 
-std::vector<std::string> splitCommandWords(std::string_view text) {
+std::vector<std::string> splitCommandWords(std::string_view text, std::string_view flag) {
   std::vector<std::string> words;
   std::string word;
   bool inWord = false;
@@ -131,11 +131,11 @@ std::vector<std::string> splitCommandWords(std::string_view text) {
     }
   }
   if (quote != 0) {
-    throw UsageError("--ssh-command: unbalanced " + std::string(1, quote) + " in '" +
-                     std::string(text) + "'");
+    throw UsageError(std::string(flag) + ": unbalanced " + std::string(1, quote) +
+                     " in '" + std::string(text) + "'");
   }
   if (inWord) words.push_back(std::move(word));
-  if (words.empty()) throw UsageError("--ssh-command needs a command");
+  if (words.empty()) throw UsageError(std::string(flag) + " needs a command");
   return words;
 }
 

@@ -28,9 +28,10 @@ namespace kolo::kolorun {
 std::string shellQuote(std::string_view text);
 
 // The words of an --ssh-command string, split on blanks; single or double
-// quotes group words ("ssh -o 'ProxyCommand=a b'"). Throws UsageError on an
-// unbalanced quote or an empty command.
-std::vector<std::string> splitCommandWords(std::string_view text);
+// quotes group words ("ssh -o 'ProxyCommand=a b'"). Throws UsageError naming
+// `flag` on an unbalanced quote or an empty command.
+std::vector<std::string> splitCommandWords(std::string_view text,
+                                           std::string_view flag = "--ssh-command");
 
 // The remote command line described above.
 std::string remoteCommandLine(const std::string& workingDirectory,

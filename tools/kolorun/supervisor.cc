@@ -204,9 +204,9 @@ bool Supervisor::launch() {
   exitTimes_.assign(placements.size(), std::nullopt);
   std::string localExecutable;
   const std::vector<std::string> base = currentEnvironment();
-  std::vector<std::string> forwarded;  // what a remote rank inherits: KOLO_*
+  std::vector<std::string> forwarded;  // what a remote rank inherits
   for (const auto& e : base) {
-    if (e.rfind("KOLO_", 0) == 0) forwarded.push_back(e);
+    if (isForwarded(e)) forwarded.push_back(e);
   }
   char cwdBuffer[4096];
   const std::string cwd =
