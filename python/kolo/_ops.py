@@ -9,7 +9,9 @@ in Horovod. Unlike Horovod's handle numbers, named operations do not advance
 the counter, so named operations that only some ranks issue (on a process
 set, or before a join) never shift the others' generated names; a rank that
 issues an extra unnamed operation does, and the runtime then reports the
-mismatch by name.
+mismatch by name. A join of the global process set re-aligns the counters:
+every rank continues from the largest count of any rank (a rank that joined
+early skipped the unnamed operations the others issued meanwhile).
 
 Handles: every submission returns a :class:`Handle`. ``synchronize(h)``
 waits, releases the native operation and returns the result (calling it
@@ -32,6 +34,8 @@ import threading
 from kolo import _native
 
 _numbers = itertools.count(1)  # next() is atomic under the GIL
+_last_unnamed = 0  # the last number given out (an approximation across threads)
+_numbers_lock = threading.Lock()  # catch_up_unnamed() against itself
 _generation = 0  # bumped by forget_all() (shutdown)
 
 # Handles dropped while pending: (native ids, buffers) until they finish.
@@ -42,11 +46,29 @@ _orphans_lock = threading.Lock()
 def op_name(kind, name):
     """``name`` checked, or Horovod's generated ``<kind>.noname.<n>``."""
     if name is None:
-        return "%s.noname.%d" % (kind, next(_numbers))
+        global _last_unnamed
+        n = _last_unnamed = next(_numbers)
+        return "%s.noname.%d" % (kind, n)
     if type(name) is not str or not name:
         raise _native.InvalidArgumentError(
             "%s: name must be a non-empty string, got %r" % (kind, name))
     return name
+
+
+def unnamed_count():
+    """How many unnamed operations this process has issued."""
+    return _last_unnamed
+
+
+def catch_up_unnamed(count):
+    """After a join: continue generated names from ``count`` (the most any
+    rank of the job has issued), so that ranks which skipped unnamed
+    operations while others ran them generate the same names again."""
+    global _numbers, _last_unnamed
+    with _numbers_lock:
+        if count > _last_unnamed:
+            _last_unnamed = count
+            _numbers = itertools.count(count + 1)
 
 
 def _release_quietly(ids):

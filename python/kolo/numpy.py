@@ -340,5 +340,9 @@ def join(process_set=0):
     """This rank has no more data: it takes part in the others' operations
     with zeros (no rows for allgather and alltoall) until every rank of the
     set has joined, then returns."""
-    h = _native.join_async(_process_set_id(process_set))
+    ps_id = _process_set_id(process_set)
+    h = _native.join_async(ps_id)
     synchronize(_submit(h, "join", (), lambda _h: None))
+    if ps_id == 0:  # re-align the ranks' generated names (kolo._ops)
+        counts = allgather(np.array([_ops.unnamed_count()], np.int64), name="join.counts")
+        _ops.catch_up_unnamed(int(counts.max()))

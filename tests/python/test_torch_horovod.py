@@ -248,3 +248,16 @@ def test_duplicate_pending_name_is_an_error_for_reducescatter():
     if rank() != 0:
         h = hvd.reducescatter_async(t, name="hz.dup")
     assert torch.equal(hvd.synchronize(h), torch.full((3, 2), 1.0))
+
+
+def test_join_realigns_generated_names():
+    # Rank 0 joins at once and skips the others' unnamed allreduce; after the
+    # join every rank continues from the largest count of unnamed operations.
+    if rank() == 0:
+        hvd.join()
+    else:
+        hvd.allreduce(torch.ones(1))
+        hvd.join()
+    h = hvd.allreduce_async(torch.ones(1), op=hvd.Sum)
+    assert hvd.allgather_object(h.name) == [h.name] * size()
+    assert hvd.synchronize(h).item() == size()

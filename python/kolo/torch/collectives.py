@@ -599,14 +599,19 @@ def join(device=-1, process_set=global_process_set):
     """This rank has no more data: it takes part in the other ranks'
     collectives (zeros for allreduce; see docs/python.md for the rest) until
     every rank has joined. Returns the rank that joined last (by the ranks'
-    clocks, so approximate across hosts). ``device`` is accepted for Horovod
-    compatibility (CPU only here)."""
+    clocks, so approximate across hosts). A join of the global set also
+    re-aligns the ranks' generated names (kolo._ops). ``device`` is
+    accepted for Horovod compatibility (CPU only here)."""
     del device
     joined_at = time.time()
     h = _native.join_async(_ps_id(process_set, "join"))
     synchronize(_submitted((h,), "join", None, None))
-    times = synchronize(allgather_async(
-        torch.tensor([joined_at], dtype=torch.float64), name="join.last_rank",
-        process_set=process_set))
-    last = int(torch.argmax(times).item())
-    return last if process_set is global_process_set else process_set.ranks[last]
+    # Each rank's join time and count of unnamed operations (kolo._ops).
+    info = synchronize(allgather_async(
+        torch.tensor([[joined_at, float(_ops.unnamed_count())]], dtype=torch.float64),
+        name="join.last_rank", process_set=process_set))
+    last = int(torch.argmax(info[:, 0]).item())
+    if process_set is global_process_set:
+        _ops.catch_up_unnamed(int(info[:, 1].max().item()))
+        return last
+    return process_set.ranks[last]
