@@ -70,8 +70,16 @@ namespace kolo {
     "Runtime: 1 tries fusion thresholds and cycle times in the first steps "  \
     "and keeps the fastest.")                                                 \
   X(double, stragglerMarginMs, "KOLO_STRAGGLER_MARGIN_MS", 5.0,               \
-    "Runtime: a rank last by more than this in most recent operations is "    \
-    "named in a log line.")                                                   \
+    "Runtime: a rank is a step's straggler only when its mean lag exceeds "   \
+    "this many milliseconds (the floor under KOLO_STRAGGLER_FRACTION).")      \
+  X(double, stragglerFraction, "KOLO_STRAGGLER_FRACTION", 0.25,               \
+    "Runtime: a rank last in most of a step's operations by more than this "  \
+    "fraction of the step time on average is that step's straggler.")         \
+  X(double, stragglerWindowSeconds, "KOLO_STRAGGLER_WINDOW", 20.0,            \
+    "Runtime: rank 0 names a rank in a log line when it was the straggler "   \
+    "of most steps over this many seconds (and at least 10 steps).")          \
+  X(double, stragglerIntervalSeconds, "KOLO_STRAGGLER_INTERVAL", 60.0,        \
+    "Runtime: minimum seconds between two straggler log lines.")              \
   X(int64_t, runtimeSpinMicros, "KOLO_RUNTIME_SPIN_US", 50,                   \
     "Runtime: microseconds the background thread busy-polls in a wait for "   \
     "another rank before it sleeps until woken (at most KOLO_SPIN_US).")

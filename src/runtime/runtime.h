@@ -57,7 +57,7 @@ struct RuntimeOptions {
   std::string timelinePath;                 // KOLO_TIMELINE
   bool deterministic = false;               // KOLO_DETERMINISTIC
   bool autotune = false;                    // KOLO_AUTOTUNE
-  double stragglerMarginSeconds = 0.005;    // KOLO_STRAGGLER_MARGIN_MS / 1000
+  StragglerTracker::Options straggler;      // KOLO_STRAGGLER_*
   int64_t spinMicros = 50;                  // KOLO_RUNTIME_SPIN_US
 
   static RuntimeOptions fromSettings(const Settings& settings);
