@@ -541,6 +541,9 @@ TEST(RuntimeOptionsTest, FromSettingsTakesEveryRuntimeKnob) {
   s.deterministic = 1;
   s.autotune = 1;
   s.stragglerMarginMs = 12;
+  s.stragglerFraction = 0.5;
+  s.stragglerWindowSeconds = 4;
+  s.stragglerIntervalSeconds = 30;
   s.runtimeSpinMicros = 3;
   s.stallCheckDisable = 1;
   s.timelineMarkCycles = 1;
@@ -556,7 +559,10 @@ TEST(RuntimeOptionsTest, FromSettingsTakesEveryRuntimeKnob) {
   EXPECT_EQ(o.timelinePath, "/tmp/t.json");
   EXPECT_TRUE(o.deterministic);
   EXPECT_TRUE(o.autotune);
-  EXPECT_DOUBLE_EQ(o.stragglerMarginSeconds, 0.012);
+  EXPECT_DOUBLE_EQ(o.straggler.marginSeconds, 0.012);
+  EXPECT_EQ(o.straggler.fraction, 0.5);
+  EXPECT_EQ(o.straggler.windowSeconds, 4);
+  EXPECT_EQ(o.straggler.intervalSeconds, 30);
   EXPECT_EQ(o.spinMicros, 3);
   EXPECT_FALSE(o.stallCheck);
   EXPECT_TRUE(o.timelineMarkCycles);

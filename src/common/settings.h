@@ -127,8 +127,16 @@ constexpr SettingAlias horovod(const char* env, AliasForm form = AliasForm::kSam
     "Runtime: autotuning scores each candidate over this many samples "             \
     "(at least 1).")                                                                \
   X(double, stragglerMarginMs, "KOLO_STRAGGLER_MARGIN_MS", 5.0, kNoAlias,           \
-    "Runtime: a rank last by more than this in most recent operations is "          \
-    "named in a log line.")                                                         \
+    "Runtime: a rank is a step's straggler only when its mean lag exceeds "         \
+    "this many milliseconds (the floor under KOLO_STRAGGLER_FRACTION).")            \
+  X(double, stragglerFraction, "KOLO_STRAGGLER_FRACTION", 0.25, kNoAlias,           \
+    "Runtime: a rank last in most of a step's operations by more than this "        \
+    "fraction of the step time on average is that step's straggler.")               \
+  X(double, stragglerWindowSeconds, "KOLO_STRAGGLER_WINDOW", 20.0, kNoAlias,        \
+    "Runtime: rank 0 names a rank in a log line when it was the straggler "         \
+    "of most steps over this many seconds (and at least 10 steps).")                \
+  X(double, stragglerIntervalSeconds, "KOLO_STRAGGLER_INTERVAL", 60.0, kNoAlias,    \
+    "Runtime: minimum seconds between two straggler log lines.")                    \
   X(int64_t, runtimeSpinMicros, "KOLO_RUNTIME_SPIN_US", 50, kNoAlias,               \
     "Runtime: microseconds the background thread busy-polls in a wait for "         \
     "another rank before it sleeps until woken (at most KOLO_SPIN_US).")             \

@@ -226,7 +226,10 @@ RuntimeOptions RuntimeOptions::fromSettings(const Settings& s) {
       static_cast<int>(std::min<int64_t>(s.autotuneWarmupSamples, 1 << 20));
   o.autotuneStepsPerSample =
       static_cast<int>(std::min<int64_t>(s.autotuneStepsPerSample, 1 << 20));
-  o.stragglerMarginSeconds = s.stragglerMarginMs / 1000.0;
+  o.straggler.marginSeconds = s.stragglerMarginMs / 1000.0;
+  o.straggler.fraction = s.stragglerFraction;
+  o.straggler.windowSeconds = s.stragglerWindowSeconds;
+  o.straggler.intervalSeconds = s.stragglerIntervalSeconds;
   o.spinMicros = s.runtimeSpinMicros;
   if (s.joinMode == "horovod") {
     o.joinMode = RuntimeOptions::JoinMode::kHorovod;
@@ -250,7 +253,7 @@ Runtime::Runtime(std::shared_ptr<Communicator> comm, RuntimeOptions options)
       fusionAloneBytes_(comm_->layout().crossSize > 1 ? std::numeric_limits<size_t>::max()
                                                       : kFusionAloneBytes),
       negotiator_(rank_, size_, std::max<size_t>(1, options_.cacheCapacity)),
-      straggler_(size_, options_.stragglerMarginSeconds) {
+      straggler_(size_, options_.straggler) {
   if (options_.deterministic) {
     if (hasAlgorithm("ordered")) {
       algorithm_ = "ordered";
@@ -760,7 +763,8 @@ void Runtime::loop() {
       // stragglerReport() after wait() includes its operation.
       if (!outcome.ready.empty()) {
         std::lock_guard<std::mutex> lock(stragglerMu_);
-        for (const auto& op : outcome.ready) straggler_.record(op.arrivals);
+        for (const auto& op : outcome.ready)
+          straggler_.record(op.arrivals, op.spec->name);
       }
 
       // Run the ready operations, bucket by bucket, in the same order on
@@ -845,7 +849,7 @@ void Runtime::observe(const Outcome& outcome, Clock::time_point cycleStart) {
   if (!outcome.ready.empty()) {
     std::lock_guard<std::mutex> lock(stragglerMu_);
     if (rank_ == 0) {
-      const std::string line = straggler_.namedStraggler();
+      const std::string line = straggler_.namedStraggler(cycleStart);
       if (!line.empty()) {
         KOLO_LOG(kWarning) << line;
       }

@@ -62,7 +62,7 @@ struct RuntimeOptions {
   std::string autotuneLogPath;              // KOLO_AUTOTUNE_LOG
   int autotuneWarmupSamples = 2;            // KOLO_AUTOTUNE_WARMUP_SAMPLES
   int autotuneStepsPerSample = 5;           // KOLO_AUTOTUNE_STEPS_PER_SAMPLE
-  double stragglerMarginSeconds = 0.005;    // KOLO_STRAGGLER_MARGIN_MS / 1000
+  StragglerTracker::Options straggler;      // KOLO_STRAGGLER_*
   int64_t spinMicros = 50;                  // KOLO_RUNTIME_SPIN_US
   // KOLO_JOIN_MODE: a joined rank contributes zeros (Horovod's join) or is
   // left out of the others' operations (docs/runtime.md, "Join").

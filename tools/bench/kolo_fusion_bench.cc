@@ -11,7 +11,10 @@
 // layer first), under the same names every step, in place, and then waits
 // for every handle. The runtime's settings (fusion threshold, cycle time,
 // timeline) come from KOLO_* as usual; KOLO_FUSION_THRESHOLD=0 runs each
-// tensor as its own collective.
+// tensor as its own collective. --compute-ms stands for a model's forward
+// and backward pass: every rank sleeps that long before submitting a
+// step; --slow RANK:MS makes one rank sleep MS more (a straggler on
+// purpose, to see the runtime's straggler line: docs/runtime.md).
 //
 // Mode "direct": the runtime's overhead for one large tensor and the
 // reference for the fused workload, measured in alternation, round by
@@ -64,6 +67,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/settings.h"
@@ -89,6 +93,9 @@ struct Options {
   size_t bigBytes = kBigBytes;  // --big-bytes (direct mode)
   bool json = false;
   bool waitLastFirst = false;  // --wait last-first
+  double computeMs = 0;        // --compute-ms: every rank, before each step
+  int slowRank = -1;           // --slow RANK:MS: this rank sleeps slowMs more
+  double slowMs = 0;
   bool help = false;
   std::optional<Workload> printTensors;
 };
@@ -112,6 +119,10 @@ const char kUsage[] =
     "                             order (in-order, the default), or the last one\n"
     "                             first (one wake-up per step instead of one per\n"
     "                             tensor)\n"
+    "  --compute-ms MS            runtime mode: every rank sleeps MS ms before each\n"
+    "                             step's submissions (the model's compute; 0)\n"
+    "  --slow RANK:MS             runtime mode: rank RANK sleeps MS ms more (a\n"
+    "                             straggler on purpose)\n"
     "  --json                     one JSON object per measurement\n"
     "  --print-tensors W          list workload W in submission order (count,\n"
     "                             name, shape), no job needed\n";
@@ -123,6 +134,17 @@ long parseLong(const std::string& flag, const std::string& text, long lo) {
   if (text.empty() || *end != '\0' || errno != 0 || v < lo) {
     throw UsageError(flag + " '" + text +
                      "': expected an integer >= " + std::to_string(lo));
+  }
+  return v;
+}
+
+// Milliseconds in [0, 3600000); `whole` is the flag's value for the message.
+double parseMs(const std::string& flag, const std::string& text,
+               const std::string& whole) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(v >= 0 && v < 3.6e6)) {
+    throw UsageError(flag + " '" + whole + "': expected milliseconds in [0, 3600000)");
   }
   return v;
 }
@@ -164,6 +186,15 @@ Options parseOptions(int argc, char** argv) {
           throw UsageError(flag + " '" + value + "': expected in-order or last-first");
         }
         o.waitLastFirst = value == "last-first";
+      } else if (flag == "--compute-ms") {
+        o.computeMs = parseMs(flag, value, value);
+      } else if (flag == "--slow") {
+        const size_t colon = value.find(':');
+        if (colon == std::string::npos) {
+          throw UsageError(flag + " '" + value + "': expected RANK:MS");
+        }
+        o.slowRank = static_cast<int>(parseLong(flag, value.substr(0, colon), 0));
+        o.slowMs = parseMs(flag, value.substr(colon + 1), value);
       } else if (flag == "--steps") {
         o.steps = parseLong(flag, value, 1);
       } else if (flag == "--big-bytes") {
@@ -381,7 +412,11 @@ class FusionBench {
     sync_.use(&rt);
     std::vector<runtime::HandlePtr> handles(requests.size());
     double submitSeconds = 0;
+    const double sleepMs = o_.computeMs + (rank_ == o_.slowRank ? o_.slowMs : 0.0);
     auto step = [&] {
+      if (sleepMs > 0) {
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(sleepMs));
+      }
       const double t0 = now();
       for (size_t i = 0; i < requests.size(); ++i) handles[i] = rt.enqueue(requests[i]);
       submitSeconds += now() - t0;
