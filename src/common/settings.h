@@ -139,7 +139,7 @@ constexpr SettingAlias horovod(const char* env, AliasForm form = AliasForm::kSam
     "Runtime: minimum seconds between two straggler log lines.")                    \
   X(int64_t, runtimeSpinMicros, "KOLO_RUNTIME_SPIN_US", 50, kNoAlias,               \
     "Runtime: microseconds the background thread busy-polls in a wait for "         \
-    "another rank before it sleeps until woken (at most KOLO_SPIN_US).")             \
+    "another rank before it sleeps until woken (at most KOLO_SPIN_US).")            \
   X(std::string, joinMode, "KOLO_JOIN_MODE", "horovod", kNoAlias,                   \
     "Runtime: what a rank that called join() is to the others' operations: "        \
     "horovod (it contributes zeros: an Average divides by the team's size, "        \
