@@ -99,8 +99,10 @@ class Handle:
     together, such as a grouped allreduce). Pass it to synchronize() or
     poll(); ``name`` is the operation's (base) name."""
 
-    __slots__ = ("name", "_ids", "_keep", "_finish", "_generation", "_done",
-                 "_result", "_error")
+    # _state: 0 pending, 1 finished (_result is the result), 2 failed
+    # (_result is the error). _result is unset while pending.
+    __slots__ = ("name", "_ids", "_keep", "_finish", "_generation", "_state",
+                 "_result")
 
     def __init__(self, ids, name, keep, finish):
         """``ids``: the native handles (a tuple); ``keep``: what must stay
@@ -112,15 +114,14 @@ class Handle:
         self._keep = keep
         self._finish = finish
         self._generation = _generation
-        self._done = False
-        self._result = None
-        self._error = None
+        self._state = 0
 
     def poll(self):
         """True once every native operation has finished (well or not)."""
-        if self._done:
+        if self._state:
             return True
-        self._check_generation()
+        if self._generation != _generation:
+            self._raise_stale()
         for i in self._ids:
             if not _native.poll(i):
                 return False
@@ -129,41 +130,43 @@ class Handle:
     def wait(self):
         """Waits, builds the result, releases the native operations; returns
         the result or raises the operation's error (the first, for several)."""
-        if self._done:
-            if self._error is not None:
-                raise self._error
-            return self._result
-        self._check_generation()
-        try:
-            error = None
-            for i in self._ids:
-                try:
-                    _native.wait(i)
-                except Exception as e:  # wait for all, raise the first
-                    if error is None:
-                        error = e
-            if error is None:
-                finish = self._finish
-                self._result = self._keep if finish is None else \
-                    finish(self._keep, self._ids)
-            else:
-                self._error = error
-        finally:
-            self._done = True
-            _release_quietly(self._ids)
-            self._keep = self._finish = None
-        if self._error is not None:
-            raise self._error
+        if not self._state:
+            if self._generation != _generation:
+                self._raise_stale()
+            self._complete()
+        if self._state == 2:
+            raise self._result
         return self._result
 
-    def _check_generation(self):
-        if self._generation != _generation:
-            raise _native.InvalidArgumentError(
-                "handle of '%s' was created before kolo was shut down; its "
-                "operation no longer exists" % self.name)
+    def _complete(self):
+        ids = self._ids
+        error = None
+        for i in ids:
+            try:
+                _native.wait(i)
+            except Exception as e:  # wait for all, keep the first
+                if error is None:
+                    error = e
+        if error is None:
+            finish = self._finish
+            try:
+                self._result = self._keep if finish is None else finish(self._keep, ids)
+                self._state = 1
+            except Exception as e:  # noqa: BLE001 - the handle fails with it
+                error = e
+        if error is not None:
+            self._result = error
+            self._state = 2
+        _release_quietly(ids)
+        self._keep = self._finish = None
+
+    def _raise_stale(self):
+        raise _native.InvalidArgumentError(
+            "handle of '%s' was created before kolo was shut down; its "
+            "operation no longer exists" % self.name)
 
     def __del__(self):
-        if self._done or self._generation != _generation:
+        if self._state or self._generation != _generation:
             return
         try:
             if all(_native.poll(i) for i in self._ids):
@@ -175,7 +178,7 @@ class Handle:
             _orphans.append((self._ids, self._keep))
 
     def __repr__(self):
-        return "<kolo handle '%s'%s>" % (self.name, " done" if self._done else "")
+        return "<kolo handle '%s'%s>" % (self.name, " done" if self._state else "")
 
 
 def submitted(ids, name, keep, finish):
