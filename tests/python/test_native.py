@@ -1,7 +1,8 @@
 """kolo._native on every rank of a kolorun job (tests/python/CMakeLists.txt):
 every operation and dtype through the C API's runtime, async + poll, the
 exception classes, process sets, join with uneven steps, timeline, straggler
-report and the synchronous helpers.
+report, the synchronous helpers, and the hot path's allreduce_submit and
+wait_release (results, errors, the GIL).
 
 Run: build/bin/kolorun -np 2 /usr/bin/python3 -m pytest tests/python/test_native.py
 (PYTHONPATH=build/python). Every rank runs the same tests in the same order.
@@ -235,6 +236,147 @@ def test_errors_are_typed_and_name_the_tensor():
     assert issubclass(kolo.PeerLostError, kolo.KoloError)
 
 
+def test_allreduce_submit_and_wait_release():
+    """The hot path's entry points: the same results as allreduce_async +
+    wait + release, with the shape as a tuple, a list or another sequence."""
+    r, n = rank(), size()
+    a = np.full((3, 4), r + 1.0, np.float32)
+    b = np.full(6, r + 1, np.int64)
+    c = np.full(5, r + 1.0, np.float64)
+    out = np.zeros_like(c)
+    hs = [
+        nat.allreduce_submit("fast.tuple", a.ctypes.data, a.ctypes.data, (3, 4), nat.FLOAT32,
+                             nat.SUM),
+        nat.allreduce_submit("fast.list", b.ctypes.data, b.ctypes.data, [6], nat.INT64,
+                             nat.MAX),
+        # A numpy array as shape (a sequence of numpy ints), buffers as
+        # objects, and every optional argument.
+        nat.allreduce_submit("fast.scaled", c, out, np.array([5]), nat.FLOAT64, nat.SUM,
+                             2.0, 0.25, 0),
+    ]
+    assert all(isinstance(h, int) and h > 0 for h in hs)
+    for h in hs:
+        assert nat.wait_release(h) is None
+    assert a[2, 3] == pytest.approx(n * (n + 1) / 2)
+    assert list(b) == [n] * 6
+    assert out[0] == pytest.approx(2.0 * n * (n + 1) / 2 * 0.25)
+    # Released: the handle is unknown to every call.
+    for call in (nat.wait, nat.release, nat.wait_release):
+        with pytest.raises(kolo.InvalidArgumentError, match="unknown handle") as info:
+            call(hs[0])
+        assert info.value.code == nat.ERR_INVALID_ARGUMENT
+    # A scalar (empty shape) and a shape of many dimensions.
+    s = np.full(1, r + 1.0, np.float32)
+    h = nat.allreduce_submit("fast.scalar", s.ctypes.data, s.ctypes.data, (), nat.FLOAT32,
+                             nat.SUM)
+    nat.wait_release(h)
+    assert s[0] == pytest.approx(n * (n + 1) / 2)
+    m = np.full(2 ** 10, r + 1.0, np.float32)
+    h = nat.allreduce_submit("fast.10d", m.ctypes.data, m.ctypes.data, (2,) * 10,
+                             nat.FLOAT32, nat.AVG)
+    nat.wait_release(h)
+    assert m[-1] == pytest.approx((n + 1) / 2)
+
+
+def test_wait_release_raises_after_releasing():
+    r = rank()
+    x = np.zeros(8, np.float32)
+    h = nat.allreduce_submit("fast.mismatch", x.ctypes.data, x.ctypes.data, (4 + r,),
+                             nat.FLOAT32, nat.SUM)
+    with pytest.raises(kolo.MismatchError) as info:
+        nat.wait_release(h)
+    e = info.value
+    assert e.code == nat.ERR_MISMATCH and e.code_name == nat.error_name(nat.ERR_MISMATCH)
+    assert "'fast.mismatch'" in str(e) and "shape" in str(e), str(e)
+    # Released although it failed.
+    with pytest.raises(kolo.InvalidArgumentError, match="unknown handle"):
+        nat.release(h)
+    with pytest.raises(kolo.InvalidArgumentError, match="unknown handle") as info:
+        nat.wait_release(987654321)
+    assert info.value.code == nat.ERR_INVALID_ARGUMENT
+    for bad in ("1", None, 2 ** 70):
+        with pytest.raises(kolo.InvalidArgumentError, match="wait_release: expected a handle"):
+            nat.wait_release(bad)
+
+
+def test_wait_release_waits_without_the_gil():
+    """A pending operation's wait lets other Python threads run."""
+    import threading
+    import time
+
+    x = np.ones(4, np.float32)
+    counted = [0]
+    stop = threading.Event()
+
+    def count():
+        while not stop.is_set():
+            counted[0] += 1
+
+    worker = threading.Thread(target=count)
+    worker.start()
+    try:
+        if rank() == 0:
+            h = nat.allreduce_submit("fast.gil", x.ctypes.data, x.ctypes.data, (4,),
+                                     nat.FLOAT32, nat.SUM)
+            before = counted[0]
+            nat.wait_release(h)  # rank 1 submits 0.5 s later
+            during = counted[0] - before
+        else:
+            time.sleep(0.5)
+            h = nat.allreduce_submit("fast.gil", x.ctypes.data, x.ctypes.data, (4,),
+                                     nat.FLOAT32, nat.SUM)
+            nat.wait_release(h)
+            during = None
+    finally:
+        stop.set()
+        worker.join()
+    assert x[0] == size()
+    if during is not None:
+        assert during > 1000, during
+
+
+def test_allreduce_submit_bad_arguments():
+    x = np.zeros(8, np.float32)
+    p = x.ctypes.data
+    F, S = nat.FLOAT32, nat.SUM
+    cases = [
+        (("b.neg", -8, p, (8,), F, S), "'b.neg': send_ptr: not an address"),
+        (("b.big", p, 2 ** 70, (8,), F, S), "'b.big': recv_ptr: not an address"),
+        (("b.obj", "x", p, (8,), F, S), "'b.obj': send_ptr: expected a data address"),
+        ((7, p, p, (8,), F, S), "name must be a str, got int"),
+        ((b"b.bytes", p, p, (8,), F, S), "name must be a str, got bytes"),
+        (("b.nul\0x", p, p, (8,), F, S), r"'b.nul\\0\.\.\.': name contains a NUL"),
+        (("b.shape", p, p, 8, F, S), "'b.shape': shape must be a sequence of ints, got int"),
+        (("b.item", p, p, (8, "1"), F, S), r"'b.item': shape\[1\] must be an int, got str"),
+        (("b.huge", p, p, (2 ** 64,), F, S), r"shape\[0\] must be an int"),
+        (("b.negdim", p, p, (-8,), F, S), "'b.negdim'"),
+        (("b.dtype", p, p, (8,), 42, S), "'b.dtype': unknown dtype value 42"),
+        (("b.dtype2", p, p, (8,), "float32", S), "'b.dtype2': dtype must be an int"),
+        (("b.op", p, p, (8,), F, 9), "'b.op': unknown op value 9"),
+        (("b.op2", p, p, (8,), F, 2 ** 40), "'b.op2': op must be an int"),
+        (("b.scale", p, p, (8,), F, S, "2"), "'b.scale': prescale must be a float"),
+        (("b.set", p, p, (8,), F, S, 1.0, 1.0, 99), "process set 99"),
+        (("", p, p, (8,), F, S), "name"),
+        (("b.null", 0, p, (8,), F, S), "'b.null'"),
+    ]
+    for args, message in cases:
+        with pytest.raises(kolo.InvalidArgumentError, match=message) as info:
+            nat.allreduce_submit(*args)
+        assert info.value.code == nat.ERR_INVALID_ARGUMENT, args
+        assert isinstance(info.value, ValueError)
+    with pytest.raises(TypeError, match="6 to 9 positional arguments"):
+        nat.allreduce_submit("b.few", p, p, (8,), F)
+    with pytest.raises(TypeError, match="6 to 9 positional arguments"):
+        nat.allreduce_submit("b.many", p, p, (8,), F, S, 1.0, 1.0, 0, 0)
+    with pytest.raises(TypeError, match="keyword"):
+        nat.allreduce_submit("b.kw", p, p, (8,), F, S, prescale=2.0)
+    # A name pending twice: the second submission fails, the first runs.
+    h = nat.allreduce_submit("b.twice", p, p, (8,), F, S)
+    with pytest.raises(kolo.InvalidArgumentError, match="already pending"):
+        nat.allreduce_submit("b.twice", p, p, (8,), F, S)
+    nat.wait_release(h)
+
+
 def test_not_initialized_in_a_fresh_process():
     code = ("import kolo, kolo._native as n\n"
             "try:\n    n.rank()\nexcept kolo.NotInitializedError as e:\n"
@@ -244,6 +386,14 @@ def test_not_initialized_in_a_fresh_process():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout
     assert "NI 2" in out and "NI2" in out and "before kolo_init" in out, out
+    code = ("import kolo, kolo._native as n\n"
+            "try:\n    n.allreduce_submit('x', 8, 8, (1,), n.FLOAT32, n.SUM)\n"
+            "except kolo.NotInitializedError as e:\n    print('NI3', e.code, e)\n"
+            "try:\n    n.wait_release(1)\n"
+            "except kolo.NotInitializedError as e:\n    print('NI4', e.code, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert "NI3 2" in out and "NI4 2" in out and "before kolo_init" in out, out
 
 
 def test_process_sets():
