@@ -69,6 +69,7 @@ TEST(CApiRuntime, CallsBeforeInitFail) {
   EXPECT_EQ(kolo_poll(1, &v), KOLO_ERR_NOT_INITIALIZED);
   EXPECT_EQ(kolo_wait(1), KOLO_ERR_NOT_INITIALIZED);
   EXPECT_EQ(kolo_release(1), KOLO_ERR_NOT_INITIALIZED);
+  EXPECT_EQ(kolo_wait_release(1), KOLO_ERR_NOT_INITIALIZED);
   int ranks[1] = {0};
   EXPECT_EQ(kolo_process_set_create(ranks, 1, &v), KOLO_ERR_NOT_INITIALIZED);
   EXPECT_EQ(kolo_process_set_rank(0, &v), KOLO_ERR_NOT_INITIALIZED);
@@ -112,6 +113,19 @@ TEST(CApiRuntime, SingleRankHandlesAndArgumentErrors) {
   EXPECT_EQ(kolo_wait(h), KOLO_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(kolo_poll(0, &done), KOLO_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(kolo_wait(123456789), KOLO_ERR_INVALID_ARGUMENT);
+
+  // kolo_wait_release: the result, then the handle is gone.
+  shape[0] = 1;
+  ASSERT_EQ(kolo_allreduce_async("wr", in, out, 2, shape, KOLO_FLOAT32, KOLO_MAX, 1.0,
+                                 1.0, 0, &h),
+            KOLO_OK)
+      << lastError();
+  EXPECT_EQ(kolo_wait_release(h), KOLO_OK) << lastError();
+  EXPECT_FLOAT_EQ(out[2], 3.0f);
+  EXPECT_EQ(kolo_wait_release(h), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(lastError(), "kolo_wait_release: unknown handle")) << lastError();
+  EXPECT_EQ(kolo_release(h), KOLO_ERR_INVALID_ARGUMENT);
+  shape[0] = 2;
 
   // Argument errors are returned by the submitting call, naming the tensor.
   EXPECT_EQ(kolo_allreduce_async(nullptr, in, out, 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1,

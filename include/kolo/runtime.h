@@ -121,6 +121,12 @@ int kolo_handle_output(kolo_handle handle, const void** data, size_t* bytes, int
 /* Frees the handle (and its output). Releasing a pending handle is
  * allowed: the operation still runs, its result is discarded. */
 int kolo_release(kolo_handle handle);
+/* kolo_wait then kolo_release in one call (one look-up of the handle, the
+ * hot path of a training step): blocks until done, frees the handle
+ * whatever the outcome, and returns the operation's result code (its
+ * message in kolo_last_error()). One thread per handle: the handle is
+ * unknown to other calls from the moment this one starts. */
+int kolo_wait_release(kolo_handle handle);
 
 /* --- tools --------------------------------------------------------------- */
 /* Chrome trace (Perfetto) of set 0's operations as this rank sees them,

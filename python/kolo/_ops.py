@@ -33,6 +33,7 @@ import threading
 
 from kolo import _native
 
+_wait_release = _native.wait_release
 _numbers = itertools.count(1)  # next() is atomic under the GIL
 _last_unnamed = 0  # the last number given out (an approximation across threads)
 _numbers_lock = threading.Lock()  # catch_up_unnamed() against itself
@@ -71,6 +72,10 @@ def catch_up_unnamed(count):
             _numbers = itertools.count(count + 1)
 
 
+def _as_tuple(ids):
+    return (ids,) if type(ids) is int else ids
+
+
 def _release_quietly(ids):
     for i in ids:
         try:
@@ -105,7 +110,8 @@ class Handle:
                  "_result")
 
     def __init__(self, ids, name, keep, finish):
-        """``ids``: the native handles (a tuple); ``keep``: what must stay
+        """``ids``: the native handles (a tuple), or one native handle (an
+        int) whose result is ``keep`` (finish None); ``keep``: what must stay
         alive until they finish; ``finish(keep, ids)``: builds the result
         after a successful wait (the native handles are still valid while
         it runs), or None when the result is ``keep`` itself."""
@@ -122,7 +128,7 @@ class Handle:
             return True
         if self._generation != _generation:
             self._raise_stale()
-        for i in self._ids:
+        for i in _as_tuple(self._ids):
             if not _native.poll(i):
                 return False
         return True
@@ -140,6 +146,18 @@ class Handle:
 
     def _complete(self):
         ids = self._ids
+        if type(ids) is int:
+            # The hot path (an in-place allreduce): the result is the kept
+            # tensor, so the native handle can go in the same call.
+            try:
+                _wait_release(ids)
+                self._result = self._keep
+                self._state = 1
+            except Exception as e:  # noqa: BLE001 - the handle fails with it
+                self._result = e
+                self._state = 2
+            self._keep = None
+            return
         error = None
         for i in ids:
             try:
@@ -168,14 +186,15 @@ class Handle:
     def __del__(self):
         if self._state or self._generation != _generation:
             return
+        ids = _as_tuple(self._ids)
         try:
-            if all(_native.poll(i) for i in self._ids):
-                _release_quietly(self._ids)
+            if all(_native.poll(i) for i in ids):
+                _release_quietly(ids)
                 return
         except Exception:  # noqa: BLE001 - kolo shut down
             return
         with _orphans_lock:
-            _orphans.append((self._ids, self._keep))
+            _orphans.append((ids, self._keep))
 
     def __repr__(self):
         return "<kolo handle '%s'%s>" % (self.name, " done" if self._state else "")

@@ -11,7 +11,7 @@
 //
 // The GIL is released around every call that can block on other ranks
 // (wait, the synchronous collectives, init, shutdown, process set
-// creation and destruction; wait_release while its operation is pending).
+// creation and destruction, wait_release).
 //
 // Two functions of the hot path, allreduce_submit and wait_release, are
 // plain CPython functions rather than pybind11 ones (their section below
@@ -160,10 +160,10 @@ PyObject* newError(py::module_& m, const char* name, PyObject* bases, const char
 //   sequence of ints (__index__); addresses: ints, None, or objects with the
 //   buffer protocol, kept valid by the caller until the operation ends.
 //   Returns the handle, an int > 0.
-// - wait_release(handle): blocks until the operation is done (without the
-//   GIL while it is pending; a finished one keeps the GIL), releases the
-//   handle whatever happened, then raises the operation's error, else the
-//   release's. The handle is unknown afterwards. One thread per handle.
+// - wait_release(handle): kolo_wait_release: blocks until the operation is
+//   done (without the GIL), releases the handle whatever happened, then
+//   raises the operation's error. The handle is unknown afterwards. One
+//   thread per handle.
 // Both raise the module's exception classes (.code, .code_name, the
 // message of kolo_last_error); a bad argument is InvalidArgumentError naming
 // the function, the tensor and the argument. Nothing throws across the C
@@ -402,10 +402,10 @@ PyObject* allreduceSubmit(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 const char kWaitReleaseDoc[] =
     "wait_release($module, handle, /)\n--\n\n"
-    "wait(handle) then release(handle) in one call: blocks (without the GIL when "
-    "the operation is still pending) until done, releases the handle whether or not "
-    "the operation failed, then raises the operation's error, if any (else the "
-    "release's). The handle is unknown afterwards.";
+    "wait(handle) then release(handle) in one call (kolo_wait_release): blocks "
+    "(without the GIL) until done, releases the handle whether or not the "
+    "operation failed, then raises the operation's error, if any. The handle is "
+    "unknown afterwards.";
 
 PyObject* waitRelease(PyObject*, PyObject* arg) {
   int overflow = 0;
@@ -422,21 +422,13 @@ PyObject* waitRelease(PyObject*, PyObject* arg) {
   return pythonCall([&]() -> PyObject* {
     int rc = KOLO_OK;
     std::string message;
-    // A finished operation (most of a fused bucket's, by the time their
-    // turn comes) does not block: keep the GIL for it.
-    int done = 0;
-    if (kolo_poll(h, &done) == KOLO_OK && done == 1) {
-      rc = kolo_wait(h);
-      if (rc != KOLO_OK) message = kolo_last_error();
-    } else {
+    {
+      // One C call (one look-up of the handle); the GIL is dropped for it
+      // whether or not the operation has finished (a poll first would cost
+      // a second look-up, more than the GIL's round trip).
       WithoutGil unlocked;
-      rc = kolo_wait(h);
+      rc = kolo_wait_release(h);
       if (rc != KOLO_OK) message = kolo_last_error();
-    }
-    const int releaseRc = kolo_release(h);
-    if (rc == KOLO_OK && releaseRc != KOLO_OK) {
-      rc = releaseRc;
-      message = kolo_last_error();
     }
     if (rc != KOLO_OK) {
       setError(rc, message);

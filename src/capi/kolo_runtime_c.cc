@@ -195,15 +195,16 @@ OpRequest makeRequest(const char* name, OpKind kind, int ndim, const int64_t* sh
   return r;
 }
 
-// Enqueues one request on set `id` and stores its handle.
-int submit(const char* fn, int id, OpRequest request, kolo_handle* out,
+// Enqueues one request on set `id` (the runtime copies it) and stores its
+// handle.
+int submit(const char* fn, int id, const OpRequest& request, kolo_handle* out,
            std::unique_ptr<std::vector<uint8_t>> owned = nullptr) {
   if (out == nullptr) return invalid(std::string(fn) + ": handle pointer is null");
   ProcessSetPtr set;
   if (int rc = findSet(fn, id, &set)) return rc;
   return guarded(fn, [&] {
     const OpKind kind = request.spec.kind;
-    HandlePtr handle = set->runtime->enqueue(std::move(request));
+    HandlePtr handle = set->runtime->enqueue(request);
     if (int rc = argumentError(handle)) return rc;
     *out = addEntry(Entry{std::move(handle), kind, std::move(owned)});
     return KOLO_OK;
@@ -397,13 +398,20 @@ int kolo_allreduce_async(const char* name, const void* send, void* recv, int ndi
   if (int rc = checkShape(fn, name, ndim, shape)) return rc;
   if (int rc = checkDtype(fn, name, dtype)) return rc;
   if (int rc = checkOp(fn, name, op)) return rc;
-  OpRequest r = makeRequest(name, OpKind::kAllreduce, ndim, shape, dtype);
+  // The hot path of a training step: one request per thread, reused, so a
+  // steady-state submission allocates nothing for its name or shape (the
+  // runtime copies it).
+  thread_local OpRequest r;
+  r.spec.name.assign(name);
+  r.spec.kind = OpKind::kAllreduce;
+  r.spec.dtype = static_cast<kolo::DataType>(rawValue(dtype));
+  r.spec.shape.assign(shape, shape + ndim);
   r.spec.op = static_cast<kolo::ReduceOp>(rawValue(op));
   r.spec.prescale = prescale;
   r.spec.postscale = postscale;
   r.input = send;
   r.output = recv;
-  return submit(fn, process_set, std::move(r), handle);
+  return submit(fn, process_set, r, handle);
 }
 
 int kolo_grouped_allreduce_async(int n, const char* const* names,
@@ -585,6 +593,26 @@ int kolo_handle_output(kolo_handle handle, const void** data, size_t* bytes, int
     *bytes = out.size();
     *ndim = static_cast<int>(h->outputShape().size());
     *shape = h->outputShape().data();
+    return KOLO_OK;
+  });
+}
+
+int kolo_wait_release(kolo_handle handle) {
+  const char* fn = "kolo_wait_release";
+  Entry entry;  // outlives the wait: it owns a reducescatter's output
+  {
+    std::lock_guard<std::mutex> lock(gMu);
+    if (!gState) return notInitialized(fn);
+    auto it = gState->handles.find(handle);
+    if (it == gState->handles.end()) {
+      return invalid(std::string(fn) + ": unknown handle " + std::to_string(handle) +
+                     " (never returned, or already released)");
+    }
+    entry = std::move(it->second);
+    gState->handles.erase(it);
+  }
+  return guarded(fn, [&] {
+    entry.handle->wait();
     return KOLO_OK;
   });
 }

@@ -72,6 +72,8 @@ _EMPTY_PTR = _EMPTY_BUFFER.data_ptr()
 
 _op_name = _ops.op_name
 _submitted = _ops.submitted
+_allreduce_submit = _native.allreduce_submit
+_Handle = _ops.Handle
 
 
 # --- checks and small helpers --------------------------------------------------
@@ -259,9 +261,11 @@ def allreduce_async_(tensor, average=None, name=None, op=None,
         fast = False
     if fast:
         p = tensor.data_ptr() or _EMPTY_PTR
-        h = _native.allreduce_async(name, p, p, tensor.shape, code, op,
-                                    prescale_factor, postscale_factor, ps_id)
-        return _submitted((h,), name, tensor, None)
+        h = _allreduce_submit(name, p, p, tensor.shape, code, op, prescale_factor,
+                              postscale_factor, ps_id)
+        if _ops._orphans:
+            _ops.reap_orphans()
+        return _Handle(h, name, tensor, None)
     code = _reduce_code(tensor, "allreduce", name)
     buf = tensor.contiguous()
     p = _ptr(buf)
