@@ -1,7 +1,7 @@
 #include "rank_process.h"
 
 #include <fcntl.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,6 +51,58 @@ bool isExecutableFile(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
          access(path.c_str(), X_OK) == 0;
+}
+
+// What the child of fork() needs, prepared by the parent.
+struct ChildSetup {
+  const char* executable = nullptr;
+  char** argv = nullptr;
+  char** envp = nullptr;
+  int stdinFd = -1;  // -1: /dev/null
+  int stdoutFd = -1;
+  int stderrFd = -1;
+  int errorFd = -1;  // CLOEXEC pipe: errno of a failed step before exec
+  const sigset_t* mask = nullptr;
+  pid_t parent = 0;
+};
+
+[[noreturn]] void childFail(int errorFd) {
+  int e = errno;
+  ssize_t ignored = write(errorFd, &e, sizeof e);
+  (void)ignored;
+  _exit(127);
+}
+
+// The child between fork and exec (async-signal-safe calls only):
+//  1. its own process group (pgid = pid), so kolorun signals the rank and
+//     what it starts together;
+//  2. SIGKILL when kolorun dies (PR_SET_PDEATHSIG; it survives exec), then a
+//     check that kolorun did not die before that was armed;
+//  3. default dispositions for what kolorun handles or ignores, and the mask
+//     kolorun had before blocking signals;
+//  4. stdin, stdout, stderr; every other descriptor of kolorun's closed
+//     (store sockets, other ranks' pipes), except the error pipe, which
+//     closes itself on exec.
+[[noreturn]] void execChild(const ChildSetup& s) {
+  setpgid(0, 0);
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) childFail(s.errorFd);
+  if (getppid() != s.parent) _exit(137);  // kolorun is already gone
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE, SIGTTOU, SIGTTIN}) {
+    sigaction(sig, &dfl, nullptr);
+  }
+  sigprocmask(SIG_SETMASK, s.mask, nullptr);
+  int in = s.stdinFd >= 0 ? s.stdinFd : open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (in < 0 || dup2(in, STDIN_FILENO) < 0) childFail(s.errorFd);
+  if (dup2(s.stdoutFd, STDOUT_FILENO) < 0) childFail(s.errorFd);
+  if (dup2(s.stderrFd, STDERR_FILENO) < 0) childFail(s.errorFd);
+  const unsigned first = STDERR_FILENO + 1;
+  const unsigned err = static_cast<unsigned>(s.errorFd);
+  if (err > first) close_range(first, err - 1, 0);
+  close_range(err + 1, ~0U, 0);
+  execve(s.executable, s.argv, s.envp);
+  childFail(s.errorFd);
 }
 
 }  // namespace
@@ -116,44 +168,42 @@ void RankProcess::start(const std::string& executable, const sigset_t& childMask
                         bool withControl) {
   PipePair out;
   PipePair err;
+  PipePair execError;  // CLOEXEC: closes on a successful exec, else carries errno
   std::optional<PipePair> control;
   if (withControl) control.emplace();
 
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (control) {
-    posix_spawn_file_actions_adddup2(&actions, control->fds[0], STDIN_FILENO);
-  } else {
-    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  }
-  posix_spawn_file_actions_adddup2(&actions, out.fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, err.fds[1], STDERR_FILENO);
-  // Nothing else of kolorun's (store sockets, other ranks' pipes) leaks in.
-  posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
-
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // Own process group (pgid = pid); default dispositions for what kolorun
-  // handles or ignores; the mask kolorun had before blocking signals.
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE, SIGTTOU, SIGTTIN}) {
-    sigaddset(&defaults, sig);
-  }
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setsigmask(&attr, &childMask);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(
-      &attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
-
+  // Everything the child needs is prepared before fork: between fork and
+  // exec only async-signal-safe calls are allowed (kolorun has threads).
+  ChildSetup setup;
+  setup.executable = executable.c_str();
   std::vector<char*> argv = cStrings(argv_);
   std::vector<char*> envp = cStrings(env_);
-  pid_t pid = -1;
-  int rc =
-      posix_spawn(&pid, executable.c_str(), &actions, &attr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
+  setup.argv = argv.data();
+  setup.envp = envp.data();
+  setup.stdinFd = control ? control->fds[0] : -1;
+  setup.stdoutFd = out.fds[1];
+  setup.stderrFd = err.fds[1];
+  setup.errorFd = execError.fds[1];
+  setup.mask = &childMask;
+  setup.parent = getpid();
+
+  pid_t pid = fork();
+  if (pid < 0) {
+    throw LaunchError(
+        "rank " + std::to_string(rank_) + ": cannot fork: " + std::strerror(errno), 1);
+  }
+  if (pid == 0) execChild(setup);  // never returns
+  close(execError.fds[1]);
+  execError.fds[1] = -1;
+  int childErrno = 0;
+  ssize_t n;
+  do {
+    n = read(execError.fds[0], &childErrno, sizeof childErrno);
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof childErrno)) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    int rc = childErrno;
     int code = (rc == ENOENT) ? 127 : (rc == EACCES || rc == ENOEXEC) ? 126 : 1;
     throw LaunchError("rank " + std::to_string(rank_) + ": cannot execute " + argv_[0] +
                           ": " + std::strerror(rc),

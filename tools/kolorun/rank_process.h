@@ -1,7 +1,8 @@
-// One rank: a child process started with posix_spawn in its own process
-// group, stdout and stderr into pipes that kolorun reads. stdin is /dev/null,
-// or for a remote rank (the ssh command that starts it) a control pipe: kolorun
-// writes signal names there and closes it to end the rank (remote_launch.h).
+// One rank: a child process started with fork/exec in its own process
+// group, killed by the kernel when kolorun dies (PR_SET_PDEATHSIG), stdout and stderr
+// into pipes that kolorun reads. stdin is /dev/null, or for a remote rank (the ssh
+// command that starts it) a control pipe: kolorun writes signal names there and closes it
+// to end the rank (remote_launch.h).
 //
 // Contract
 // - start() spawns the command or throws LaunchError (the command cannot be
@@ -62,7 +63,7 @@ class RankProcess {
   RankProcess(const RankProcess&) = delete;
   RankProcess& operator=(const RankProcess&) = delete;
 
-  // Spawns `executable` (from resolveExecutable) with the stored argv/env.
+  // Starts `executable` (from resolveExecutable) with the stored argv/env.
   // childMask: the signal mask the child starts with (kolorun blocks some
   // signals for its signalfd; the child must not inherit that).
   // withControl: stdin is a pipe kept by kolorun (see sendControl).
