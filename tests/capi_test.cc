@@ -39,6 +39,23 @@ TEST(CApi, CallsBeforeInitFail) {
   EXPECT_STREQ(kolo_error_name(KOLO_ERR_NOT_INITIALIZED), "KOLO_ERR_NOT_INITIALIZED");
 }
 
+TEST(CApi, LastErrorSurvivesLayoutQueriesBeforeInit) {
+  float x = 1;
+  ASSERT_EQ(kolo_broadcast(&x, 1, KOLO_FLOAT32, 0), KOLO_ERR_NOT_INITIALIZED);
+  const char* message = kolo_last_error();
+  const std::string copy = message;
+  ASSERT_NE(copy.find("kolo_broadcast called before kolo_init"), std::string::npos)
+      << copy;
+  // Each query fails (-1); none may free or change the string read above
+  // (under ASan a freed one is a use-after-free here).
+  EXPECT_EQ(kolo_rank(), -1);
+  EXPECT_EQ(kolo_size(), -1);
+  EXPECT_EQ(kolo_local_rank(), -1);
+  EXPECT_EQ(kolo_local_size(), -1);
+  EXPECT_EQ(kolo_last_error(), message);
+  EXPECT_EQ(std::string(message), copy);
+}
+
 TEST(CApi, SingleRankInitTwiceAndBadArguments) {
   clearLauncherEnv();
   ASSERT_EQ(kolo_init(), KOLO_OK) << lastError();

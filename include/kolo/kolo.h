@@ -71,8 +71,10 @@ int kolo_barrier(void);
 const char* kolo_last_error(void); /* why the last call on this thread failed */
 const char* kolo_error_name(int code);
 
-/* Rank-from-environment queries return -1 when not initialized; use
- * kolo_last_error() for the reason. */
+/* The layout queries (kolo_rank, kolo_size, ...) return -1 when not
+ * initialized; they never change kolo_last_error(), whose string stays valid
+ * until the next failing call (one that returns an error code) on the same
+ * thread. */
 
 #ifdef __cplusplus
 }

@@ -128,8 +128,11 @@ const int64_t* dimsData(const std::vector<int64_t>& shape) {
   return shape.empty() ? nullptr : shape.data();
 }
 
-int layoutValue(int v) {
-  if (v < 0) raise(KOLO_ERR_NOT_INITIALIZED, kolo_last_error());
+// The layout queries return -1 only before kolo_init (kolo_last_error() is
+// not theirs to set).
+int layoutValue(int v, const char* name) {
+  if (v < 0)
+    raise(KOLO_ERR_NOT_INITIALIZED, std::string(name) + " called before kolo_init");
   return v;
 }
 
@@ -540,12 +543,12 @@ PYBIND11_MODULE(_native, m) {
       "Stops the runtimes (pending operations fail) and leaves the job. Does nothing "
       "when not initialized.");
   m.def("is_initialized", [] { return kolo_initialized() == 1; });
-  m.def("rank", [] { return layoutValue(kolo_rank()); });
-  m.def("size", [] { return layoutValue(kolo_size()); });
-  m.def("local_rank", [] { return layoutValue(kolo_local_rank()); });
-  m.def("local_size", [] { return layoutValue(kolo_local_size()); });
-  m.def("cross_rank", [] { return layoutValue(kolo_cross_rank()); });
-  m.def("cross_size", [] { return layoutValue(kolo_cross_size()); });
+  m.def("rank", [] { return layoutValue(kolo_rank(), "kolo_rank"); });
+  m.def("size", [] { return layoutValue(kolo_size(), "kolo_size"); });
+  m.def("local_rank", [] { return layoutValue(kolo_local_rank(), "kolo_local_rank"); });
+  m.def("local_size", [] { return layoutValue(kolo_local_size(), "kolo_local_size"); });
+  m.def("cross_rank", [] { return layoutValue(kolo_cross_rank(), "kolo_cross_rank"); });
+  m.def("cross_size", [] { return layoutValue(kolo_cross_size(), "kolo_cross_size"); });
 
   // ---- asynchronous operations (the runtime) ----
   m.def(

@@ -72,19 +72,19 @@ int badOp(const char* name, int v) {
               std::string(name) + ": unknown op value " + std::to_string(v));
 }
 
-int layoutField(const char* name, int kolo::Layout::*field) {
+// -1 before kolo_init, the only way a layout query fails. kolo_last_error()
+// is left alone: a query is not a failing call, and replacing the message
+// would free the string that an earlier kolo_last_error() returned.
+int layoutField(int kolo::Layout::*field) {
   auto comm = current();
-  if (!comm) {
-    fail(KOLO_ERR_NOT_INITIALIZED, std::string(name) + " called before kolo_init");
-    return -1;
-  }
+  if (!comm) return -1;
   return comm->layout().*field;
 }
 
 }  // namespace
 
 int kolo::capi::fail(int code, std::string message) {
-  tLastError = std::move(message);
+  tLastError.assign(message);  // in place: the buffer is reused when it fits
   return code;
 }
 
@@ -130,22 +130,22 @@ int kolo_initialized(void) {
 }
 
 int kolo_rank(void) {
-  return layoutField("kolo_rank", &kolo::Layout::rank);
+  return layoutField(&kolo::Layout::rank);
 }
 int kolo_size(void) {
-  return layoutField("kolo_size", &kolo::Layout::size);
+  return layoutField(&kolo::Layout::size);
 }
 int kolo_local_rank(void) {
-  return layoutField("kolo_local_rank", &kolo::Layout::localRank);
+  return layoutField(&kolo::Layout::localRank);
 }
 int kolo_local_size(void) {
-  return layoutField("kolo_local_size", &kolo::Layout::localSize);
+  return layoutField(&kolo::Layout::localSize);
 }
 int kolo_cross_rank(void) {
-  return layoutField("kolo_cross_rank", &kolo::Layout::crossRank);
+  return layoutField(&kolo::Layout::crossRank);
 }
 int kolo_cross_size(void) {
-  return layoutField("kolo_cross_size", &kolo::Layout::crossSize);
+  return layoutField(&kolo::Layout::crossSize);
 }
 
 int kolo_allreduce(const void* send, void* recv, size_t count, kolo_dtype dtype,

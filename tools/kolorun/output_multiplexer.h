@@ -6,7 +6,8 @@
 //   when poll() says it is readable; complete lines are written to kolorun's
 //   stdout or stderr, one write per batch of whole lines, so lines of
 //   different ranks never interleave mid-line. A line longer than
-//   maxLineBytes is cut and emitted in pieces rather than held forever.
+//   maxLineBytes is cut and emitted in pieces of maxLineBytes, each a line
+//   of its own with the prefix, rather than held forever.
 // - A partial last line is flushed (with a newline added) when its stream
 //   reaches end-of-file or is closed.
 // - With an output directory, each stream's raw bytes also go, unprefixed,
