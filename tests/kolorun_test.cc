@@ -226,6 +226,21 @@ TEST(KolorunTest, PartialLastLineIsFlushedAtExit) {
   EXPECT_TRUE(contains(r.out, "[1] no newline 1\n")) << describe(r);
 }
 
+TEST(KolorunTest, LineOver64KiBIsPrintedInPrefixedPieces) {
+  // 150,000 'x' then a newline: pieces of 65,536, 65,536 and 18,928 bytes,
+  // each on its own line with the rank's prefix (docs/launching.md).
+  auto r = runKolorun({"-np", "1", "sh", "-c",
+                       "head -c 150000 /dev/zero | tr '\\0' x; echo; echo after"});
+  EXPECT_EQ(r.exitCode, 0) << describe(r);
+  auto out = lines(r.out);
+  ASSERT_EQ(out.size(), 4u) << r.out.size() << " bytes: " << r.out.substr(0, 200);
+  const size_t sizes[] = {65536, 65536, 150000 - 2 * 65536};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(out[i], "[0] " + std::string(sizes[i], 'x')) << "piece " << i;
+  }
+  EXPECT_EQ(out[3], "[0] after");
+}
+
 TEST(KolorunTest, ManyRanksWritingFastNeverInterleaveMidLine) {
   // Each rank floods 20000 lines of 100 characters; every line of kolorun's
   // output must be one whole line of one rank, and none may be lost.
@@ -355,6 +370,17 @@ TEST(KolorunTest, RankKilledBySignalGives128PlusSignal) {
   EXPECT_TRUE(std::regex_search(
       r.err, std::regex(R"(kolorun: rank 0 \(pid \d+\) was killed by signal SIGKILL)")))
       << describe(r);
+}
+
+TEST(KolorunTest, VerboseDescribesTheFailingExitOnce) {
+  auto r = runKolorun({"-v", "-np", "2", "sh", "-c",
+                       "if [ $KOLO_RANK = 1 ]; then kill -9 $$; fi; sleep 10"});
+  EXPECT_EQ(r.exitCode, 128 + SIGKILL) << describe(r);
+  const std::regex killed("rank 1 \\(pid [0-9]+\\) was killed by signal SIGKILL");
+  auto begin = std::sregex_iterator(r.err.begin(), r.err.end(), killed);
+  EXPECT_EQ(std::distance(begin, std::sregex_iterator()), 1) << describe(r);
+  // The other ranks' exits are still told.
+  EXPECT_TRUE(contains(r.err, "rank 0 (pid")) << describe(r);
 }
 
 TEST(KolorunTest, RankIgnoringSigtermIsKilledAfterGrace) {
@@ -506,6 +532,27 @@ TEST(KolorunTest, SigtermIsForwardedToRanks) {
   EXPECT_TRUE(contains(r.out, "[0] got TERM")) << describe(r);
   EXPECT_TRUE(contains(r.out, "[1] got TERM")) << describe(r);
   EXPECT_LT(r.seconds, 5.0) << describe(r);
+}
+
+TEST(KolorunTest, KolorunKilledTakesItsRanksWithIt) {
+  // SIGKILL gives kolorun no chance to act: the kernel ends each rank
+  // (PR_SET_PDEATHSIG), which would otherwise live on with parent 1.
+  TempDir pidDir;
+  bool sent = false;
+  auto r = runKolorun({"-np", "2", "sh", "-c",
+                       "trap '' TERM; echo $$ > " + pidDir.path.string() +
+                           "/$KOLO_RANK; echo ready; exec sleep 300"},
+                      10, [&](pid_t pid, const RunResult& sofar) {
+                        if (!sent && lines(sofar.out).size() == 2) {
+                          sent = true;
+                          kill(pid, SIGKILL);
+                        }
+                      });
+  EXPECT_TRUE(sent) << describe(r);
+  EXPECT_FALSE(r.timedOut) << describe(r);
+  auto ranks = pidsIn(pidDir.path);
+  EXPECT_EQ(ranks.size(), 2u);
+  expectAllGone(ranks);
 }
 
 TEST(KolorunTest, TimeoutEndsTheJob) {

@@ -107,63 +107,90 @@ int Supervisor::run() {
   return exitCode();
 }
 
+// The launch, in order: where each rank runs, the rendezvous store, the
+// remote hosts answering, enough descriptors, the store address per host,
+// then the ranks themselves. A failed step notes why, sets the exit code and
+// returns false (nothing started yet, or the started ranks are ended).
 bool Supervisor::launch() {
   const std::vector<Placement> placements = planPlacement(options_);
-  bool anyRemote = false;
-  std::map<std::string, bool> hostIsRemote;
-  for (const Placement& p : placements) {
-    if (p.host.empty() || hostIsRemote.count(p.host) != 0) continue;
-    hostIsRemote[p.host] = !isLocalHost(p.host);
-    anyRemote |= hostIsRemote[p.host];
-  }
-  for (const Placement& p : placements) {
-    hostOf_.push_back(p.host);
-    remote_.push_back(!p.host.empty() && hostIsRemote[p.host]);
-  }
-
+  const bool anyRemote = classifyHosts(placements);
   JobIdentity job;
   job.jobId = makeJobId();
   job.networkInterface = options_.networkInterface;
+  if (!startStore(anyRemote) || (anyRemote && !probeRemoteHosts())) return false;
+  raiseDescriptorLimit();
+  // Orphaned grandchildren become kolorun's children, so they are reaped
+  // (and are still in their rank's process group when the job is ended).
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  std::map<std::string, std::string> rendezvousOf;
+  if (!rendezvousAddresses(placements, job, rendezvousOf)) return false;
+  startRanks(placements, job, rendezvousOf);
+  if (options_.timeoutSeconds > 0) {
+    jobDeadline_ = Clock::now() + seconds(options_.timeoutSeconds);
+  }
+  return true;
+}
+
+bool Supervisor::failLaunch(const std::string& why, int exitCode) {
+  output_.note(why);
+  reason_ = EndReason::kLaunchFailed;
+  launchExitCode_ = exitCode;
+  return false;
+}
+
+bool Supervisor::classifyHosts(const std::vector<Placement>& placements) {
+  bool anyRemote = false;
+  for (const Placement& p : placements) {
+    if (p.host.empty() || hostIsRemote_.count(p.host) != 0) continue;
+    hostIsRemote_[p.host] = !isLocalHost(p.host);
+    anyRemote |= hostIsRemote_[p.host];
+  }
+  for (const Placement& p : placements) {
+    hostOf_.push_back(p.host);
+    remote_.push_back(!p.host.empty() && hostIsRemote_[p.host]);
+  }
+  return anyRemote;
+}
+
+bool Supervisor::startStore(bool anyRemote) {
   try {
     store_ = rendezvous::TcpStoreServer::start(anyRemote ? "0.0.0.0" : "127.0.0.1", 0);
   } catch (const std::exception& e) {
-    output_.note(std::string("cannot start the rendezvous store: ") + e.what());
-    reason_ = EndReason::kLaunchFailed;
-    launchExitCode_ = 1;
-    return false;
+    return failLaunch(std::string("cannot start the rendezvous store: ") + e.what(), 1);
   }
+  return true;
+}
 
-  if (anyRemote) {
-    std::vector<std::string> remoteHosts;
-    for (const auto& [host, remote] : hostIsRemote) {
-      if (remote) remoteHosts.push_back(host);
+bool Supervisor::probeRemoteHosts() {
+  std::vector<std::string> remoteHosts;
+  for (const auto& [host, remote] : hostIsRemote_) {
+    if (remote) remoteHosts.push_back(host);
+  }
+  try {
+    sshWords_ = splitCommandWords(options_.sshCommand);
+    if (options_.verbose) {
+      output_.note("probing " + std::to_string(remoteHosts.size()) +
+                   " remote host(s) with '" + options_.sshCommand + "'");
     }
-    try {
-      sshWords_ = splitCommandWords(options_.sshCommand);
-      if (options_.verbose) {
-        output_.note("probing " + std::to_string(remoteHosts.size()) +
-                     " remote host(s) with '" + options_.sshCommand + "'");
-      }
-      auto failures = probeHosts(sshWords_, remoteHosts,
-                                 std::chrono::milliseconds(static_cast<int64_t>(
-                                     options_.startTimeoutSeconds * 1000)));
-      for (const auto& f : failures) {
-        output_.note("cannot reach host " + f.host + " with '" + options_.sshCommand +
-                     "': " + f.reason);
-      }
-      if (!failures.empty()) {
-        reason_ = EndReason::kLaunchFailed;
-        launchExitCode_ = 1;
-        return false;
-      }
-    } catch (const std::exception& e) {
-      output_.note(e.what());
+    auto failures = probeHosts(sshWords_, remoteHosts,
+                               std::chrono::milliseconds(static_cast<int64_t>(
+                                   options_.startTimeoutSeconds * 1000)));
+    for (const auto& f : failures) {
+      output_.note("cannot reach host " + f.host + " with '" + options_.sshCommand +
+                   "': " + f.reason);
+    }
+    if (!failures.empty()) {
       reason_ = EndReason::kLaunchFailed;
-      launchExitCode_ = 127;
+      launchExitCode_ = 1;
       return false;
     }
+  } catch (const std::exception& e) {
+    return failLaunch(e.what(), 127);
   }
+  return true;
+}
 
+void Supervisor::raiseDescriptorLimit() {
   // Two pipes per rank (three for a remote one): when the soft descriptor
   // limit is too low for them, raise it (towards the hard limit); the ranks
   // inherit the raised limit.
@@ -174,87 +201,90 @@ bool Supervisor::launch() {
       setrlimit(RLIMIT_NOFILE, &limit);
     }
   }
+}
 
-  // Orphaned grandchildren become kolorun's children, so they are reaped
-  // (and are still in their rank's process group when the job is ended).
-  prctl(PR_SET_CHILD_SUBREAPER, 1);
-
+bool Supervisor::rendezvousAddresses(const std::vector<Placement>& placements,
+                                     const JobIdentity& job,
+                                     std::map<std::string, std::string>& rendezvousOf) {
   // Each host is told the store's address as routed towards it.
-  std::map<std::string, std::string> rendezvousOf;
   const std::string port = std::to_string(store_->port());
   for (const Placement& p : placements) {
     if (rendezvousOf.count(p.host) != 0) continue;
     try {
-      std::string address = p.host.empty() || !hostIsRemote[p.host]
+      std::string address = p.host.empty() || !hostIsRemote_[p.host]
                                 ? "127.0.0.1"
                                 : addressTowards(p.host, options_.networkInterface);
       rendezvousOf[p.host] = "tcp://" + address + ":" + port;
     } catch (const std::exception& e) {
-      output_.note(e.what());
-      reason_ = EndReason::kLaunchFailed;
-      launchExitCode_ = 1;
-      return false;
+      return failLaunch(e.what(), 1);
     }
     if (options_.verbose) {
       output_.note("job " + job.jobId + ": host " + (p.host.empty() ? "(this)" : p.host) +
                    " uses rendezvous " + rendezvousOf[p.host]);
     }
   }
+  return true;
+}
 
+void Supervisor::startRanks(const std::vector<Placement>& placements, JobIdentity job,
+                            const std::map<std::string, std::string>& rendezvousOf) {
   exitTimes_.assign(placements.size(), std::nullopt);
-  std::string localExecutable;
-  const std::vector<std::string> base = currentEnvironment();
-  std::vector<std::string> forwarded;  // what a remote rank inherits
-  for (const auto& e : base) {
-    if (isForwarded(e)) forwarded.push_back(e);
+  LaunchContext context;
+  context.base = currentEnvironment();
+  for (const auto& e : context.base) {
+    if (isForwarded(e)) context.forwarded.push_back(e);
   }
   char cwdBuffer[4096];
-  const std::string cwd =
-      getcwd(cwdBuffer, sizeof cwdBuffer) != nullptr ? cwdBuffer : ".";
-  std::string sshExecutable;
-
+  context.cwd = getcwd(cwdBuffer, sizeof cwdBuffer) != nullptr ? cwdBuffer : ".";
   for (const Placement& p : placements) {
-    job.rendezvous = rendezvousOf[p.host];
-    const bool remote = remote_[p.rank];
-    std::unique_ptr<RankProcess> rank;
+    job.rendezvous = rendezvousOf.at(p.host);
+    if (!startRank(p, job, context)) break;
+  }
+}
+
+bool Supervisor::startRank(const Placement& p, const JobIdentity& job,
+                           LaunchContext& context) {
+  const bool remote = remote_[p.rank];
+  std::unique_ptr<RankProcess> rank;
+  try {
     std::string executable;
-    try {
-      if (remote) {
-        if (sshExecutable.empty()) sshExecutable = resolveExecutable(sshWords_.front());
-        executable = sshExecutable;
-        auto env = rankEnvironment(forwarded, options_.exports, p, job);
-        rank = std::make_unique<RankProcess>(
-            p.rank,
-            sshArgv(sshWords_, p.host, remoteCommandLine(cwd, env, options_.command)),
-            base);
-      } else {
-        if (localExecutable.empty())
-          localExecutable = resolveExecutable(options_.command.front());
-        executable = localExecutable;
-        rank = std::make_unique<RankProcess>(
-            p.rank, options_.command, rankEnvironment(base, options_.exports, p, job));
+    if (remote) {
+      if (context.sshExecutable.empty()) {
+        context.sshExecutable = resolveExecutable(sshWords_.front());
       }
-      rank->start(executable, signals_.originalMask(), remote);
-    } catch (const LaunchError& e) {
-      output_.note(remote ? "--ssh-command: " + std::string(e.what()) : e.what());
-      launchExitCode_ = e.exitCode();
-      abortJob(EndReason::kLaunchFailed, SIGTERM);
-      break;
+      executable = context.sshExecutable;
+      auto env = rankEnvironment(context.forwarded, options_.exports, p, job);
+      rank = std::make_unique<RankProcess>(
+          p.rank,
+          sshArgv(sshWords_, p.host,
+                  remoteCommandLine(context.cwd, env, options_.command)),
+          context.base);
+    } else {
+      if (context.localExecutable.empty()) {
+        context.localExecutable = resolveExecutable(options_.command.front());
+      }
+      executable = context.localExecutable;
+      rank = std::make_unique<RankProcess>(
+          p.rank, options_.command,
+          rankEnvironment(context.base, options_.exports, p, job));
     }
-    if (options_.verbose && !p.host.empty()) {
-      output_.setLabel(p.rank, p.host + ":" + std::to_string(p.rank));
-    }
-    output_.addStream(p.rank, StreamKind::kStdout, rank->takeStdoutFd());
-    output_.addStream(p.rank, StreamKind::kStderr, rank->takeStderrFd());
-    if (options_.verbose) {
-      output_.note(rankName(p.rank) + " started, pid " + std::to_string(rank->pid()) +
-                   (remote ? " (" + sshWords_.front() + ")" : ""));
-    }
-    ranks_.push_back(std::move(rank));
+    rank->start(executable, signals_.originalMask(), remote);
+  } catch (const LaunchError& e) {
+    output_.note(remote ? "--ssh-command: " + std::string(e.what()) : e.what());
+    launchExitCode_ = e.exitCode();
+    abortJob(EndReason::kLaunchFailed, SIGTERM);
+    return false;
   }
-  if (options_.timeoutSeconds > 0) {
-    jobDeadline_ = Clock::now() + seconds(options_.timeoutSeconds);
+  if (options_.verbose && !p.host.empty()) {
+    output_.setLabel(p.rank, p.host + ":" + std::to_string(p.rank));
   }
+  output_.addStream(p.rank, StreamKind::kStdout, rank->takeStdoutFd());
+  output_.addStream(p.rank, StreamKind::kStderr, rank->takeStderrFd());
+  if (options_.verbose) {
+    output_.note(rankName(p.rank) + " started, pid " + std::to_string(rank->pid()) +
+                 (remote ? " (" + sshWords_.front() + ")" : ""));
+  }
+  ranks_.push_back(std::move(rank));
   return true;
 }
 
@@ -345,13 +375,13 @@ void Supervisor::reap() {
     rank->markExited(exit);
     exitTimes_[rank->rank()] = Clock::now();
     if (remote_[rank->rank()]) rank->closeControl();
-    if (options_.verbose) {
-      output_.note(rankName(rank->rank()) + " (pid " + std::to_string(pid) + ") " +
-                   exit.describe());
-    }
     if (!exit.success() && reason_ == EndReason::kNone) {
+      // report() describes the failing rank's exit, once, at the end.
       failedRank_ = rank->rank();
       abortJob(EndReason::kRankFailed, SIGTERM);
+    } else if (options_.verbose) {
+      output_.note(rankName(rank->rank()) + " (pid " + std::to_string(pid) + ") " +
+                   exit.describe());
     }
   }
 }

@@ -34,6 +34,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -86,8 +87,29 @@ class Supervisor {
 
   enum class EndReason { kNone, kRankFailed, kSignal, kTimeout, kLaunchFailed };
 
+  // What starting each rank shares: the environment, the directory, the
+  // resolved executables.
+  struct LaunchContext {
+    std::vector<std::string> base;       // kolorun's environment
+    std::vector<std::string> forwarded;  // what a remote rank inherits
+    std::string cwd;
+    std::string localExecutable;
+    std::string sshExecutable;
+  };
+
   bool launch();
-  bool startRanks(const std::vector<Placement>& placements);
+  bool failLaunch(const std::string& why, int exitCode);
+  // Fills hostOf_, remote_, hostIsRemote_; true when any host is remote.
+  bool classifyHosts(const std::vector<Placement>& placements);
+  bool startStore(bool anyRemote);
+  bool probeRemoteHosts();
+  void raiseDescriptorLimit();
+  bool rendezvousAddresses(const std::vector<Placement>& placements,
+                           const JobIdentity& job,
+                           std::map<std::string, std::string>& rendezvousOf);
+  void startRanks(const std::vector<Placement>& placements, JobIdentity job,
+                  const std::map<std::string, std::string>& rendezvousOf);
+  bool startRank(const Placement& p, const JobIdentity& job, LaunchContext& context);
   void signalRank(RankProcess& rank, int sig);
   std::string rankName(int rank) const;
   void loop();
@@ -106,9 +128,10 @@ class Supervisor {
   SignalChannel signals_;
   std::unique_ptr<rendezvous::TcpStoreServer> store_;
   std::vector<std::unique_ptr<RankProcess>> ranks_;
-  std::vector<std::string> hostOf_;    // per rank: host as listed, "" = no list
-  std::vector<bool> remote_;           // per rank: started through ssh
-  std::vector<std::string> sshWords_;  // --ssh-command, split
+  std::vector<std::string> hostOf_;           // per rank: host as listed, "" = no list
+  std::vector<bool> remote_;                  // per rank: started through ssh
+  std::map<std::string, bool> hostIsRemote_;  // per listed host
+  std::vector<std::string> sshWords_;         // --ssh-command, split
   std::vector<std::optional<Clock::time_point>> exitTimes_;
 
   EndReason reason_ = EndReason::kNone;
