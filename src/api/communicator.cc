@@ -230,7 +230,15 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
     store_ = rendezvous::openStore(config.rendezvous,
                                    config.hostStore && config.rank == 0, connectTimeout);
   }
-  rendezvous::PrefixStore store(config.name, *store_);
+  // Every key of this communicator lives under NAME/gN, N counted per rank:
+  // the n-th communicator that a rank creates under a name on one store (a
+  // kolo_init after a kolo_finalize: kolorun's store outlives them) uses
+  // generation n, so an earlier world's keys (shm segment names, addresses,
+  // attach counts, split names) can never be mistaken for this one's.
+  config_.name = config.name + "/g" +
+                 std::to_string(store_->add(
+                     config.name + "/generation/" + std::to_string(config.rank), 1));
+  rendezvous::PrefixStore store(config_.name, *store_);
   topology_ = Topology::discover(config.rank, config.size, hostId, store, connectTimeout);
   const Layout& l = topology_.layout;
   const auto& localRanks = topology_.localRanks();
@@ -253,7 +261,7 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
     so.timeout = timeout;
     so.connectTimeout = connectTimeout;
     so.spin = spin;
-    so.jobName = config.name;
+    so.jobName = config_.name;
     parts.push_back(transport::ShmTransport::create(so, store));
   }
   std::vector<bool> remote(l.size, false);
@@ -341,6 +349,13 @@ void CommunicatorImpl::shutdown() {
   if (broken_ || layout().size == 1) return;
   try {
     // A rank must not close its links while a peer still receives from it.
+    queue_.runBlocking([&] { guarded([&] { doBarrier(); }); });
+    // The rank that hosts the store (rank 0 without a launcher) closes it
+    // between two barriers: no rank returns from here while it still
+    // listens, so a kolo_init that follows at once can only reach the next
+    // world's store (the client retries until it listens), never this one
+    // as it goes away.
+    if (config_.hostStore && config_.rank == 0) store_.reset();
     queue_.runBlocking([&] { guarded([&] { doBarrier(); }); });
   } catch (const std::exception& e) {
     KOLO_LOG(kWarning) << "shutdown barrier failed: " << e.what();

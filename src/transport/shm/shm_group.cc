@@ -83,7 +83,14 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const Options& options,
   KOLO_CHECK_LE(sizeof(Header) + sizeof(int64_t) * options.localSize, kHeaderBytes);
   const size_t slotBytes = roundUp(options.slotBytes, kLine);
   const size_t bytes = kHeaderBytes + options.localSize * rankAreaBytes(slotBytes);
-  const std::string key = "shmgroup/" + options.name;
+  // The n-th group that a rank creates under this name uses generation n:
+  // a later kolo_init on the same store never reads the name or the
+  // attach count of an earlier world's (already unlinked) segment.
+  const std::string prefix = "shmgroup/" + options.name;
+  const std::string key =
+      prefix + "/g" +
+      std::to_string(
+          store.add(prefix + "/generation/" + std::to_string(options.localRank), 1));
 
   std::string segment;
   int fd = -1;
