@@ -348,8 +348,17 @@ void CommunicatorImpl::shutdown() {
   shut_ = true;
   if (broken_ || layout().size == 1) return;
   try {
-    // A rank must not close its links while a peer still receives from it.
-    queue_.runBlocking([&] { guarded([&] { doBarrier(); }); });
+    // A rank must not close its links while a peer still receives from it:
+    // the closing step is a barrier whose descriptor says "finalize", so
+    // peers that wait in another collective fail at once, all with the same
+    // error naming this rank (descriptor_check.h), instead of stalling.
+    queue_.runBlocking([&] {
+      guarded([&] {
+        OpDescriptor d;
+        d.kind = CollectiveKind::kFinalize;
+        agree(nextContext(), d, nullptr);
+      });
+    });
     // The rank that hosts the store (rank 0 without a launcher) closes it
     // between two barriers: no rank returns from here while it still
     // listens, so a kolo_init that follows at once can only reach the next
@@ -370,9 +379,11 @@ void CommunicatorImpl::guarded(const std::function<void()>& op) {
     if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout ||
         e.code() == ErrorCode::kIo || e.code() == ErrorCode::kInternal) {
       broken_ = std::current_exception();
-      // Tell the others why, so they name the rank really lost.
+      // Tell the others why, so they name the rank really lost; unless they
+      // all found it in the same descriptors (a departed rank), when a
+      // notice could only race their own identical error.
       try {
-        world_->abort(e);
+        if (!everyoneKnows_) world_->abort(e);
       } catch (...) {
       }
     }
@@ -404,8 +415,10 @@ void CommunicatorImpl::agree(const collectives::Context& ctx, OpDescriptor d,
       checkCtx.tag += collectives::kTagsPerOp / 2;  // clear of the op's own tags
       collectives::exchangeAndVerify(checkCtx, d);
     }
-  } catch (const Error&) {
+  } catch (const Error& e) {
     if (localError) std::rethrow_exception(localError);
+    // A rank that left is seen by every rank in the same descriptors.
+    everyoneKnows_ = collectives::isDeparture(e);
     throw;
   }
   if (localError) std::rethrow_exception(localError);

@@ -119,6 +119,7 @@ class CommunicatorImpl : public Communicator {
 
   uint64_t sequence_ = 0;  // operations so far; runs only under the queue
   std::exception_ptr broken_;
+  bool everyoneKnows_ = false;  // broken_ is a departure every rank saw
   std::mutex shutdownMu_;
   bool shut_ = false;
   OpQueue queue_;  // last member: destroyed first, draining pending work

@@ -17,6 +17,7 @@ const char* toString(CollectiveKind kind) {
     case CollectiveKind::kReduceScatter: return "reducescatter";
     case CollectiveKind::kAlltoall: return "alltoall";
     case CollectiveKind::kBarrier: return "barrier";
+    case CollectiveKind::kFinalize: return "finalize";
   }
   return "unknown";
 }
@@ -26,7 +27,9 @@ namespace {
 std::string describe(const OpDescriptor& d) {
   std::ostringstream os;
   os << toString(d.kind);
-  if (d.kind == CollectiveKind::kBarrier) return os.str();
+  if (d.kind == CollectiveKind::kBarrier || d.kind == CollectiveKind::kFinalize) {
+    return os.str();
+  }
   os << "(count=" << d.count << ", dtype=" << toString(static_cast<DataType>(d.dtype));
   if (d.kind == CollectiveKind::kAllreduce || d.kind == CollectiveKind::kReduceScatter) {
     os << ", op=" << toString(static_cast<ReduceOp>(d.op));
@@ -44,9 +47,36 @@ bool same(const OpDescriptor& a, const OpDescriptor& b) {
          a.count == b.count && a.extra == b.extra;
 }
 
+// A rank whose descriptor is the closing step left the job while others
+// wait in a collective: every rank (the leaving one too) throws the same
+// error, built from the whole list, naming the lowest such rank and the
+// collective of the lowest waiting rank.
+constexpr std::string_view kLeftTheJob = " left the job (finalized) while rank ";
+
+void checkDeparture(std::span<const OpDescriptor> all) {
+  int left = -1;
+  int waiting = -1;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const bool leaving = all[r].kind == CollectiveKind::kFinalize;
+    if (leaving && left < 0) left = static_cast<int>(r);
+    if (!leaving && waiting < 0) waiting = static_cast<int>(r);
+  }
+  if (left < 0 || waiting < 0) return;
+  KOLO_THROW_PEER(ErrorCode::kPeerLost, left,
+                  "rank " << left << kLeftTheJob << waiting << " waited in "
+                          << describe(all[waiting]) << " (collective #"
+                          << all[waiting].sequence << ")");
+}
+
 }  // namespace
 
+bool isDeparture(const Error& e) {
+  return e.code() == ErrorCode::kPeerLost &&
+         std::string_view(e.what()).find(kLeftTheJob) != std::string_view::npos;
+}
+
 void verifyDescriptors(std::span<const OpDescriptor> all, int self) {
+  checkDeparture(all);
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].invalid && static_cast<int>(r) != self) {
       KOLO_THROW_PEER(ErrorCode::kInvalidArgument, static_cast<int>(r),

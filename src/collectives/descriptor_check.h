@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <kolo/error.h>
+
 #include "collectives/context.h"
 
 namespace kolo::shm {
@@ -33,8 +35,14 @@ enum class CollectiveKind : uint8_t {
   kReduceScatter,
   kAlltoall,
   kBarrier,
+  kFinalize,  // the closing step of a communicator (finalize, destructor)
 };
 const char* toString(CollectiveKind kind);
+
+// Whether `e` is the error of a departed rank (a finalize descriptor met a
+// collective's): every rank computes it from the same descriptors, so no
+// rank needs to tell another.
+bool isDeparture(const Error& e);
 
 struct OpDescriptor {
   CollectiveKind kind = CollectiveKind::kBarrier;
