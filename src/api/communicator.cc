@@ -218,6 +218,13 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
         std::chrono::microseconds(0), timeout);
     return;
   }
+  // Every link and the store prove the job secret (docs/security.md).
+  const std::string secret = settings_.resolveJobSecret();
+  if (secret.empty() && !team && config.rank == 0) {
+    KOLO_LOG(kInfo) << "no job secret (KOLO_JOB_SECRET, KOLO_JOB_SECRET_FILE): the "
+                       "rendezvous store and the links of this job are unauthenticated "
+                       "(kolorun sets one; see docs/security.md)";
+  }
   if (config.rendezvous.empty() && !engineStore) {
     KOLO_THROW(ErrorCode::kInvalidArgument, "no rendezvous address for a job of "
                                                 << config.size
@@ -227,8 +234,12 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
   if (engineStore) {
     store_ = std::move(engineStore);
   } else {
-    store_ = rendezvous::openStore(config.rendezvous,
-                                   config.hostStore && config.rank == 0, connectTimeout);
+    const std::string listen = settings_.networkInterface.empty()
+                                   ? ""
+                                   : pickAdvertiseAddress(settings_.networkInterface, "");
+    store_ =
+        rendezvous::openStore(config.rendezvous, config.hostStore && config.rank == 0,
+                              connectTimeout, secret, listen);
   }
   rendezvous::PrefixStore store(config.name, *store_);
   topology_ = Topology::discover(config.rank, config.size, hostId, store, connectTimeout);
@@ -290,6 +301,7 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
     to.connectTimeout = connectTimeout;
     to.spin = spin;
     to.socketBufferBytes = static_cast<size_t>(settings_.tcpBufferBytes);
+    to.secret = secret;
     const int tcpIndex = static_cast<int>(parts.size());
     parts.push_back(transport::TcpTransport::create(to, store));
     for (int r = 0; r < l.size; ++r) {

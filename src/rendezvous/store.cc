@@ -42,7 +42,9 @@ class HostedTcpStore : public Store {
 }  // namespace
 
 std::unique_ptr<Store> openStore(const std::string& address, bool hostServer,
-                                 std::chrono::milliseconds connectTimeout) {
+                                 std::chrono::milliseconds connectTimeout,
+                                 const std::string& secret,
+                                 const std::string& listenAddress) {
   constexpr std::string_view kTcp = "tcp://";
   constexpr std::string_view kFile = "file://";
   if (address.starts_with(kFile)) {
@@ -78,11 +80,14 @@ std::unique_ptr<Store> openStore(const std::string& address, bool hostServer,
     malformed(address, "port '" + portText + "' is not a number in 1..65535");
   }
 
-  if (!hostServer) return TcpStore::connect(host, static_cast<int>(port), connectTimeout);
-  // Listen on every interface: ranks on other hosts reach HOST from outside.
-  auto server = TcpStoreServer::start(host.find(':') != std::string::npos ? "::" : "",
-                                      static_cast<int>(port));
-  auto client = TcpStore::connect(host, static_cast<int>(port), connectTimeout);
+  if (!hostServer) {
+    return TcpStore::connect(host, static_cast<int>(port), connectTimeout, secret);
+  }
+  // Listen where the other ranks are told to connect: HOST (127.0.0.1 stays
+  // on loopback), unless the caller names the address (KOLO_IFACE).
+  auto server = TcpStoreServer::start(listenAddress.empty() ? host : listenAddress,
+                                      static_cast<int>(port), secret);
+  auto client = TcpStore::connect(host, static_cast<int>(port), connectTimeout, secret);
   return withHostedServer(std::move(server), std::move(client));
 }
 

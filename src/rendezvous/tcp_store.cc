@@ -1,20 +1,14 @@
-// TcpStoreServer and its client.
-//
-// Protocol (one TCP connection per client, requests answered in order):
-//   frame    = u32 body length, body            (host byte order)
-//   request  = u8 op, u32 key length, key, argument
-//     SET    argument = value bytes (the rest of the body)
-//     GET    argument = i64 timeout in ms; the server holds the request
-//            until the key exists or the timeout passes
-//     ADD    argument = i64 delta; the counter is kept as decimal text
-//   response = u8 status (kOk, kNotFound after a GET timeout, kBad with a
-//              message), then the value (GET) or the i64 result (ADD)
+// TcpStoreServer and its client. The wire format is in store_protocol.h.
 //
 // The server is one thread running a poll() loop over the listening socket,
-// an eventfd (shutdown) and the clients. A GET on a missing key parks the
-// client with a deadline; a SET or ADD of that key answers every parked
-// client; the poll timeout is the nearest deadline. While a client is
-// parked its later requests wait in its input buffer.
+// an eventfd (shutdown) and the clients. Each client first answers the
+// server's challenge (store_protocol.h); until it has, nothing it sends is
+// read as a request. A GET on a missing key parks the client with a
+// deadline; a SET or ADD of that key answers every parked client; the poll
+// timeout is the nearest deadline (a parked GET's, or a stalled
+// connection's idle limit). While a client is parked its later requests
+// wait in its input buffer, which is bounded: a client over a limit gets a
+// kBad reply naming it, one log line, and is closed once the reply is out.
 #include "rendezvous/tcp_store.h"
 
 #include <arpa/inet.h>
@@ -36,16 +30,16 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "rendezvous/store_protocol.h"
 
 namespace kolo::rendezvous {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using namespace protocol;
 
-enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3 };
-enum Status : uint8_t { kOk = 0, kNotFound = 1, kBad = 2 };
-constexpr uint32_t kMaxFrame = 1u << 30;
 constexpr int64_t kMaxWaitMs = int64_t{1} << 40;  // ~35 years: "forever"
+constexpr int kMaxLoggedRefusals = 10;            // then one "and more" line
 
 void appendU32(std::string& s, uint32_t v) {
   s.append(reinterpret_cast<char*>(&v), 4);
@@ -70,6 +64,25 @@ std::string endpoint(const std::string& host, int port) {
          std::to_string(port);
 }
 
+// "ip:port" of a connected socket's peer, for log lines.
+std::string peerName(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (addr.ss_family == AF_INET6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    port = ntohs(a->sin6_port);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&addr);
+    ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    port = ntohs(a->sin_port);
+  }
+  return endpoint(host, port);
+}
+
 // Parses decimal counter text; false when it is not a number.
 bool parseCounter(const std::string& text, int64_t* out) {
   if (text.empty()) return false;
@@ -83,7 +96,11 @@ bool parseCounter(const std::string& text, int64_t* out) {
 
 class Server : public TcpStoreServer {
  public:
-  Server(int listenFd, int wakeFd) : listenFd_(listenFd), wakeFd_(wakeFd) {
+  Server(int listenFd, int wakeFd, std::string secret, Limits limits)
+      : listenFd_(listenFd),
+        wakeFd_(wakeFd),
+        secret_(std::move(secret)),
+        limits_(limits) {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     ::getsockname(listenFd_, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -104,15 +121,26 @@ class Server : public TcpStoreServer {
   }
 
   int port() const override { return port_; }
+  Usage usage() const override {
+    std::lock_guard<std::mutex> lock(usageMutex_);
+    return usage_;
+  }
 
  private:
   struct Client {
     int fd;
+    std::string peer;   // "ip:port", for log lines
+    std::string nonce;  // Ns, the challenge sent at accept
+    bool authed = false;
     std::string in;
     std::string out;
     bool parked = false;
     std::string parkedKey;
     Clock::time_point deadline;
+    Clock::time_point lastInput;  // for the idle limit
+    bool closing = false;         // refused: see refuse()
+    bool shutWr = false;          // closing and the refusal is out
+    Clock::time_point closeBy;    // closing: the drain ends here at the latest
     bool dead = false;
   };
 
@@ -128,22 +156,7 @@ class Server : public TcpStoreServer {
   void loop() {
     std::vector<pollfd> fds;
     for (;;) {
-      fds.clear();
-      fds.push_back({wakeFd_, POLLIN, 0});
-      fds.push_back({listenFd_, POLLIN, 0});
-      int timeoutMs = -1;
-      auto now = Clock::now();
-      for (auto& c : clients_) {
-        short events = POLLIN;
-        if (!c.out.empty()) events |= POLLOUT;
-        fds.push_back({c.fd, events, 0});
-        if (c.parked) {
-          auto ms =
-              std::chrono::ceil<std::chrono::milliseconds>(c.deadline - now).count();
-          ms = std::max<int64_t>(ms, 0);
-          if (timeoutMs < 0 || ms < timeoutMs) timeoutMs = static_cast<int>(ms);
-        }
-      }
+      int timeoutMs = buildPollSet(fds);
       int n = ::poll(fds.data(), fds.size(), timeoutMs);
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -154,15 +167,49 @@ class Server : public TcpStoreServer {
       // fds[2 + i] is clients_[i] for the clients present before accept.
       for (size_t i = 2; i < fds.size(); ++i) {
         Client& c = clients_[i - 2];
-        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) readFrom(c);
+        const bool reading = (fds[i].events & POLLIN) != 0;
+        if (!reading && (fds[i].revents & (POLLHUP | POLLERR))) c.dead = true;
+        if (reading && (fds[i].revents & (POLLIN | POLLHUP | POLLERR))) readFrom(c);
         if (!c.dead && (fds[i].revents & POLLOUT)) flush(c);
       }
       expireParked();
-      std::erase_if(clients_, [](const Client& c) {
-        if (c.dead) ::close(c.fd);
-        return c.dead;
-      });
+      dropIdle();
+      removeDead();
     }
+  }
+
+  // Fills `fds` (wake, listener, then one per client) and returns the poll
+  // timeout: the nearest parked GET's deadline or stalled client's limit.
+  int buildPollSet(std::vector<pollfd>& fds) {
+    fds.clear();
+    fds.push_back({wakeFd_, POLLIN, 0});
+    fds.push_back({listenFd_, POLLIN, 0});
+    int64_t timeoutMs = -1;
+    auto now = Clock::now();
+    auto consider = [&](Clock::time_point when) {
+      auto ms = std::chrono::ceil<std::chrono::milliseconds>(when - now).count();
+      ms = std::max<int64_t>(ms, 0);
+      if (timeoutMs < 0 || ms < timeoutMs) timeoutMs = ms;
+    };
+    for (auto& c : clients_) {
+      short events = 0;
+      if (c.closing ||
+          (c.in.size() < inputLimit(c) && c.out.size() <= limits_.maxFrameBytes)) {
+        events |= POLLIN;
+      }
+      if (!c.out.empty()) events |= POLLOUT;
+      fds.push_back({c.fd, events, 0});
+      if (c.parked) consider(c.deadline);
+      if (c.closing) consider(c.closeBy);
+      if (stalled(c))
+        consider(c.lastInput + std::chrono::milliseconds(limits_.idleMillis));
+    }
+    return static_cast<int>(std::min<int64_t>(timeoutMs, 1 << 30));
+  }
+
+  // A client the idle limit applies to: one that owes the server bytes.
+  static bool stalled(const Client& c) {
+    return !c.dead && !c.closing && (!c.authed || (!c.in.empty() && !c.parked));
   }
 
   void acceptClients() {
@@ -173,17 +220,32 @@ class Server : public TcpStoreServer {
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       Client c;
       c.fd = fd;
+      c.peer = peerName(fd);
+      c.nonce = randomBytes(kNonceBytes);
+      c.lastInput = Clock::now();
+      c.out.append(kMagic);
+      c.out.append(c.nonce);
       clients_.push_back(std::move(c));
+      flush(clients_.back());
     }
   }
 
+  // The most bytes a client may have buffered: a whole frame before it is
+  // handled, or the proof before authentication.
+  size_t inputLimit(const Client& c) const {
+    return c.authed ? 4 + limits_.maxFrameBytes : kProofBytes;
+  }
+
   void readFrom(Client& c) {
+    if (c.closing) return drain(c);
     char buf[65536];
-    for (;;) {
-      ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
+    while (!c.dead && !c.closing) {
+      size_t room = inputLimit(c) - std::min(c.in.size(), inputLimit(c));
+      if (room == 0) break;  // handleInput decides what the full buffer is
+      ssize_t n = ::recv(c.fd, buf, std::min(room, sizeof(buf)), 0);
       if (n > 0) {
         c.in.append(buf, n);
-        if (static_cast<size_t>(n) < sizeof(buf)) break;
+        c.lastInput = Clock::now();
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -194,12 +256,44 @@ class Server : public TcpStoreServer {
     handleInput(c);
   }
 
+  // Reads and discards what a refused client still sends, so that closing
+  // does not reset the connection before it has read the refusal.
+  void drain(Client& c) {
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
+      if (n > 0) continue;
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      c.dead = true;  // EOF: the client has read the refusal and left
+      return;
+    }
+  }
+
+  // Checks the client's proof of the secret and answers with the server's.
+  void authenticate(Client& c) {
+    const std::string nc = c.in.substr(0, kNonceBytes);
+    const Digest expected = clientProof(secret_, c.nonce, nc);
+    if (!constantTimeEqual(expected.data(), c.in.data() + kNonceBytes, expected.size())) {
+      refuse(c,
+             "the client did not prove the job secret (KOLO_JOB_SECRET differs, or "
+             "it is not a rank of this job)");
+      return;
+    }
+    c.in.erase(0, kProofBytes);
+    c.authed = true;
+    const Digest mine = serverProof(secret_, c.nonce, nc);
+    reply(c, kOk, std::string(reinterpret_cast<const char*>(mine.data()), mine.size()));
+  }
+
   // Answers the complete requests in c.in, stopping at a parked GET.
   void handleInput(Client& c) {
-    while (!c.parked && !c.dead && c.in.size() >= 4) {
-      uint32_t len = readU32(c.in.data());
-      if (len > kMaxFrame || len < 5) {
-        c.dead = true;  // not our protocol
+    if (!c.authed && !c.dead && !c.closing && c.in.size() >= kProofBytes) authenticate(c);
+    while (c.authed && !c.parked && !c.dead && !c.closing && c.in.size() >= 4) {
+      uint32_t len = 0;
+      std::string why;
+      if (!decodeFrameLength(c.in, 5, limits_.maxFrameBytes, &len, &why)) {
+        refuse(c, why);
         return;
       }
       if (c.in.size() < 4 + len) return;
@@ -210,52 +304,76 @@ class Server : public TcpStoreServer {
   }
 
   void handleRequest(Client& c, const std::string& body) {
-    uint8_t op = static_cast<uint8_t>(body[0]);
-    uint32_t keyLen = readU32(body.data() + 1);
-    if (5 + static_cast<size_t>(keyLen) > body.size()) {
-      c.dead = true;
+    Request r;
+    std::string why;
+    if (!decodeRequest(body, &r, &why)) {
+      refuse(c, "malformed request: " + why);
       return;
     }
-    std::string key = body.substr(5, keyLen);
-    std::string arg = body.substr(5 + keyLen);
-    switch (op) {
-      case kSet:
-        data_[key] = arg;
-        reply(c, kOk, "");
-        wakeParked(key);
-        return;
-      case kGet: {
-        if (arg.size() != 8) break;
-        auto it = data_.find(key);
-        if (it != data_.end()) {
-          reply(c, kOk, it->second);
-          return;
-        }
-        c.parked = true;
-        c.parkedKey = key;
-        c.deadline = Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(
-                                        readI64(arg.data()), 0, kMaxWaitMs));
-        return;
-      }
-      case kAdd: {
-        if (arg.size() != 8) break;
-        int64_t value = 0;
-        auto it = data_.find(key);
-        if (it != data_.end() && !parseCounter(it->second, &value)) {
-          reply(c, kBad, "key '" + key + "' holds a value that is not a counter");
-          return;
-        }
-        value += readI64(arg.data());
-        data_[key] = std::to_string(value);
-        std::string out;
-        appendI64(out, value);
-        reply(c, kOk, out);
-        wakeParked(key);
-        return;
-      }
-      default: break;
+    const std::string key(r.key);
+    switch (r.op) {
+      case kSet: return handleSet(c, key, std::string(r.arg));
+      case kGet: return handleGet(c, key, r.number);
+      case kAdd: return handleAdd(c, key, r.number);
     }
-    reply(c, kBad, "malformed request (op " + std::to_string(op) + ")");
+  }
+
+  // Stores key=value when the total stays within the limit.
+  bool store(Client& c, const std::string& key, std::string value) {
+    auto it = data_.find(key);
+    const size_t old = it == data_.end() ? 0 : key.size() + it->second.size();
+    const size_t total = storedBytes_ - old + key.size() + value.size();
+    if (total > limits_.maxStoreBytes) {
+      reply(c, kBad,
+            "the store is full: setting key '" + key.substr(0, 200) + "' (" +
+                std::to_string(value.size()) + " bytes) would hold " +
+                std::to_string(total) + " bytes, over its limit of " +
+                std::to_string(limits_.maxStoreBytes));
+      KOLO_LOG(kWarning) << "rendezvous store: refused a SET of " << value.size()
+                         << " bytes from " << c.peer << ": store full (" << storedBytes_
+                         << " of " << limits_.maxStoreBytes << " bytes)";
+      return false;
+    }
+    data_[key] = std::move(value);
+    storedBytes_ = total;
+    std::lock_guard<std::mutex> lock(usageMutex_);
+    usage_.storedBytes = storedBytes_;
+    usage_.keys = data_.size();
+    return true;
+  }
+
+  void handleSet(Client& c, const std::string& key, std::string value) {
+    if (!store(c, key, std::move(value))) return;
+    reply(c, kOk, "");
+    wakeParked(key);
+  }
+
+  void handleGet(Client& c, const std::string& key, int64_t timeoutMs) {
+    auto it = data_.find(key);
+    if (it != data_.end()) {
+      reply(c, kOk, it->second);
+      return;
+    }
+    c.parked = true;
+    c.parkedKey = key;
+    c.deadline = Clock::now() +
+                 std::chrono::milliseconds(std::clamp<int64_t>(timeoutMs, 0, kMaxWaitMs));
+  }
+
+  void handleAdd(Client& c, const std::string& key, int64_t delta) {
+    int64_t value = 0;
+    auto it = data_.find(key);
+    if (it != data_.end() && !parseCounter(it->second, &value)) {
+      reply(c, kBad, "key '" + key + "' holds a value that is not a counter");
+      return;
+    }
+    value = static_cast<int64_t>(static_cast<uint64_t>(value) +
+                                 static_cast<uint64_t>(delta));  // wraps, no UB
+    if (!store(c, key, std::to_string(value))) return;
+    std::string out;
+    appendI64(out, value);
+    reply(c, kOk, out);
+    wakeParked(key);
   }
 
   void wakeParked(const std::string& key) {
@@ -280,6 +398,48 @@ class Server : public TcpStoreServer {
     }
   }
 
+  void dropIdle() {
+    const auto now = Clock::now();
+    const auto limit = now - std::chrono::milliseconds(limits_.idleMillis);
+    for (auto& c : clients_) {
+      if (c.closing && now >= c.closeBy) c.dead = true;
+      if (stalled(c) && c.lastInput <= limit) {
+        refuse(c, std::string(c.authed ? "a partial request" : "no proof of the secret") +
+                      " after " + std::to_string(limits_.idleMillis) +
+                      " ms without more bytes (the idle limit)");
+      }
+    }
+  }
+
+  void removeDead() {
+    std::erase_if(clients_, [](const Client& c) {
+      if (c.dead) ::close(c.fd);
+      return c.dead;
+    });
+  }
+
+  // Tells the client why it is dropped and logs it (the first few times).
+  // Then the connection only drains: once the reply is out the server shuts
+  // its side, and closes when the client does or after the idle limit.
+  void refuse(Client& c, const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(usageMutex_);
+      ++usage_.refused;
+    }
+    if (++refusals_ <= kMaxLoggedRefusals) {
+      KOLO_LOG(kWarning) << "rendezvous store on port " << port_ << ": closed the "
+                         << "connection from " << c.peer << ": " << why
+                         << (refusals_ == kMaxLoggedRefusals
+                                 ? " (further refusals are not logged)"
+                                 : "");
+    }
+    c.in.clear();
+    c.in.shrink_to_fit();
+    c.closing = true;
+    c.closeBy = Clock::now() + std::chrono::milliseconds(limits_.idleMillis);
+    reply(c, kBad, why);
+  }
+
   void reply(Client& c, Status status, const std::string& payload) {
     appendU32(c.out, static_cast<uint32_t>(1 + payload.size()));
     c.out.push_back(static_cast<char>(status));
@@ -300,13 +460,23 @@ class Server : public TcpStoreServer {
         c.dead = true;
       }
     }
+    if (c.closing && c.out.empty() && !c.shutWr && !c.dead) {
+      ::shutdown(c.fd, SHUT_WR);
+      c.shutWr = true;
+    }
   }
 
   int listenFd_;
   int wakeFd_;
+  const std::string secret_;
+  const Limits limits_;
   int port_ = 0;
   std::vector<Client> clients_;  // only the server thread touches these
   std::map<std::string, std::string> data_;
+  size_t storedBytes_ = 0;  // keys and values in data_
+  int refusals_ = 0;
+  mutable std::mutex usageMutex_;
+  Usage usage_;  // guarded by usageMutex_; a copy for other threads
   std::thread thread_;
 };
 
@@ -358,8 +528,12 @@ int connectOnce(const std::string& host, int port, Clock::time_point deadline,
 
 class Client : public TcpStore {
  public:
-  Client(std::string host, int port, std::chrono::milliseconds connectTimeout)
-      : host_(std::move(host)), port_(port), connectTimeout_(connectTimeout) {
+  Client(std::string host, int port, std::chrono::milliseconds connectTimeout,
+         std::string secret)
+      : host_(std::move(host)),
+        port_(port),
+        connectTimeout_(connectTimeout),
+        secret_(std::move(secret)) {
     std::lock_guard<std::mutex> lock(mutex_);
     reconnect();
   }
@@ -420,6 +594,10 @@ class Client : public TcpStore {
 
   void checkStatus(const std::string& reply, const std::string& key) {
     if (static_cast<uint8_t>(reply[0]) == kOk) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      drop();  // the server may close a refused connection: start the next clean
+    }
     KOLO_THROW(ErrorCode::kInvalidArgument,
                "rendezvous store at " << endpoint(host_, port_) << " refused key '" << key
                                       << "': " << reply.substr(1));
@@ -431,7 +609,10 @@ class Client : public TcpStore {
     auto pause = std::chrono::milliseconds(5);
     for (;;) {
       fd_ = connectOnce(host_, port_, deadline, &why);
-      if (fd_ >= 0) return;
+      if (fd_ >= 0) {
+        authenticate(deadline);
+        return;
+      }
       if (Clock::now() + pause >= deadline) break;
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(200));
@@ -441,6 +622,75 @@ class Client : public TcpStore {
                    << endpoint(host_, port_) << " within "
                    << connectTimeout_.count() / 1000.0 << " s (last error: " << why
                    << "); is the process hosting it (kolorun or rank 0) running?");
+  }
+
+  // Reads exactly n bytes before the deadline; false on EOF, error or time.
+  bool readExact(char* p, size_t n, Clock::time_point deadline) {
+    size_t done = 0;
+    while (done < n) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+      pollfd pfd{fd_, POLLIN, 0};
+      int pr = ::poll(&pfd, 1,
+                      static_cast<int>(std::clamp<int64_t>(left.count(), 0, 1 << 30)));
+      if (pr < 0 && errno == EINTR) continue;
+      if (pr <= 0) return false;
+      ssize_t r = ::recv(fd_, p + done, n - done, 0);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      done += static_cast<size_t>(r);
+    }
+    return true;
+  }
+
+  // The handshake of store_protocol.h: answers the server's challenge and
+  // checks the server's own proof. Throws (and drops the connection) when
+  // either side does not know the secret.
+  void authenticate(Clock::time_point deadline) {
+    deadline = std::max(deadline, Clock::now() + std::chrono::seconds(10));
+    const std::string where = endpoint(host_, port_);
+    char challenge[kChallengeBytes];
+    if (!readExact(challenge, sizeof(challenge), deadline) ||
+        std::string_view(challenge, kMagic.size()) != kMagic) {
+      drop();
+      KOLO_THROW(ErrorCode::kIo, "the process at " << where
+                                                   << " is not a kolo rendezvous store "
+                                                      "(no challenge from it)");
+    }
+    const std::string ns(challenge + kMagic.size(), kNonceBytes);
+    const std::string nc = randomBytes(kNonceBytes);
+    const Digest proof = clientProof(secret_, ns, nc);
+    std::string hello = nc;
+    hello.append(reinterpret_cast<const char*>(proof.data()), proof.size());
+    char head[4];
+    bool ok = ::send(fd_, hello.data(), hello.size(), MSG_NOSIGNAL) ==
+                  static_cast<ssize_t>(hello.size()) &&
+              readExact(head, 4, deadline);
+    const uint32_t len = ok ? readU32(head) : 0;
+    std::string answer(ok && len >= 1 && len <= 4096 ? len : 0, '\0');
+    if (!ok || answer.empty() || !readExact(answer.data(), answer.size(), deadline)) {
+      drop();
+      KOLO_THROW(ErrorCode::kIo, "the rendezvous store at " << where
+                                                            << " closed the connection "
+                                                               "during authentication");
+    }
+    if (static_cast<uint8_t>(answer[0]) != kOk) {
+      drop();
+      KOLO_THROW(ErrorCode::kInvalidArgument,
+                 "the rendezvous store at "
+                     << where << " refused this rank: " << answer.substr(1)
+                     << ". Every rank of a job needs the same job secret (kolorun sets "
+                        "it; else KOLO_JOB_SECRET or KOLO_JOB_SECRET_FILE)");
+    }
+    const Digest theirs = serverProof(secret_, ns, nc);
+    if (answer.size() != 1 + theirs.size() ||
+        !constantTimeEqual(theirs.data(), answer.data() + 1, theirs.size())) {
+      drop();
+      KOLO_THROW(ErrorCode::kInvalidArgument,
+                 "the rendezvous store at "
+                     << where
+                     << " did not prove the job secret: it is another job's store, or "
+                        "its job secret differs from this rank's (KOLO_JOB_SECRET)");
+    }
   }
 
   // Sends one request and returns the reply body. On any failure the
@@ -504,6 +754,7 @@ class Client : public TcpStore {
   const std::string host_;
   const int port_;
   const std::chrono::milliseconds connectTimeout_;
+  const std::string secret_;
   std::mutex mutex_;  // serialises requests on the one connection
   int fd_ = -1;       // guarded by mutex_
 };
@@ -511,7 +762,8 @@ class Client : public TcpStore {
 }  // namespace
 
 std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const std::string& bindAddress,
-                                                      int port) {
+                                                      int port, const std::string& secret,
+                                                      const protocol::Limits& limits) {
   std::string where = endpoint(bindAddress.empty() ? "0.0.0.0" : bindAddress, port);
   if (port < 0 || port > 65535) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
@@ -555,12 +807,13 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const std::string& bindAdd
     ::close(fd);
     KOLO_SYSCHECK(wake, "eventfd for the rendezvous store server");
   }
-  return std::make_unique<Server>(fd, wake);
+  return std::make_unique<Server>(fd, wake, secret, limits);
 }
 
 std::unique_ptr<TcpStore> TcpStore::connect(const std::string& host, int port,
-                                            std::chrono::milliseconds connectTimeout) {
-  return std::make_unique<Client>(host, port, connectTimeout);
+                                            std::chrono::milliseconds connectTimeout,
+                                            const std::string& secret) {
+  return std::make_unique<Client>(host, port, connectTimeout, secret);
 }
 
 }  // namespace kolo::rendezvous

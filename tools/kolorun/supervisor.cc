@@ -125,7 +125,9 @@ bool Supervisor::launch() {
   job.jobId = makeJobId();
   job.networkInterface = options_.networkInterface;
   try {
-    store_ = rendezvous::TcpStoreServer::start(anyRemote ? "0.0.0.0" : "127.0.0.1", 0);
+    job.secret = ensureJobSecret();
+    store_ = rendezvous::TcpStoreServer::start(anyRemote ? "0.0.0.0" : "127.0.0.1", 0,
+                                               job.secret);
   } catch (const std::exception& e) {
     output_.note(std::string("cannot start the rendezvous store: ") + e.what());
     reason_ = EndReason::kLaunchFailed;
@@ -235,6 +237,7 @@ bool Supervisor::launch() {
             p.rank, options_.command, rankEnvironment(base, options_.exports, p, job));
       }
       rank->start(executable, signals_.originalMask(), remote);
+      if (remote) rank->sendControl(job.secret);  // read first by the wrapper
     } catch (const LaunchError& e) {
       output_.note(remote ? "--ssh-command: " + std::string(e.what()) : e.what());
       launchExitCode_ = e.exitCode();
