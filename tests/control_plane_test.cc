@@ -11,12 +11,14 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/sha256.h"
+#include "rendezvous/store.h"
 #include "rendezvous/store_protocol.h"
 #include "rendezvous/tcp_store.h"
 #include "transport/tcp/tcp_handshake.h"
@@ -288,6 +290,43 @@ TEST(StoreLimits, StalledPartialFrameIsDropped) {
   std::this_thread::sleep_for(milliseconds(400));
   c->setString("still", "here");
   EXPECT_EQ(c->getString("still", milliseconds(1000)), "here");
+}
+
+// The local addresses (hex, as /proc/net/tcp writes them) listening on `port`.
+std::vector<std::string> listenersOn(int port) {
+  std::vector<std::string> out;
+  FILE* f = std::fopen("/proc/net/tcp", "r");
+  if (f == nullptr) return out;
+  char line[512];
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    char local[64];
+    unsigned st = 0;
+    if (std::sscanf(line, " %*d: %63s %*s %x", local, &st) != 2 || st != 0x0A) continue;
+    std::string l(local);
+    size_t colon = l.find(':');
+    if (colon != std::string::npos &&
+        std::stoi(l.substr(colon + 1), nullptr, 16) == port) {
+      out.push_back(l.substr(0, colon));
+    }
+  }
+  std::fclose(f);
+  return out;
+}
+
+TEST(StoreListen, HostedStoreListensOnTheRendezvousAddressOnly) {
+  // Rank 0 hosting the store of tcp://127.0.0.1:PORT (torchrun's
+  // MASTER_ADDR=127.0.0.1) listens on loopback, not on every interface.
+  int port = 0;
+  {
+    auto probe = TcpStoreServer::start("127.0.0.1", 0);
+    port = probe->port();
+  }
+  const std::string address = "tcp://127.0.0.1:" + std::to_string(port);
+  auto host = rendezvous::openStore(address, true, milliseconds(5000), kSecret);
+  EXPECT_EQ(listenersOn(port), std::vector<std::string>{"0100007F"});
+  auto guest = rendezvous::openStore(address, false, milliseconds(5000), kSecret);
+  guest->setString("k", "v");
+  EXPECT_EQ(host->getString("k", milliseconds(1000)), "v");
 }
 
 // ---------------------------------------------------------- tcp transport
