@@ -10,13 +10,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "api/communicator_impl.h"
+#include "common/settings.h"
 #include "common/sha256.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_protocol.h"
@@ -266,6 +270,44 @@ TEST(StoreLimits, FloodOfSetsStaysUnderTheStoreLimit) {
   EXPECT_LE(server->usage().storedBytes, limits.maxStoreBytes);
 }
 
+// This process's resident memory, from /proc/self/status.
+size_t residentBytes() {
+  FILE* f = std::fopen("/proc/self/status", "r");
+  char line[256];
+  size_t kb = 0;
+  while (f != nullptr && std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::sscanf(line, "VmRSS: %zu kB", &kb) == 1) break;
+  }
+  if (f != nullptr) std::fclose(f);
+  return kb * 1024;
+}
+
+TEST(StoreLimits, FloodOfHugeFramesDoesNotGrowTheServer) {
+  // Default limits, as in kolorun: four clients that authenticated each
+  // declare a 500 MiB SET and stream 32 MiB of it (issue 17 buffered 900 MiB
+  // of one stranger's frame).
+  auto server = TcpStoreServer::start("127.0.0.1", 0, kSecret);
+  const size_t before = residentBytes();
+  const std::string chunk(1 << 20, 'f');
+  for (int i = 0; i < 4; ++i) {
+    std::string refusal;
+    int fd = rawAuthenticated(server->port(), kSecret, &refusal);
+    ASSERT_EQ(refusal, "");
+    uint32_t declared = 500u << 20;
+    sendAll(fd, std::string(reinterpret_cast<char*>(&declared), 4) +
+                    std::string(1, protocol::kSet));
+    for (int m = 0; m < 32; ++m) sendAll(fd, chunk);  // stops when closed
+    auto [status, why] = readReply(fd);
+    EXPECT_EQ(status, protocol::kBad);
+    EXPECT_TRUE(contains(why, "524288000 bytes")) << why;
+    ::close(fd);
+  }
+  const size_t after = residentBytes();
+  EXPECT_LT(after, before + (size_t{16} << 20))
+      << "resident memory grew from " << before << " to " << after << " bytes";
+  EXPECT_EQ(server->usage().storedBytes, 0u);
+}
+
 TEST(StoreLimits, StalledPartialFrameIsDropped) {
   protocol::Limits limits;
   limits.idleMillis = 200;
@@ -404,6 +446,103 @@ TEST(TcpAuth, HandshakeDecodersRejectWrongSecretsAndSizes) {
   EXPECT_TRUE(tcp::decodeAnswer(answer, na, nc, kSecret, &got, &why)) << why;
   EXPECT_FALSE(tcp::decodeAnswer(answer, na, randomBytes(32), kSecret, &got, &why));
   EXPECT_FALSE(tcp::decodeAnswer(answer, na, nc, "other", &got, &why));
+}
+
+// ------------------------------------------------------------ a whole job
+
+// Runs fn on `n` ranks (threads, each its own communicator over tcp, rank 0
+// hosting the store at `address`) with the given secrets; returns each
+// rank's error text ("" when it succeeded).
+std::vector<std::string> runJob(int n, const std::string& address,
+                                const std::vector<std::string>& secrets,
+                                double connectTimeoutSeconds,
+                                const std::function<void(Communicator&)>& fn) {
+  std::vector<std::string> errors(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        Settings s;
+        s.transport = "tcp";
+        s.timeoutSeconds = 20;
+        s.connectTimeoutSeconds = connectTimeoutSeconds;
+        s.jobSecret = secrets[r];
+        CommunicatorConfig config;
+        config.rank = r;
+        config.size = n;
+        config.rendezvous = address;
+        config.hostStore = true;
+        config.name = "job";
+        config.hostId = "host" + std::to_string(r);
+        api::CommunicatorImpl comm(config, s);
+        fn(comm);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+std::string freeAddress() {
+  auto probe = TcpStoreServer::start("127.0.0.1", 0);
+  return "tcp://127.0.0.1:" + std::to_string(probe->port());
+}
+
+TEST(JobAuth, JobCompletesWithCorrectResultsWhileAStrangerIsRefused) {
+  const std::string address = freeAddress();
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  std::atomic<bool> done{false};
+  std::atomic<int> refused{0};
+  std::thread stranger([&] {
+    while (!done) {  // connects, guesses, and tries again
+      int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(static_cast<uint16_t>(port));
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+        timeval tv{5, 0};
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        if (readExact(fd, protocol::kChallengeBytes).size() ==
+            protocol::kChallengeBytes) {
+          sendAll(fd, std::string(protocol::kProofBytes, 'g') + setRequest("job/x", "y"));
+          refused += readReply(fd).first == protocol::kBad;
+        }
+      }
+      ::close(fd);
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+  });
+  auto errors = runJob(3, address, {kSecret, kSecret, kSecret}, 20, [&](Communicator& c) {
+    // The stranger is refused at least once while the job runs.
+    for (int i = 0; i < 500 && refused == 0; ++i)
+      std::this_thread::sleep_for(milliseconds(10));
+    for (int step = 0; step < 20; ++step) {
+      std::vector<double> in(1000, c.rank() + 1 + step), out(1000, -1);
+      AllreduceOptions o;
+      o.send = in.data();
+      o.recv = out.data();
+      o.count = in.size();
+      o.dtype = DataType::kFloat64;
+      o.op = ReduceOp::kSum;
+      c.allreduce(o);
+      for (double v : out) ASSERT_EQ(v, 6.0 + 3 * step);
+    }
+  });
+  done = true;
+  stranger.join();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  EXPECT_GT(refused.load(), 0);
+}
+
+TEST(JobAuth, RanksThatDisagreeOnTheSecretGetAClearError) {
+  auto errors =
+      runJob(2, freeAddress(), {kSecret, "another secret"}, 2, [](Communicator&) {});
+  EXPECT_TRUE(contains(errors[1], "refused this rank")) << errors[1];
+  EXPECT_TRUE(contains(errors[1], "KOLO_JOB_SECRET")) << errors[1];
+  EXPECT_NE(errors[0], "");  // rank 0 waits for rank 1 in vain, then says so
 }
 
 }  // namespace
