@@ -246,6 +246,10 @@ class Server : public TcpStoreServer {
       if (n > 0) {
         c.in.append(buf, n);
         c.lastInput = Clock::now();
+        if (c.authed && c.in.size() >= 4 &&
+            readU32(c.in.data()) > limits_.maxFrameBytes) {
+          break;  // refused below, before more of it is read
+        }
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
