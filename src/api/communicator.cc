@@ -234,12 +234,9 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
   if (engineStore) {
     store_ = std::move(engineStore);
   } else {
-    const std::string listen = settings_.networkInterface.empty()
-                                   ? ""
-                                   : pickAdvertiseAddress(settings_.networkInterface, "");
-    store_ =
-        rendezvous::openStore(config.rendezvous, config.hostStore && config.rank == 0,
-                              connectTimeout, secret, listen);
+    // Rank 0's store listens where the others connect: the rendezvous host.
+    store_ = rendezvous::openStore(
+        config.rendezvous, config.hostStore && config.rank == 0, connectTimeout, secret);
   }
   rendezvous::PrefixStore store(config.name, *store_);
   topology_ = Topology::discover(config.rank, config.size, hostId, store, connectTimeout);

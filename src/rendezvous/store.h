@@ -43,8 +43,9 @@ class Store {
 //                       `hostServer` is true this process starts the server
 //                       on PORT first (rank 0 without a launcher), listening
 //                       on `listenAddress`, or when that is empty on the
-//                       address HOST names (never every interface unless
-//                       asked: listenAddress "0.0.0.0" or "::").
+//                       address HOST names (127.0.0.1 stays on loopback; a
+//                       name of this machine that resolves to 127.0.1.1
+//                       listens on every interface, see docs/security.md).
 //   "file:///DIR"       a FileStore in DIR (created if missing).
 // The tcp store authenticates with `secret` (tcp_store.h); a file store
 // cannot (its protection is the directory's permissions).
