@@ -9,6 +9,10 @@
 #   make test-asan  the same tests built with ASan+UBSan into build-asan/
 #   make test-tsan  the runtime's tests (label tsan) built with TSan into
 #                   build-tsan/
+#   make fuzz       build the libFuzzer targets (tests/fuzz/) with clang into
+#                   build-fuzz/ and run each for FUZZ_SECONDS (30) from its
+#                   seed corpus; a crash fails (its input is left in
+#                   build-fuzz/artifacts/)
 #   make format     clang-format every C/C++ source in place
 #   make clean      remove build/ and build-asan/
 #
@@ -17,6 +21,9 @@
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
 TSAN_DIR ?= build-tsan
+FUZZ_DIR ?= build-fuzz
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS := store_protocol tcp_handshake negotiation
 BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CTEST_TIMEOUT ?= 600
@@ -42,7 +49,7 @@ export TSAN_OPTIONS ?= halt_on_error=1:second_deadlock_stack=1:report_thread_lea
 export ASAN_OPTIONS ?= detect_leaks=1:abort_on_error=0:strict_string_checks=1
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 
-.PHONY: all deps build demo test build-asan test-asan build-tsan test-tsan format clean
+.PHONY: all deps build demo test build-asan test-asan build-tsan test-tsan build-fuzz fuzz format clean
 
 all: build
 
@@ -103,10 +110,30 @@ build-tsan: deps $(TSAN_DIR)/CMakeCache.txt
 test-tsan: build-tsan
 	cd $(TSAN_DIR) && ctest --output-on-failure -j $(JOBS) --timeout $(CTEST_TIMEOUT) -L tsan
 
+$(FUZZ_DIR)/CMakeCache.txt:
+	CC=clang CXX=clang++ cmake -S tests/fuzz -B $(FUZZ_DIR) -G "$(GENERATOR)"
+
+build-fuzz: deps $(FUZZ_DIR)/CMakeCache.txt
+	cmake --build $(FUZZ_DIR) -j $(JOBS)
+
+# New inputs go to $(FUZZ_DIR)/corpus/TARGET; the seeds in the tree are read only.
+fuzz: build-fuzz
+	@set -e; mkdir -p $(FUZZ_DIR)/artifacts; \
+	for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_DIR)/corpus/$$t; \
+	  echo "== fuzz_$$t for $(FUZZ_SECONDS) s"; \
+	  $(FUZZ_DIR)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=$(FUZZ_DIR)/artifacts/$$t- \
+	    $(FUZZ_DIR)/corpus/$$t tests/fuzz/corpus/$$t 2>&1 | \
+	    grep -E '^(stat::number_of_executed_units|Done|==[0-9]+==ERROR|SUMMARY)' || true; \
+	  if ls $(FUZZ_DIR)/artifacts/$$t-* >/dev/null 2>&1; then \
+	    echo "fuzz_$$t found a failing input: $$(ls $(FUZZ_DIR)/artifacts/$$t-*)"; exit 1; fi; \
+	done
+
 format:
 	@files=$$(git ls-files '*.cc' '*.h' '*.c' '*.cpp' 2>/dev/null || \
 	          find src include tools tests examples python -name '*.cc' -o -name '*.h' -o -name '*.c'); \
 	if [ -n "$$files" ]; then clang-format -i $$files; fi
 
 clean:
-	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR)
+	rm -rf $(BUILD_DIR) $(ASAN_DIR) $(TSAN_DIR) $(FUZZ_DIR)

@@ -13,6 +13,8 @@ PACKAGES=(
   cmake ninja-build make g++ gcc pkg-config
   # tests and formatting
   libgtest-dev libgmock-dev clang-format procps
+  # make fuzz: libFuzzer targets (tests/fuzz/)
+  clang
   # MPI engine and the OpenMPI baseline of the benchmarks
   libopenmpi-dev openmpi-bin
   # PyTorch (Gloo baseline, Python bindings, libtorch examples)

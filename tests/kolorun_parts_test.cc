@@ -504,6 +504,22 @@ TEST(RemoteLaunchTest, LineSetsEnvironmentDirectoryAndQuotesArguments) {
   EXPECT_EQ(out, "3|it's a \"test\" $HOME|" + dir + "|a b'c|$PATH\n");
 }
 
+TEST(RemoteLaunchTest, SecretTravelsOnTheControlStreamNotTheCommandLine) {
+  const std::string secret = "s3cret-value-of-the-job";
+  std::string line = remoteCommandLine(
+      "/", {"KOLO_RANK=1", "KOLO_JOB_SECRET=" + secret},
+      {"sh", "-c",
+       "echo \"$KOLO_RANK|$KOLO_JOB_SECRET|${KOLO_JOB_SECRET_STDIN-unset}\""});
+  EXPECT_EQ(line.find(secret), std::string::npos) << line;  // not visible in ps
+  auto run = startRemote(line);
+  std::string first = secret + "\n";
+  ASSERT_EQ(write(run.controlFd, first.data(), first.size()),
+            static_cast<ssize_t>(first.size()));
+  auto [code, out] = finishRemote(run);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_EQ(out, "1|" + secret + "|unset\n");
+}
+
 TEST(RemoteLaunchTest, ExitStatusAndMissingCommand) {
   auto run = startRemote(remoteCommandLine("/", {}, {"sh", "-c", "exit 7"}));
   EXPECT_EQ(finishRemote(run).first, 7);

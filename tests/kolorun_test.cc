@@ -312,6 +312,31 @@ TEST(KolorunTest, ExportFlagSetsVariables) {
   EXPECT_TRUE(contains(r.out, "[1] hello world\n")) << describe(r);
 }
 
+// The job secret (docs/security.md): one per job, the same on every rank,
+// in the environment only.
+std::string secretOf(const std::string& out, int rank) {
+  const std::string tag = "[" + std::to_string(rank) + "] secret=";
+  size_t at = out.find(tag);
+  if (at == std::string::npos) return "";
+  at += tag.size();
+  return out.substr(at, out.find('\n', at) - at);
+}
+
+TEST(KolorunTest, EveryRankGetsTheJobsFreshSecret) {
+  std::vector<std::string> cmd = {"-np", "2", "sh", "-c", "echo secret=$KOLO_JOB_SECRET"};
+  auto a = runKolorun(cmd);
+  auto b = runKolorun(cmd);
+  ASSERT_EQ(a.exitCode, 0) << describe(a);
+  ASSERT_EQ(b.exitCode, 0) << describe(b);
+  EXPECT_EQ(secretOf(a.out, 0).size(), 64u) << describe(a);
+  EXPECT_EQ(secretOf(a.out, 0), secretOf(a.out, 1)) << describe(a);
+  EXPECT_NE(secretOf(a.out, 0), secretOf(b.out, 0));  // fresh per job
+  setenv("KOLO_JOB_SECRET", "given-by-the-user", 1);
+  auto c = runKolorun(cmd);
+  unsetenv("KOLO_JOB_SECRET");
+  EXPECT_EQ(secretOf(c.out, 1), "given-by-the-user") << describe(c);
+}
+
 // horovodrun's tuning flags become the ranks' KOLO_* settings; a flag
 // that changes nothing says so on stderr.
 TEST(KolorunTest, HorovodTuningFlagsReachEveryRank) {
@@ -674,6 +699,18 @@ TEST(KolorunHostsTest, HorovodTuningFlagsReachRemoteRanks) {
   ASSERT_EQ(r.exitCode, 0) << describe(r);
   EXPECT_TRUE(contains(r.out, "[0] 0 1 /tmp/tl.json\n")) << describe(r);
   EXPECT_TRUE(contains(r.out, "[1] 1 1 /tmp/tl.json\n")) << describe(r);
+}
+
+TEST(KolorunHostsTest, SecretReachesRemoteRanksButNoCommandLine) {
+  FakeSsh ssh;
+  auto r =
+      runKolorun(concat(concat({"-np", "2"}, ssh.args("198.51.100.1:1,198.51.100.2:1")),
+                        {"sh", "-c", "echo secret=$KOLO_JOB_SECRET"}));
+  ASSERT_EQ(r.exitCode, 0) << describe(r);
+  const std::string secret = secretOf(r.out, 0);
+  EXPECT_EQ(secret.size(), 64u) << describe(r);
+  EXPECT_EQ(secretOf(r.out, 1), secret) << describe(r);
+  for (const auto& c : ssh.calls()) EXPECT_EQ(c.find(secret), std::string::npos) << c;
 }
 
 TEST(KolorunHostsTest, ThisHostInTheListIsStartedWithoutSsh) {

@@ -218,6 +218,13 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
         std::chrono::microseconds(0), timeout);
     return;
   }
+  // Every link and the store prove the job secret (docs/security.md).
+  const std::string secret = settings_.resolveJobSecret();
+  if (secret.empty() && !team && config.rank == 0) {
+    KOLO_LOG(kInfo) << "no job secret (KOLO_JOB_SECRET, KOLO_JOB_SECRET_FILE): the "
+                       "rendezvous store and the links of this job are unauthenticated "
+                       "(kolorun sets one; see docs/security.md)";
+  }
   if (config.rendezvous.empty() && !engineStore) {
     KOLO_THROW(ErrorCode::kInvalidArgument, "no rendezvous address for a job of "
                                                 << config.size
@@ -227,8 +234,9 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
   if (engineStore) {
     store_ = std::move(engineStore);
   } else {
-    store_ = rendezvous::openStore(config.rendezvous,
-                                   config.hostStore && config.rank == 0, connectTimeout);
+    // Rank 0's store listens where the others connect: the rendezvous host.
+    store_ = rendezvous::openStore(
+        config.rendezvous, config.hostStore && config.rank == 0, connectTimeout, secret);
   }
   // Every key of this communicator lives under NAME/gN, N counted per rank:
   // the n-th communicator that a rank creates under a name on one store (a
@@ -298,6 +306,7 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
     to.connectTimeout = connectTimeout;
     to.spin = spin;
     to.socketBufferBytes = static_cast<size_t>(settings_.tcpBufferBytes);
+    to.secret = secret;
     const int tcpIndex = static_cast<int>(parts.size());
     parts.push_back(transport::TcpTransport::create(to, store));
     for (int r = 0; r < l.size; ++r) {

@@ -125,12 +125,13 @@ MpiEngineStart startMpiEngine(const rendezvous::JobEnvironment& env,
   } else if (w.size > 1) {
     // Rank 0 sends either the address or "!" and why it has none, so that
     // no rank waits for a store that will never be.
+    const std::string secret = settings.resolveJobSecret();
     std::unique_ptr<rendezvous::TcpStoreServer> server;
     std::string message;
     if (w.rank == 0) {
       try {
         std::string host = storeAddress(settings, w.nodes == 1);
-        server = rendezvous::TcpStoreServer::start("", 0);
+        server = rendezvous::TcpStoreServer::start(host, 0, secret);
         message = "tcp://" + host + ":" + std::to_string(server->port());
       } catch (const Error& e) {
         message = std::string("!") + e.what();
@@ -146,7 +147,7 @@ MpiEngineStart startMpiEngine(const rendezvous::JobEnvironment& env,
     const size_t colon = message.rfind(':');
     const std::string host = message.substr(6, colon - 6);
     const int port = std::stoi(message.substr(colon + 1));
-    auto client = rendezvous::TcpStore::connect(host, port, connectTimeout);
+    auto client = rendezvous::TcpStore::connect(host, port, connectTimeout, secret);
     if (server) {
       start.store = rendezvous::withHostedServer(std::move(server), std::move(client));
     } else {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string_view>
 
@@ -162,6 +164,24 @@ std::vector<Settings::HorovodVariable> Settings::describeHorovod() {
   KOLO_HOROVOD_UNHONOURED(KOLO_HOROVOD_DESCRIBE)
 #undef KOLO_HOROVOD_DESCRIBE
   return out;
+}
+
+std::string Settings::resolveJobSecret() const {
+  if (!jobSecret.empty() || jobSecretFile.empty()) return jobSecret;
+  std::ifstream in(jobSecretFile, std::ios::binary);
+  if (!in) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "KOLO_JOB_SECRET_FILE='" << jobSecretFile << "' cannot be read");
+  }
+  std::string secret((std::istreambuf_iterator<char>(in)),
+                     std::istreambuf_iterator<char>());
+  if (!secret.empty() && secret.back() == '\n') secret.pop_back();
+  if (!secret.empty() && secret.back() == '\r') secret.pop_back();
+  if (secret.empty()) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "KOLO_JOB_SECRET_FILE='" << jobSecretFile << "' is empty");
+  }
+  return secret;
 }
 
 }  // namespace kolo

@@ -64,6 +64,14 @@ constexpr SettingAlias horovod(const char* env, AliasForm form = AliasForm::kSam
   X(std::string, networkInterface, "KOLO_IFACE", "", horovod("HOROVOD_GLOO_IFACE"), \
     "Network interface (or IP address) to listen on and advertise for tcp; "        \
     "empty: the address that reaches the rendezvous.")                              \
+  X(std::string, jobSecret, "KOLO_JOB_SECRET", "", kNoAlias,                        \
+    "The job's secret: the store and every link prove knowledge of it "             \
+    "(docs/security.md). kolorun sets a fresh one per job; under another "          \
+    "launcher every rank needs the same value (or KOLO_JOB_SECRET_FILE). "          \
+    "Empty: unauthenticated.")                                                      \
+  X(std::string, jobSecretFile, "KOLO_JOB_SECRET_FILE", "", kNoAlias,               \
+    "A file whose contents (trailing newline dropped) are the job secret, "         \
+    "read when KOLO_JOB_SECRET is empty.")                                          \
   X(int64_t, shmChunkBytes, "KOLO_SHM_CHUNK_BYTES", 131072, kNoAlias,               \
     "Pipeline chunk of the shared-memory collectives, per rank.")                   \
   X(std::string, shmStores, "KOLO_SHM_STORES", "auto", kNoAlias,                    \
@@ -223,6 +231,12 @@ struct Settings {
     std::string reason;
   };
   static std::vector<HorovodVariable> describeHorovod();
+
+  // The job secret: jobSecret, else the contents of jobSecretFile (one
+  // trailing newline dropped), else "" (unauthenticated). Throws
+  // Error(kInvalidArgument) naming the file when it cannot be read or is
+  // empty.
+  std::string resolveJobSecret() const;
 };
 
 }  // namespace kolo

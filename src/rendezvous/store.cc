@@ -1,5 +1,9 @@
 #include "rendezvous/store.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include <cstdlib>
 
 #include "common/check.h"
@@ -32,6 +36,32 @@ class HostedTcpStore : public Store {
   std::unique_ptr<Store> client_;
 };
 
+// Where a store hosted for `host` listens: the address `host` names. A
+// name that resolves to a loopback address other than 127.0.0.1 (Debian
+// maps the machine's own name to 127.0.1.1) names this machine to ranks on
+// other hosts, which reach it from outside: then every interface.
+std::string listenAddressFor(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) == 0) {
+    ::freeaddrinfo(res);
+    return host;  // an IPv4 address
+  }
+  if (host.find(':') != std::string::npos) return host;  // an IPv6 address
+  hints.ai_flags = 0;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return host;
+  char text[INET_ADDRSTRLEN] = "";
+  ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr, text,
+              sizeof(text));
+  ::freeaddrinfo(res);
+  const std::string ip = text;
+  if (ip.starts_with("127.") && ip != "127.0.0.1") return "";
+  return ip;
+}
+
 [[noreturn]] void malformed(const std::string& address, const std::string& why) {
   KOLO_THROW(ErrorCode::kInvalidArgument,
              "malformed rendezvous address '"
@@ -42,7 +72,9 @@ class HostedTcpStore : public Store {
 }  // namespace
 
 std::unique_ptr<Store> openStore(const std::string& address, bool hostServer,
-                                 std::chrono::milliseconds connectTimeout) {
+                                 std::chrono::milliseconds connectTimeout,
+                                 const std::string& secret,
+                                 const std::string& listenAddress) {
   constexpr std::string_view kTcp = "tcp://";
   constexpr std::string_view kFile = "file://";
   if (address.starts_with(kFile)) {
@@ -78,11 +110,15 @@ std::unique_ptr<Store> openStore(const std::string& address, bool hostServer,
     malformed(address, "port '" + portText + "' is not a number in 1..65535");
   }
 
-  if (!hostServer) return TcpStore::connect(host, static_cast<int>(port), connectTimeout);
-  // Listen on every interface: ranks on other hosts reach HOST from outside.
-  auto server = TcpStoreServer::start(host.find(':') != std::string::npos ? "::" : "",
-                                      static_cast<int>(port));
-  auto client = TcpStore::connect(host, static_cast<int>(port), connectTimeout);
+  if (!hostServer) {
+    return TcpStore::connect(host, static_cast<int>(port), connectTimeout, secret);
+  }
+  // Listen where the other ranks are told to connect: HOST (127.0.0.1 stays
+  // on loopback), unless the caller names the address (KOLO_IFACE).
+  auto server = TcpStoreServer::start(
+      listenAddress.empty() ? listenAddressFor(host) : listenAddress,
+      static_cast<int>(port), secret);
+  auto client = TcpStore::connect(host, static_cast<int>(port), connectTimeout, secret);
   return withHostedServer(std::move(server), std::move(client));
 }
 

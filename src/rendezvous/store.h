@@ -41,11 +41,19 @@ class Store {
 // Opens the store named by a rendezvous address:
 //   "tcp://HOST:PORT"   connect to a TcpStore server there; when
 //                       `hostServer` is true this process starts the server
-//                       on PORT first (rank 0 without a launcher).
+//                       on PORT first (rank 0 without a launcher), listening
+//                       on `listenAddress`, or when that is empty on the
+//                       address HOST names (127.0.0.1 stays on loopback; a
+//                       name of this machine that resolves to 127.0.1.1
+//                       listens on every interface, see docs/security.md).
 //   "file:///DIR"       a FileStore in DIR (created if missing).
+// The tcp store authenticates with `secret` (tcp_store.h); a file store
+// cannot (its protection is the directory's permissions).
 // Throws Error(kInvalidArgument) for a malformed address.
 std::unique_ptr<Store> openStore(const std::string& address, bool hostServer,
-                                 std::chrono::milliseconds connectTimeout);
+                                 std::chrono::milliseconds connectTimeout,
+                                 const std::string& secret = "",
+                                 const std::string& listenAddress = "");
 
 class TcpStoreServer;
 

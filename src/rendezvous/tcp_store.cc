@@ -1,20 +1,15 @@
-// TcpStoreServer and its client.
-//
-// Protocol (one TCP connection per client, requests answered in order):
-//   frame    = u32 body length, body            (host byte order)
-//   request  = u8 op, u32 key length, key, argument
-//     SET    argument = value bytes (the rest of the body)
-//     GET    argument = i64 timeout in ms; the server holds the request
-//            until the key exists or the timeout passes
-//     ADD    argument = i64 delta; the counter is kept as decimal text
-//   response = u8 status (kOk, kNotFound after a GET timeout, kBad with a
-//              message), then the value (GET) or the i64 result (ADD)
+// TcpStoreServer (its client is in tcp_store_client.cc). The wire format is
+// in store_protocol.h.
 //
 // The server is one thread running a poll() loop over the listening socket,
-// an eventfd (shutdown) and the clients. A GET on a missing key parks the
-// client with a deadline; a SET or ADD of that key answers every parked
-// client; the poll timeout is the nearest deadline. While a client is
-// parked its later requests wait in its input buffer.
+// an eventfd (shutdown) and the clients. Each client first answers the
+// server's challenge (store_protocol.h); until it has, nothing it sends is
+// read as a request. A GET on a missing key parks the client with a
+// deadline; a SET or ADD of that key answers every parked client; the poll
+// timeout is the nearest deadline (a parked GET's, or a stalled
+// connection's idle limit). While a client is parked its later requests
+// wait in its input buffer, which is bounded: a client over a limit gets a
+// kBad reply naming it, one log line, and is closed once the reply is out.
 #include "rendezvous/tcp_store.h"
 
 #include <arpa/inet.h>
@@ -36,38 +31,35 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "rendezvous/store_protocol.h"
+#include "rendezvous/store_wire.h"
 
 namespace kolo::rendezvous {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using namespace protocol;
+using namespace wire;
 
-enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3 };
-enum Status : uint8_t { kOk = 0, kNotFound = 1, kBad = 2 };
-constexpr uint32_t kMaxFrame = 1u << 30;
-constexpr int64_t kMaxWaitMs = int64_t{1} << 40;  // ~35 years: "forever"
+constexpr int kMaxLoggedRefusals = 10;  // then one "and more" line
 
-void appendU32(std::string& s, uint32_t v) {
-  s.append(reinterpret_cast<char*>(&v), 4);
-}
-void appendI64(std::string& s, int64_t v) {
-  s.append(reinterpret_cast<char*>(&v), 8);
-}
-
-uint32_t readU32(const char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-int64_t readI64(const char* p) {
-  int64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
-
-std::string endpoint(const std::string& host, int port) {
-  return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
-         std::to_string(port);
+// "ip:port" of a connected socket's peer, for log lines.
+std::string peerName(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (addr.ss_family == AF_INET6) {
+    auto* a = reinterpret_cast<sockaddr_in6*>(&addr);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+    port = ntohs(a->sin6_port);
+  } else {
+    auto* a = reinterpret_cast<sockaddr_in*>(&addr);
+    ::inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+    port = ntohs(a->sin_port);
+  }
+  return endpoint(host, port);
 }
 
 // Parses decimal counter text; false when it is not a number.
@@ -83,7 +75,11 @@ bool parseCounter(const std::string& text, int64_t* out) {
 
 class Server : public TcpStoreServer {
  public:
-  Server(int listenFd, int wakeFd) : listenFd_(listenFd), wakeFd_(wakeFd) {
+  Server(int listenFd, int wakeFd, std::string secret, Limits limits)
+      : listenFd_(listenFd),
+        wakeFd_(wakeFd),
+        secret_(std::move(secret)),
+        limits_(limits) {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     ::getsockname(listenFd_, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -104,15 +100,26 @@ class Server : public TcpStoreServer {
   }
 
   int port() const override { return port_; }
+  Usage usage() const override {
+    std::lock_guard<std::mutex> lock(usageMutex_);
+    return usage_;
+  }
 
  private:
   struct Client {
     int fd;
+    std::string peer;   // "ip:port", for log lines
+    std::string nonce;  // Ns, the challenge sent at accept
+    bool authed = false;
     std::string in;
     std::string out;
     bool parked = false;
     std::string parkedKey;
     Clock::time_point deadline;
+    Clock::time_point lastInput;  // for the idle limit
+    bool closing = false;         // refused: see refuse()
+    bool shutWr = false;          // closing and the refusal is out
+    Clock::time_point closeBy;    // closing: the drain ends here at the latest
     bool dead = false;
   };
 
@@ -128,22 +135,7 @@ class Server : public TcpStoreServer {
   void loop() {
     std::vector<pollfd> fds;
     for (;;) {
-      fds.clear();
-      fds.push_back({wakeFd_, POLLIN, 0});
-      fds.push_back({listenFd_, POLLIN, 0});
-      int timeoutMs = -1;
-      auto now = Clock::now();
-      for (auto& c : clients_) {
-        short events = POLLIN;
-        if (!c.out.empty()) events |= POLLOUT;
-        fds.push_back({c.fd, events, 0});
-        if (c.parked) {
-          auto ms =
-              std::chrono::ceil<std::chrono::milliseconds>(c.deadline - now).count();
-          ms = std::max<int64_t>(ms, 0);
-          if (timeoutMs < 0 || ms < timeoutMs) timeoutMs = static_cast<int>(ms);
-        }
-      }
+      int timeoutMs = buildPollSet(fds);
       int n = ::poll(fds.data(), fds.size(), timeoutMs);
       if (n < 0) {
         if (errno == EINTR) continue;
@@ -154,15 +146,49 @@ class Server : public TcpStoreServer {
       // fds[2 + i] is clients_[i] for the clients present before accept.
       for (size_t i = 2; i < fds.size(); ++i) {
         Client& c = clients_[i - 2];
-        if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) readFrom(c);
+        const bool reading = (fds[i].events & POLLIN) != 0;
+        if (!reading && (fds[i].revents & (POLLHUP | POLLERR))) c.dead = true;
+        if (reading && (fds[i].revents & (POLLIN | POLLHUP | POLLERR))) readFrom(c);
         if (!c.dead && (fds[i].revents & POLLOUT)) flush(c);
       }
       expireParked();
-      std::erase_if(clients_, [](const Client& c) {
-        if (c.dead) ::close(c.fd);
-        return c.dead;
-      });
+      dropIdle();
+      removeDead();
     }
+  }
+
+  // Fills `fds` (wake, listener, then one per client) and returns the poll
+  // timeout: the nearest parked GET's deadline or stalled client's limit.
+  int buildPollSet(std::vector<pollfd>& fds) {
+    fds.clear();
+    fds.push_back({wakeFd_, POLLIN, 0});
+    fds.push_back({listenFd_, POLLIN, 0});
+    int64_t timeoutMs = -1;
+    auto now = Clock::now();
+    auto consider = [&](Clock::time_point when) {
+      auto ms = std::chrono::ceil<std::chrono::milliseconds>(when - now).count();
+      ms = std::max<int64_t>(ms, 0);
+      if (timeoutMs < 0 || ms < timeoutMs) timeoutMs = ms;
+    };
+    for (auto& c : clients_) {
+      short events = 0;
+      if (c.closing ||
+          (c.in.size() < inputLimit(c) && c.out.size() <= limits_.maxFrameBytes)) {
+        events |= POLLIN;
+      }
+      if (!c.out.empty()) events |= POLLOUT;
+      fds.push_back({c.fd, events, 0});
+      if (c.parked) consider(c.deadline);
+      if (c.closing) consider(c.closeBy);
+      if (stalled(c))
+        consider(c.lastInput + std::chrono::milliseconds(limits_.idleMillis));
+    }
+    return static_cast<int>(std::min<int64_t>(timeoutMs, 1 << 30));
+  }
+
+  // A client the idle limit applies to: one that owes the server bytes.
+  static bool stalled(const Client& c) {
+    return !c.dead && !c.closing && (!c.authed || (!c.in.empty() && !c.parked));
   }
 
   void acceptClients() {
@@ -173,17 +199,36 @@ class Server : public TcpStoreServer {
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       Client c;
       c.fd = fd;
+      c.peer = peerName(fd);
+      c.nonce = randomBytes(kNonceBytes);
+      c.lastInput = Clock::now();
+      c.out.append(kMagic);
+      c.out.append(c.nonce);
       clients_.push_back(std::move(c));
+      flush(clients_.back());
     }
   }
 
+  // The most bytes a client may have buffered: a whole frame before it is
+  // handled, or the proof before authentication.
+  size_t inputLimit(const Client& c) const {
+    return c.authed ? 4 + limits_.maxFrameBytes : kProofBytes;
+  }
+
   void readFrom(Client& c) {
+    if (c.closing) return drain(c);
     char buf[65536];
-    for (;;) {
-      ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
+    while (!c.dead && !c.closing) {
+      size_t room = inputLimit(c) - std::min(c.in.size(), inputLimit(c));
+      if (room == 0) break;  // handleInput decides what the full buffer is
+      ssize_t n = ::recv(c.fd, buf, std::min(room, sizeof(buf)), 0);
       if (n > 0) {
         c.in.append(buf, n);
-        if (static_cast<size_t>(n) < sizeof(buf)) break;
+        c.lastInput = Clock::now();
+        if (c.authed && c.in.size() >= 4 &&
+            readU32(c.in.data()) > limits_.maxFrameBytes) {
+          break;  // refused below, before more of it is read
+        }
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -194,12 +239,44 @@ class Server : public TcpStoreServer {
     handleInput(c);
   }
 
+  // Reads and discards what a refused client still sends, so that closing
+  // does not reset the connection before it has read the refusal.
+  void drain(Client& c) {
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
+      if (n > 0) continue;
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      c.dead = true;  // EOF: the client has read the refusal and left
+      return;
+    }
+  }
+
+  // Checks the client's proof of the secret and answers with the server's.
+  void authenticate(Client& c) {
+    const std::string nc = c.in.substr(0, kNonceBytes);
+    const Digest expected = clientProof(secret_, c.nonce, nc);
+    if (!constantTimeEqual(expected.data(), c.in.data() + kNonceBytes, expected.size())) {
+      refuse(c,
+             "the client did not prove the job secret (KOLO_JOB_SECRET differs, or "
+             "it is not a rank of this job)");
+      return;
+    }
+    c.in.erase(0, kProofBytes);
+    c.authed = true;
+    const Digest mine = serverProof(secret_, c.nonce, nc);
+    reply(c, kOk, std::string(reinterpret_cast<const char*>(mine.data()), mine.size()));
+  }
+
   // Answers the complete requests in c.in, stopping at a parked GET.
   void handleInput(Client& c) {
-    while (!c.parked && !c.dead && c.in.size() >= 4) {
-      uint32_t len = readU32(c.in.data());
-      if (len > kMaxFrame || len < 5) {
-        c.dead = true;  // not our protocol
+    if (!c.authed && !c.dead && !c.closing && c.in.size() >= kProofBytes) authenticate(c);
+    while (c.authed && !c.parked && !c.dead && !c.closing && c.in.size() >= 4) {
+      uint32_t len = 0;
+      std::string why;
+      if (!decodeFrameLength(c.in, 5, limits_.maxFrameBytes, &len, &why)) {
+        refuse(c, why);
         return;
       }
       if (c.in.size() < 4 + len) return;
@@ -210,52 +287,76 @@ class Server : public TcpStoreServer {
   }
 
   void handleRequest(Client& c, const std::string& body) {
-    uint8_t op = static_cast<uint8_t>(body[0]);
-    uint32_t keyLen = readU32(body.data() + 1);
-    if (5 + static_cast<size_t>(keyLen) > body.size()) {
-      c.dead = true;
+    Request r;
+    std::string why;
+    if (!decodeRequest(body, &r, &why)) {
+      refuse(c, "malformed request: " + why);
       return;
     }
-    std::string key = body.substr(5, keyLen);
-    std::string arg = body.substr(5 + keyLen);
-    switch (op) {
-      case kSet:
-        data_[key] = arg;
-        reply(c, kOk, "");
-        wakeParked(key);
-        return;
-      case kGet: {
-        if (arg.size() != 8) break;
-        auto it = data_.find(key);
-        if (it != data_.end()) {
-          reply(c, kOk, it->second);
-          return;
-        }
-        c.parked = true;
-        c.parkedKey = key;
-        c.deadline = Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(
-                                        readI64(arg.data()), 0, kMaxWaitMs));
-        return;
-      }
-      case kAdd: {
-        if (arg.size() != 8) break;
-        int64_t value = 0;
-        auto it = data_.find(key);
-        if (it != data_.end() && !parseCounter(it->second, &value)) {
-          reply(c, kBad, "key '" + key + "' holds a value that is not a counter");
-          return;
-        }
-        value += readI64(arg.data());
-        data_[key] = std::to_string(value);
-        std::string out;
-        appendI64(out, value);
-        reply(c, kOk, out);
-        wakeParked(key);
-        return;
-      }
-      default: break;
+    const std::string key(r.key);
+    switch (r.op) {
+      case kSet: return handleSet(c, key, std::string(r.arg));
+      case kGet: return handleGet(c, key, r.number);
+      case kAdd: return handleAdd(c, key, r.number);
     }
-    reply(c, kBad, "malformed request (op " + std::to_string(op) + ")");
+  }
+
+  // Stores key=value when the total stays within the limit.
+  bool store(Client& c, const std::string& key, std::string value) {
+    auto it = data_.find(key);
+    const size_t old = it == data_.end() ? 0 : key.size() + it->second.size();
+    const size_t total = storedBytes_ - old + key.size() + value.size();
+    if (total > limits_.maxStoreBytes) {
+      reply(c, kBad,
+            "the store is full: setting key '" + key.substr(0, 200) + "' (" +
+                std::to_string(value.size()) + " bytes) would hold " +
+                std::to_string(total) + " bytes, over its limit of " +
+                std::to_string(limits_.maxStoreBytes));
+      KOLO_LOG(kWarning) << "rendezvous store: refused a SET of " << value.size()
+                         << " bytes from " << c.peer << ": store full (" << storedBytes_
+                         << " of " << limits_.maxStoreBytes << " bytes)";
+      return false;
+    }
+    data_[key] = std::move(value);
+    storedBytes_ = total;
+    std::lock_guard<std::mutex> lock(usageMutex_);
+    usage_.storedBytes = storedBytes_;
+    usage_.keys = data_.size();
+    return true;
+  }
+
+  void handleSet(Client& c, const std::string& key, std::string value) {
+    if (!store(c, key, std::move(value))) return;
+    reply(c, kOk, "");
+    wakeParked(key);
+  }
+
+  void handleGet(Client& c, const std::string& key, int64_t timeoutMs) {
+    auto it = data_.find(key);
+    if (it != data_.end()) {
+      reply(c, kOk, it->second);
+      return;
+    }
+    c.parked = true;
+    c.parkedKey = key;
+    c.deadline = Clock::now() +
+                 std::chrono::milliseconds(std::clamp<int64_t>(timeoutMs, 0, kMaxWaitMs));
+  }
+
+  void handleAdd(Client& c, const std::string& key, int64_t delta) {
+    int64_t value = 0;
+    auto it = data_.find(key);
+    if (it != data_.end() && !parseCounter(it->second, &value)) {
+      reply(c, kBad, "key '" + key + "' holds a value that is not a counter");
+      return;
+    }
+    value = static_cast<int64_t>(static_cast<uint64_t>(value) +
+                                 static_cast<uint64_t>(delta));  // wraps, no UB
+    if (!store(c, key, std::to_string(value))) return;
+    std::string out;
+    appendI64(out, value);
+    reply(c, kOk, out);
+    wakeParked(key);
   }
 
   void wakeParked(const std::string& key) {
@@ -280,6 +381,48 @@ class Server : public TcpStoreServer {
     }
   }
 
+  void dropIdle() {
+    const auto now = Clock::now();
+    const auto limit = now - std::chrono::milliseconds(limits_.idleMillis);
+    for (auto& c : clients_) {
+      if (c.closing && now >= c.closeBy) c.dead = true;
+      if (stalled(c) && c.lastInput <= limit) {
+        refuse(c, std::string(c.authed ? "a partial request" : "no proof of the secret") +
+                      " after " + std::to_string(limits_.idleMillis) +
+                      " ms without more bytes (the idle limit)");
+      }
+    }
+  }
+
+  void removeDead() {
+    std::erase_if(clients_, [](const Client& c) {
+      if (c.dead) ::close(c.fd);
+      return c.dead;
+    });
+  }
+
+  // Tells the client why it is dropped and logs it (the first few times).
+  // Then the connection only drains: once the reply is out the server shuts
+  // its side, and closes when the client does or after the idle limit.
+  void refuse(Client& c, const std::string& why) {
+    {
+      std::lock_guard<std::mutex> lock(usageMutex_);
+      ++usage_.refused;
+    }
+    if (++refusals_ <= kMaxLoggedRefusals) {
+      KOLO_LOG(kWarning) << "rendezvous store on port " << port_ << ": closed the "
+                         << "connection from " << c.peer << ": " << why
+                         << (refusals_ == kMaxLoggedRefusals
+                                 ? " (further refusals are not logged)"
+                                 : "");
+    }
+    c.in.clear();
+    c.in.shrink_to_fit();
+    c.closing = true;
+    c.closeBy = Clock::now() + std::chrono::milliseconds(limits_.idleMillis);
+    reply(c, kBad, why);
+  }
+
   void reply(Client& c, Status status, const std::string& payload) {
     appendU32(c.out, static_cast<uint32_t>(1 + payload.size()));
     c.out.push_back(static_cast<char>(status));
@@ -300,218 +443,31 @@ class Server : public TcpStoreServer {
         c.dead = true;
       }
     }
+    if (c.closing && c.out.empty() && !c.shutWr && !c.dead) {
+      ::shutdown(c.fd, SHUT_WR);
+      c.shutWr = true;
+    }
   }
 
   int listenFd_;
   int wakeFd_;
+  const std::string secret_;
+  const Limits limits_;
   int port_ = 0;
   std::vector<Client> clients_;  // only the server thread touches these
   std::map<std::string, std::string> data_;
+  size_t storedBytes_ = 0;  // keys and values in data_
+  int refusals_ = 0;
+  mutable std::mutex usageMutex_;
+  Usage usage_;  // guarded by usageMutex_; a copy for other threads
   std::thread thread_;
-};
-
-// Connects a blocking socket to host:port, trying every address of the host
-// until `deadline`. Returns -1 (errno-like text in *why) when none answers.
-int connectOnce(const std::string& host, int port, Clock::time_point deadline,
-                std::string* why) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (rc != 0) {
-    *why = std::string("cannot resolve host: ") + ::gai_strerror(rc);
-    return -1;
-  }
-  int result = -1;
-  for (addrinfo* ai = res; ai != nullptr && result < 0; ai = ai->ai_next) {
-    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                      ai->ai_protocol);
-    if (fd < 0) continue;
-    int r = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
-    if (r < 0 && errno == EINPROGRESS) {
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-      pollfd p{fd, POLLOUT, 0};
-      int pr = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left.count(), 1)));
-      int err = ETIMEDOUT;
-      if (pr > 0) {
-        socklen_t len = sizeof(err);
-        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-      }
-      r = err == 0 ? 0 : -1;
-      errno = err;
-    }
-    if (r == 0) {
-      int flags = ::fcntl(fd, F_GETFL);
-      ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-      int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      result = fd;
-    } else {
-      *why = detail::errnoString();
-      ::close(fd);
-    }
-  }
-  ::freeaddrinfo(res);
-  return result;
-}
-
-class Client : public TcpStore {
- public:
-  Client(std::string host, int port, std::chrono::milliseconds connectTimeout)
-      : host_(std::move(host)), port_(port), connectTimeout_(connectTimeout) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    reconnect();
-  }
-  ~Client() override {
-    if (fd_ >= 0) ::close(fd_);
-  }
-
-  void set(const std::string& key, const std::vector<uint8_t>& value) override {
-    std::string body = request(kSet, key);
-    body.append(value.begin(), value.end());
-    std::string reply = call(body, key, replyWait(connectTimeout_));
-    checkStatus(reply, key);
-  }
-
-  std::vector<uint8_t> get(const std::string& key,
-                           std::chrono::milliseconds timeout) override {
-    std::string body = request(kGet, key);
-    appendI64(body, std::clamp<int64_t>(timeout.count(), 0, kMaxWaitMs));
-    std::string reply = call(body, key, replyWait(timeout));
-    if (static_cast<uint8_t>(reply[0]) == kNotFound) {
-      KOLO_THROW(ErrorCode::kTimeout,
-                 "timed out after " << timeout.count() / 1000.0 << " s waiting for key '"
-                                    << key << "' in the rendezvous store at "
-                                    << endpoint(host_, port_)
-                                    << " (did every rank start?)");
-    }
-    checkStatus(reply, key);
-    return std::vector<uint8_t>(reply.begin() + 1, reply.end());
-  }
-
-  int64_t add(const std::string& key, int64_t delta) override {
-    std::string body = request(kAdd, key);
-    appendI64(body, delta);
-    std::string reply = call(body, key, replyWait(connectTimeout_));
-    checkStatus(reply, key);
-    if (reply.size() != 9) {
-      KOLO_THROW(ErrorCode::kIo, "malformed reply to add('" << key << "') from the "
-                                                            << "rendezvous store at "
-                                                            << endpoint(host_, port_));
-    }
-    return readI64(reply.data() + 1);
-  }
-
- private:
-  // The server answers a GET by its timeout; allow slack for a busy host.
-  static std::chrono::milliseconds replyWait(std::chrono::milliseconds t) {
-    return std::chrono::milliseconds(std::clamp<int64_t>(t.count(), 0, kMaxWaitMs) +
-                                     10000);
-  }
-
-  static std::string request(Op op, const std::string& key) {
-    std::string body;
-    body.push_back(static_cast<char>(op));
-    appendU32(body, static_cast<uint32_t>(key.size()));
-    body.append(key);
-    return body;
-  }
-
-  void checkStatus(const std::string& reply, const std::string& key) {
-    if (static_cast<uint8_t>(reply[0]) == kOk) return;
-    KOLO_THROW(ErrorCode::kInvalidArgument,
-               "rendezvous store at " << endpoint(host_, port_) << " refused key '" << key
-                                      << "': " << reply.substr(1));
-  }
-
-  void reconnect() {
-    auto deadline = Clock::now() + connectTimeout_;
-    std::string why = "no attempt";
-    auto pause = std::chrono::milliseconds(5);
-    for (;;) {
-      fd_ = connectOnce(host_, port_, deadline, &why);
-      if (fd_ >= 0) return;
-      if (Clock::now() + pause >= deadline) break;
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::milliseconds(200));
-    }
-    KOLO_THROW(ErrorCode::kTimeout,
-               "could not reach the rendezvous store at "
-                   << endpoint(host_, port_) << " within "
-                   << connectTimeout_.count() / 1000.0 << " s (last error: " << why
-                   << "); is the process hosting it (kolorun or rank 0) running?");
-  }
-
-  // Sends one request and returns the reply body. On any failure the
-  // connection is dropped so that the next call starts clean.
-  std::string call(const std::string& body, const std::string& key,
-                   std::chrono::milliseconds wait) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (fd_ < 0) reconnect();
-    std::string frame;
-    appendU32(frame, static_cast<uint32_t>(body.size()));
-    frame.append(body);
-    size_t off = 0;
-    while (off < frame.size()) {
-      ssize_t n = ::send(fd_, frame.data() + off, frame.size() - off, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) lost(key, detail::errnoString());
-      off += n;
-    }
-    auto deadline = Clock::now() + wait;
-    std::string in;
-    size_t need = 4;
-    char buf[65536];
-    for (;;) {
-      if (in.size() >= 4) need = 4 + static_cast<size_t>(readU32(in.data()));
-      if (in.size() >= need && need > 4) break;
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) {
-        drop();
-        KOLO_THROW(ErrorCode::kTimeout,
-                   "the rendezvous store at "
-                       << endpoint(host_, port_) << " did not answer a request for key '"
-                       << key << "' within " << wait.count() / 1000.0 << " s");
-      }
-      pollfd p{fd_, POLLIN, 0};
-      int pr = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1 << 30)));
-      if (pr < 0 && errno != EINTR) lost(key, detail::errnoString());
-      if (pr <= 0) continue;
-      ssize_t n = ::recv(fd_, buf, sizeof(buf), 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n == 0) lost(key, "connection closed");
-      if (n < 0) lost(key, detail::errnoString());
-      in.append(buf, n);
-    }
-    if (in.size() != need || need < 5) lost(key, "malformed reply");
-    return in.substr(4);
-  }
-
-  void drop() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
-  [[noreturn]] void lost(const std::string& key, const std::string& why) {
-    drop();
-    KOLO_THROW(ErrorCode::kIo, "lost the rendezvous store at "
-                                   << endpoint(host_, port_)
-                                   << " during a request for key '" << key << "' (" << why
-                                   << "); did the process hosting it exit?");
-  }
-
-  const std::string host_;
-  const int port_;
-  const std::chrono::milliseconds connectTimeout_;
-  std::mutex mutex_;  // serialises requests on the one connection
-  int fd_ = -1;       // guarded by mutex_
 };
 
 }  // namespace
 
 std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const std::string& bindAddress,
-                                                      int port) {
+                                                      int port, const std::string& secret,
+                                                      const protocol::Limits& limits) {
   std::string where = endpoint(bindAddress.empty() ? "0.0.0.0" : bindAddress, port);
   if (port < 0 || port > 65535) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
@@ -555,12 +511,7 @@ std::unique_ptr<TcpStoreServer> TcpStoreServer::start(const std::string& bindAdd
     ::close(fd);
     KOLO_SYSCHECK(wake, "eventfd for the rendezvous store server");
   }
-  return std::make_unique<Server>(fd, wake);
-}
-
-std::unique_ptr<TcpStore> TcpStore::connect(const std::string& host, int port,
-                                            std::chrono::milliseconds connectTimeout) {
-  return std::make_unique<Client>(host, port, connectTimeout);
+  return std::make_unique<Server>(fd, wake, secret, limits);
 }
 
 }  // namespace kolo::rendezvous

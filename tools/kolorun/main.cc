@@ -11,6 +11,7 @@
 #include "mpi_launch.h"
 #include "options.h"
 #include "output_multiplexer.h"
+#include "placement.h"
 #include "supervisor.h"
 
 int main(int argc, char** argv) {
@@ -32,6 +33,12 @@ int main(int argc, char** argv) {
   }
   for (const auto& note : options.notes)
     std::fprintf(stderr, "kolorun: %s\n", note.c_str());
+  try {
+    ensureJobSecret();  // exported: mpirun, ssh and local ranks inherit it
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kolorun: %s\n", e.what());
+    return 1;
+  }
   if (options.mpi) {
     extern char** environ;
     std::vector<std::string> env;

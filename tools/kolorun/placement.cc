@@ -9,6 +9,9 @@
 #include <random>
 #include <string_view>
 
+#include "common/settings.h"
+#include "common/sha256.h"
+
 namespace kolo::kolorun {
 namespace {
 
@@ -91,6 +94,24 @@ std::string makeJobId() {
   std::snprintf(buf, sizeof buf, "kolorun-%d-%llx-%08x", static_cast<int>(getpid()),
                 static_cast<unsigned long long>(micros), static_cast<unsigned>(rd()));
   return buf;
+}
+
+std::string ensureJobSecret() {
+  // Only the two secret variables: a malformed unrelated setting is the
+  // ranks' to report, not kolorun's.
+  Settings settings;
+  if (const char* v = std::getenv("KOLO_JOB_SECRET"); v != nullptr)
+    settings.jobSecret = v;
+  if (const char* v = std::getenv("KOLO_JOB_SECRET_FILE"); v != nullptr) {
+    settings.jobSecretFile = v;
+  }
+  std::string secret = settings.resolveJobSecret();
+  if (secret.empty()) {
+    const std::string bytes = randomBytes(32);
+    secret = toHex(bytes.data(), bytes.size());
+  }
+  setenv("KOLO_JOB_SECRET", secret.c_str(), 1);
+  return secret;
 }
 
 std::vector<std::string> rankEnvironment(const std::vector<std::string>& base,

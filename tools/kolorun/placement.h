@@ -36,11 +36,20 @@ struct JobIdentity {
   std::string rendezvous;        // tcp://HOST:PORT of the store kolorun hosts
   std::string jobId;             // unique per kolorun invocation
   std::string networkInterface;  // --network-interface, "" = none
+  std::string secret;            // ensureJobSecret()
 };
 
 // A job id unique on this host and, practically, across hosts:
 // kolorun-<pid>-<time>-<random>.
 std::string makeJobId();
+
+// The job secret of this kolorun (docs/security.md): KOLO_JOB_SECRET or the
+// file KOLO_JOB_SECRET_FILE names when the user set one, else a fresh one
+// (32 random bytes as hex); this process then exports it as
+// KOLO_JOB_SECRET so that every rank, local or launched by mpirun (-x by
+// name) or ssh (through the control stream), inherits it. Throws
+// kolo::Error naming an unreadable secret file.
+std::string ensureJobSecret();
 
 // Whether a NAME=VALUE entry of kolorun's environment goes to remote and
 // mpirun-launched ranks: kolo's settings (KOLO_*) and Horovod's variables

@@ -20,6 +20,9 @@ namespace {
 
 // The remote wrapper, run as: sh -c WRAPPER kolorun DIR N NAME=VALUE... CMD ARGS
 // (one line, so that any login shell passes it on unchanged).
+//   With KOLO_JOB_SECRET_STDIN=1 among the variables, the first line of the
+//   control stream is the job secret (never on a command line, where `ps`
+//   on either host would show it).
 //   fd 3 keeps the control stream: a background list's stdin is /dev/null
 //   unless redirected explicitly, so the watcher reads it from fd 3.
 //   The watcher sends each line as a signal to the rank; at end of input it
@@ -28,6 +31,8 @@ namespace {
 constexpr std::string_view kWrapper =
     "d=$1; n=$2; shift 2; "
     "while [ \"$n\" -gt 0 ]; do export \"$1\"; shift; n=$((n-1)); done; "
+    "if [ \"$KOLO_JOB_SECRET_STDIN\" = 1 ]; then unset KOLO_JOB_SECRET_STDIN; "
+    "IFS= read -r KOLO_JOB_SECRET; export KOLO_JOB_SECRET; fi; "
     "cd \"$d\" 2>/dev/null || "
     "echo \"kolorun: $(uname -n) has no directory $d; running in $PWD\" >&2; "
     "command -v \"$1\" >/dev/null 2>&1 || "
@@ -145,7 +150,11 @@ std::string remoteCommandLine(const std::string& workingDirectory,
   std::string line = "sh -c " + shellQuote(kWrapper) + " kolorun " +
                      shellQuote(workingDirectory) + " " +
                      std::to_string(environment.size());
-  for (const auto& e : environment) line += " " + shellQuote(e);
+  for (const auto& e : environment) {
+    // The secret goes through the control stream (the caller sends it).
+    line += " " +
+            shellQuote(e.starts_with("KOLO_JOB_SECRET=") ? "KOLO_JOB_SECRET_STDIN=1" : e);
+  }
   for (const auto& w : command) line += " " + shellQuote(w);
   return line;
 }

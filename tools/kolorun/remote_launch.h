@@ -33,7 +33,10 @@ std::string shellQuote(std::string_view text);
 std::vector<std::string> splitCommandWords(std::string_view text,
                                            std::string_view flag = "--ssh-command");
 
-// The remote command line described above.
+// The remote command line described above. A KOLO_JOB_SECRET=... entry of
+// `environment` is not written into it: the line asks the remote side to
+// read the secret as the first line of its control stream instead, which
+// the caller must then send (RankProcess::sendControl).
 std::string remoteCommandLine(const std::string& workingDirectory,
                               const std::vector<std::string>& environment,
                               const std::vector<std::string>& command);

@@ -117,7 +117,7 @@ bool Supervisor::launch() {
   JobIdentity job;
   job.jobId = makeJobId();
   job.networkInterface = options_.networkInterface;
-  if (!startStore(anyRemote) || (anyRemote && !probeRemoteHosts())) return false;
+  if (!startStore(anyRemote, job) || (anyRemote && !probeRemoteHosts())) return false;
   raiseDescriptorLimit();
   // Orphaned grandchildren become kolorun's children, so they are reaped
   // (and are still in their rank's process group when the job is ended).
@@ -152,9 +152,11 @@ bool Supervisor::classifyHosts(const std::vector<Placement>& placements) {
   return anyRemote;
 }
 
-bool Supervisor::startStore(bool anyRemote) {
+bool Supervisor::startStore(bool anyRemote, JobIdentity& job) {
   try {
-    store_ = rendezvous::TcpStoreServer::start(anyRemote ? "0.0.0.0" : "127.0.0.1", 0);
+    job.secret = ensureJobSecret();
+    store_ = rendezvous::TcpStoreServer::start(anyRemote ? "0.0.0.0" : "127.0.0.1", 0,
+                                               job.secret);
   } catch (const std::exception& e) {
     return failLaunch(std::string("cannot start the rendezvous store: ") + e.what(), 1);
   }
@@ -269,6 +271,7 @@ bool Supervisor::startRank(const Placement& p, const JobIdentity& job,
           rankEnvironment(context.base, options_.exports, p, job));
     }
     rank->start(executable, signals_.originalMask(), remote);
+    if (remote) rank->sendControl(job.secret);  // read first by the wrapper
   } catch (const LaunchError& e) {
     output_.note(remote ? "--ssh-command: " + std::string(e.what()) : e.what());
     launchExitCode_ = e.exitCode();

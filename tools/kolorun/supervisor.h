@@ -101,7 +101,7 @@ class Supervisor {
   bool failLaunch(const std::string& why, int exitCode);
   // Fills hostOf_, remote_, hostIsRemote_; true when any host is remote.
   bool classifyHosts(const std::vector<Placement>& placements);
-  bool startStore(bool anyRemote);
+  bool startStore(bool anyRemote, JobIdentity& job);
   bool probeRemoteHosts();
   void raiseDescriptorLimit();
   bool rendezvousAddresses(const std::vector<Placement>& placements,

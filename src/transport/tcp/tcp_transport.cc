@@ -58,7 +58,9 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "common/sha256.h"
 #include "rendezvous/store.h"
+#include "transport/tcp/tcp_handshake.h"
 
 namespace kolo::transport {
 namespace {
@@ -91,18 +93,9 @@ constexpr int kMaxIov = 64;
 constexpr size_t kDirectPollPeers = 2;
 constexpr size_t kPoolMaxBytes = size_t{128} << 20;  // unexpected-message buffers kept
 
-// Handshake, sent by the connecting (higher) rank and answered by the
-// accepting one with from/to swapped.
-struct Hello {
-  uint32_t magic;
-  uint32_t version;
-  int32_t from;
-  int32_t to;
-  int32_t size;
-  int32_t reserved;
-};
-constexpr uint32_t kMagic = 0x6b6f6c6f;  // "kolo"
-constexpr uint32_t kVersion = 1;
+// How long an accepted connection may take to prove the secret: a rank
+// greets at once, a stranger that stalls is dropped after this.
+constexpr auto kHandshakeWait = std::chrono::seconds(5);
 
 std::string errnoText(int e) {
   return std::string(std::strerror(e)) + " (errno " + std::to_string(e) + ")";
@@ -198,6 +191,31 @@ class TcpTransport::Impl {
 
   void setup(rendezvous::Store& store);
 
+ private:
+  // The handshake's state between setup's steps (nonces by peer rank).
+  struct SetupState {
+    Clock::time_point deadline;
+    std::vector<std::string> na;  // the lower rank's challenge
+    std::vector<std::string> nc;  // our nonce to it
+  };
+  struct ListenSocket {
+    int fd;
+    ListenSocket(int f) : fd(f) {}
+    ListenSocket(const ListenSocket&) = delete;
+    ListenSocket(ListenSocket&& o) noexcept : fd(o.fd) { o.fd = -1; }
+    ~ListenSocket() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  bool wanted(int r) const;
+  std::string addrKey(int r) const;
+  ListenSocket listenAndPublish(rendezvous::Store& store);
+  int connectTo(int r, const std::string& where, Clock::time_point deadline);
+  void greetLower(int r, rendezvous::Store& store, SetupState& st);
+  void acceptHigher(int lfd, std::vector<int>& missing, SetupState& st);
+  void checkAnswer(int r, SetupState& st);
+
+ public:
   int rank() const { return rank_; }
   int size() const { return size_; }
   std::chrono::milliseconds timeout() const { return options_.timeout; }
@@ -306,16 +324,52 @@ class TcpTransport::Impl {
 
 // ---------------------------------------------------------------- setup
 
+// Setup, in steps (the header says the order): listen and publish; greet
+// every lower rank (read its challenge, send the proven Hello); accept every
+// higher rank (challenge it, check its proof, answer with ours); check the
+// lower ranks' answers. A connection that does not prove the secret is
+// closed, logged once, and does not take a rank's place.
 void TcpTransport::Impl::setup(rendezvous::Store& store) {
-  const auto deadline = Clock::now() + options_.connectTimeout;
+  SetupState st;
+  st.deadline = Clock::now() + options_.connectTimeout;
+  st.na.resize(size_);
+  st.nc.resize(size_);
+  ListenSocket listener = listenAndPublish(store);
+  for (int r = 0; r < rank_; ++r) {
+    if (wanted(r)) greetLower(r, store, st);
+  }
+  std::vector<int> missing;
+  for (int r = rank_ + 1; r < size_; ++r) {
+    if (wanted(r)) missing.push_back(r);
+  }
+  while (!missing.empty()) acceptHigher(listener.fd, missing, st);
+  for (int r = 0; r < rank_; ++r) {
+    if (wanted(r)) checkAnswer(r, st);
+  }
+  for (auto& p : peers_) {
+    if (p.fd < 0) continue;
+    setNoDelay(p.fd);
+    p.linked = true;
+    p.staging.reset(new uint8_t[kStagingBytes]);
+    active_.push_back(&p);
+  }
+  rebuildPollSet();
+}
+
+bool TcpTransport::Impl::wanted(int r) const {
+  return r != rank_ && (options_.connect.empty() || options_.connect[r]);
+}
+
+std::string TcpTransport::Impl::addrKey(int r) const {
+  return options_.keyPrefix + "/addr/" + std::to_string(r);
+}
+
+// Listens on the advertised address (never every interface) at a free port
+// and publishes "ip:port".
+TcpTransport::Impl::ListenSocket TcpTransport::Impl::listenAndPublish(
+    rendezvous::Store& store) {
   const std::string ip =
       options_.advertiseAddress.empty() ? "127.0.0.1" : options_.advertiseAddress;
-  auto wanted = [&](int r) {
-    return r != rank_ && (options_.connect.empty() || options_.connect[r]);
-  };
-  auto addrKey = [&](int r) { return options_.keyPrefix + "/addr/" + std::to_string(r); };
-
-  // Listen on ip:<free port> and publish it.
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   if (::inet_pton(AF_INET, ip.c_str(), &addr.sin_addr) != 1) {
@@ -324,10 +378,7 @@ void TcpTransport::Impl::setup(rendezvous::Store& store) {
   }
   int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   KOLO_SYSCHECK(lfd, "tcp transport: socket");
-  struct ListenCloser {
-    int fd;
-    ~ListenCloser() { ::close(fd); }
-  } closer{lfd};
+  ListenSocket listener{lfd};
   setBufferSizes(lfd, options_.socketBufferBytes);
   if (::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0 ||
       ::listen(lfd, std::max(size_, 128)) < 0) {
@@ -338,147 +389,160 @@ void TcpTransport::Impl::setup(rendezvous::Store& store) {
   socklen_t len = sizeof(addr);
   ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len);
   store.setString(addrKey(rank_), ip + ":" + std::to_string(ntohs(addr.sin_port)));
+  return listener;
+}
 
-  auto remaining = [&] {
-    return std::chrono::milliseconds(std::max(millisLeft(deadline), 1));
-  };
-
-  // 1. Connect to every lower rank and send the handshake.
-  for (int r = 0; r < rank_; ++r) {
-    if (!wanted(r)) continue;
-    std::string where;
-    try {
-      where = store.getString(addrKey(r), remaining());
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::kTimeout) throw;
+// Connects to `where` ("ip:port", rank r's), retrying until the deadline.
+int TcpTransport::Impl::connectTo(int r, const std::string& where,
+                                  Clock::time_point deadline) {
+  size_t colon = where.rfind(':');
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  if (colon == std::string::npos ||
+      ::inet_pton(AF_INET, where.substr(0, colon).c_str(), &to.sin_addr) != 1) {
+    KOLO_THROW(ErrorCode::kIo, "tcp transport: rank " << r << " published a malformed "
+                                                      << "address '" << where << "'");
+  }
+  to.sin_port = htons(static_cast<uint16_t>(std::atoi(where.c_str() + colon + 1)));
+  auto pause = std::chrono::milliseconds(2);
+  for (;;) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    KOLO_SYSCHECK(fd, "tcp transport: socket");
+    setBufferSizes(fd, options_.socketBufferBytes);
+    int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+    int err = rc == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      pollfd pfd{fd, POLLOUT, 0};
+      err = ETIMEDOUT;
+      if (::poll(&pfd, 1, millisLeft(deadline)) > 0) {
+        socklen_t elen = sizeof(err);
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen);
+      }
+    }
+    if (err == 0) return fd;
+    ::close(fd);
+    if (Clock::now() + pause >= deadline) {
       KOLO_THROW_PEER(ErrorCode::kTimeout, r,
-                      "tcp transport: rank "
-                          << rank_ << " timed out waiting for rank " << r
-                          << " to publish its address (did it start?): " << e.what());
-    }
-    size_t colon = where.rfind(':');
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    if (colon == std::string::npos ||
-        ::inet_pton(AF_INET, where.substr(0, colon).c_str(), &to.sin_addr) != 1) {
-      KOLO_THROW(ErrorCode::kIo, "tcp transport: rank " << r << " published a malformed "
-                                                        << "address '" << where << "'");
-    }
-    to.sin_port = htons(static_cast<uint16_t>(std::atoi(where.c_str() + colon + 1)));
-    std::string why;
-    int fd = -1;
-    auto pause = std::chrono::milliseconds(2);
-    while (fd < 0) {
-      fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      KOLO_SYSCHECK(fd, "tcp transport: socket");
-      setBufferSizes(fd, options_.socketBufferBytes);
-      int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to));
-      int err = rc == 0 ? 0 : errno;
-      if (err == EINPROGRESS) {
-        pollfd pfd{fd, POLLOUT, 0};
-        err = ETIMEDOUT;
-        if (::poll(&pfd, 1, millisLeft(deadline)) > 0) {
-          socklen_t elen = sizeof(err);
-          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen);
-        }
-      }
-      if (err == 0) break;
-      ::close(fd);
-      fd = -1;
-      why = errnoText(err);
-      if (Clock::now() + pause >= deadline) {
-        KOLO_THROW_PEER(ErrorCode::kTimeout, r,
-                        "tcp transport: rank " << rank_ << " could not connect to rank "
-                                               << r << " at " << where << " within "
-                                               << options_.connectTimeout.count() / 1000.0
-                                               << " s: " << why);
-      }
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::milliseconds(100));
-    }
-    peers_[r].fd = fd;
-    Hello hello{kMagic, kVersion, rank_, r, size_, 0};
-    if (!ioExact(fd, &hello, sizeof(hello), true, deadline, &why)) {
-      KOLO_THROW_PEER(ErrorCode::kPeerLost, r,
-                      "tcp transport: rank " << rank_ << " could not greet rank " << r
-                                             << " at " << where << ": " << why);
-    }
-  }
-
-  // 2. Accept every higher rank, check its handshake and answer it.
-  std::vector<int> missing;
-  for (int r = rank_ + 1; r < size_; ++r) {
-    if (wanted(r)) missing.push_back(r);
-  }
-  while (!missing.empty()) {
-    pollfd pfd{lfd, POLLIN, 0};
-    int left = millisLeft(deadline);
-    if (left == 0 || ::poll(&pfd, 1, left) == 0) {
-      KOLO_THROW_PEER(ErrorCode::kTimeout, missing.front(),
-                      "tcp transport: rank " << rank_ << " timed out after "
+                      "tcp transport: rank " << rank_ << " could not connect to rank "
+                                             << r << " at " << where << " within "
                                              << options_.connectTimeout.count() / 1000.0
-                                             << " s waiting for " << rankList(missing)
-                                             << " to connect (did they start?)");
+                                             << " s: " << errnoText(err));
     }
-    int fd = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    Hello hello{};
-    std::string why;
-    if (!ioExact(fd, &hello, sizeof(hello), false, deadline, &why) ||
-        hello.magic != kMagic || hello.version != kVersion) {
-      ::close(fd);  // a stray connection, not one of ours
-      continue;
-    }
-    if (hello.to != rank_ || hello.size != size_ ||
-        std::find(missing.begin(), missing.end(), hello.from) == missing.end()) {
-      ::close(fd);
-      KOLO_THROW_PEER(ErrorCode::kMismatch, hello.from,
-                      "tcp transport: rank "
-                          << rank_ << " (of " << size_ << ") got a handshake from rank "
-                          << hello.from << " addressed to rank " << hello.to
-                          << " of a world of " << hello.size
-                          << " (ranks disagree on the layout, or two "
-                             "jobs share a store prefix)");
-    }
-    peers_[hello.from].fd = fd;
-    std::erase(missing, hello.from);
-    Hello reply{kMagic, kVersion, rank_, hello.from, size_, 0};
-    if (!ioExact(fd, &reply, sizeof(reply), true, deadline, &why)) {
-      KOLO_THROW_PEER(ErrorCode::kPeerLost, hello.from,
-                      "tcp transport: rank " << rank_ << " could not answer rank "
-                                             << hello.from << ": " << why);
-    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(100));
   }
+}
 
-  // 3. Read the answers of the lower ranks.
-  for (int r = 0; r < rank_; ++r) {
-    if (!wanted(r)) continue;
-    Hello reply{};
-    std::string why;
-    if (!ioExact(peers_[r].fd, &reply, sizeof(reply), false, deadline, &why)) {
-      KOLO_THROW_PEER(ErrorCode::kPeerLost, r,
-                      "tcp transport: rank "
-                          << rank_ << " got no handshake answer from rank " << r << ": "
-                          << why);
-    }
-    if (reply.magic != kMagic || reply.from != r || reply.to != rank_ ||
-        reply.size != size_) {
-      KOLO_THROW_PEER(ErrorCode::kMismatch, r,
-                      "tcp transport: rank "
-                          << rank_ << " connected to the address of rank " << r
-                          << " but was answered by rank " << reply.from << " of "
-                          << reply.size);
-    }
+// Step 2: connect to lower rank r, read its challenge, send our proof.
+void TcpTransport::Impl::greetLower(int r, rendezvous::Store& store, SetupState& st) {
+  std::string where;
+  try {
+    where = store.getString(
+        addrKey(r), std::chrono::milliseconds(std::max(millisLeft(st.deadline), 1)));
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kTimeout) throw;
+    KOLO_THROW_PEER(ErrorCode::kTimeout, r,
+                    "tcp transport: rank "
+                        << rank_ << " timed out waiting for rank " << r
+                        << " to publish its address (did it start?): " << e.what());
   }
+  const int fd = connectTo(r, where, st.deadline);
+  peers_[r].fd = fd;
+  std::string challenge(tcp::kChallengeBytes, '\0');
+  std::string why;
+  if (!ioExact(fd, challenge.data(), challenge.size(), false, st.deadline, &why) ||
+      !tcp::decodeChallenge(challenge, &st.na[r], &why)) {
+    KOLO_THROW_PEER(ErrorCode::kPeerLost, r,
+                    "tcp transport: rank " << rank_ << " got no handshake from rank " << r
+                                           << " at " << where << ": " << why);
+  }
+  st.nc[r] = randomBytes(tcp::kNonceBytes);
+  tcp::Hello hello{tcp::kMagic, tcp::kVersion, rank_, r, size_, 0};
+  std::string msg = tcp::encodeHello(hello, st.na[r], st.nc[r], options_.secret);
+  if (!ioExact(fd, msg.data(), msg.size(), true, st.deadline, &why)) {
+    KOLO_THROW_PEER(ErrorCode::kPeerLost, r,
+                    "tcp transport: rank " << rank_ << " could not greet rank " << r
+                                           << " at " << where << ": " << why);
+  }
+}
 
-  for (auto& p : peers_) {
-    if (p.fd < 0) continue;
-    setNoDelay(p.fd);
-    p.linked = true;
-    p.staging.reset(new uint8_t[kStagingBytes]);
-    active_.push_back(&p);
+// Step 3: accept one connection; when it proves the secret and is a
+// missing higher rank, link it and answer. A stranger is closed and logged.
+void TcpTransport::Impl::acceptHigher(int lfd, std::vector<int>& missing,
+                                      SetupState& st) {
+  pollfd pfd{lfd, POLLIN, 0};
+  int left = millisLeft(st.deadline);
+  if (left == 0 || ::poll(&pfd, 1, left) == 0) {
+    KOLO_THROW_PEER(ErrorCode::kTimeout, missing.front(),
+                    "tcp transport: rank " << rank_ << " timed out after "
+                                           << options_.connectTimeout.count() / 1000.0
+                                           << " s waiting for " << rankList(missing)
+                                           << " to connect (did they start?)");
   }
-  rebuildPollSet();
+  int fd = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd < 0) return;
+  // A rank greets at once; a stranger may not: wait for it a bounded time.
+  const auto wait = std::min(st.deadline, Clock::now() + kHandshakeWait);
+  const std::string na = randomBytes(tcp::kNonceBytes);
+  const std::string challenge = tcp::encodeChallenge(na);
+  std::string msg(tcp::kHelloBytes, '\0');
+  std::string why, nc;
+  tcp::Hello hello{};
+  if (!ioExact(fd, const_cast<char*>(challenge.data()), challenge.size(), true, wait,
+               &why) ||
+      !ioExact(fd, msg.data(), msg.size(), false, wait, &why) ||
+      !tcp::decodeHello(msg, na, options_.secret, &hello, &nc, &why)) {
+    KOLO_LOG(kWarning) << "tcp transport: rank " << rank_
+                       << " closed a connection that did not authenticate: " << why;
+    ::close(fd);
+    return;
+  }
+  if (hello.to != rank_ || hello.size != size_ ||
+      std::find(missing.begin(), missing.end(), hello.from) == missing.end()) {
+    ::close(fd);
+    KOLO_THROW_PEER(ErrorCode::kMismatch, hello.from,
+                    "tcp transport: rank " << rank_ << " (of " << size_
+                                           << ") got a handshake from rank " << hello.from
+                                           << " addressed to rank " << hello.to
+                                           << " of a world of " << hello.size
+                                           << " (ranks disagree on the layout, or two "
+                                              "jobs share a store prefix)");
+  }
+  peers_[hello.from].fd = fd;
+  std::erase(missing, hello.from);
+  tcp::Hello reply{tcp::kMagic, tcp::kVersion, rank_, hello.from, size_, 0};
+  std::string answer = tcp::encodeAnswer(reply, na, nc, options_.secret);
+  if (!ioExact(fd, answer.data(), answer.size(), true, st.deadline, &why)) {
+    KOLO_THROW_PEER(ErrorCode::kPeerLost, hello.from,
+                    "tcp transport: rank " << rank_ << " could not answer rank "
+                                           << hello.from << ": " << why);
+  }
+}
+
+// Step 4: lower rank r's answer must prove the secret and name us.
+void TcpTransport::Impl::checkAnswer(int r, SetupState& st) {
+  std::string answer(tcp::kAnswerBytes, '\0');
+  std::string why;
+  if (!ioExact(peers_[r].fd, answer.data(), answer.size(), false, st.deadline, &why)) {
+    KOLO_THROW_PEER(ErrorCode::kPeerLost, r,
+                    "tcp transport: rank "
+                        << rank_ << " got no handshake answer from rank " << r << ": "
+                        << why);
+  }
+  tcp::Hello reply{};
+  if (!tcp::decodeAnswer(answer, st.na[r], st.nc[r], options_.secret, &reply, &why)) {
+    KOLO_THROW_PEER(ErrorCode::kMismatch, r,
+                    "tcp transport: rank "
+                        << rank_ << " connected to the address of rank " << r << " but "
+                        << why);
+  }
+  if (reply.from != r || reply.to != rank_ || reply.size != size_) {
+    KOLO_THROW_PEER(ErrorCode::kMismatch, r,
+                    "tcp transport: rank "
+                        << rank_ << " connected to the address of rank " << r
+                        << " but was answered by rank " << reply.from << " of "
+                        << reply.size);
+  }
 }
 
 // --------------------------------------------------------------- posting

@@ -3,10 +3,13 @@
 //
 // Setup (create): every rank listens on advertiseAddress:<free port> and
 // publishes "ip:port" in the store under "<keyPrefix>/addr/<rank>". For each
-// pair of connected ranks the higher rank connects to the lower one and
-// sends a handshake naming both ranks and the world size; the lower rank
-// checks it and answers with its own rank, which the higher rank checks. The
-// result is a full mesh among the peers selected by Options::connect.
+// pair of connected ranks the higher rank connects to the lower one; the
+// lower rank sends a challenge, the higher rank answers with a handshake
+// naming both ranks and the world size and proving the job secret
+// (tcp_handshake.h); the lower rank checks it and answers with its own
+// rank and proof, which the higher rank checks. A connection that does not
+// prove the secret is closed and logged, and never takes a rank's place.
+// The result is a full mesh among the peers selected by Options::connect.
 //
 // Wire format per message: a 16-byte header (tag, byte count; the top bit of
 // the count marks control frames: the goodbye sent on destruction, the
@@ -67,6 +70,7 @@ class TcpTransport : public Transport {
     std::chrono::microseconds spin{100};
     size_t socketBufferBytes = 4 << 20;
     std::string keyPrefix = "tcp";  // store keys live under this prefix
+    std::string secret;             // the job secret both ends prove
   };
 
   // Collective over the selected ranks (see the setup above).
