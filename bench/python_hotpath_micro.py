@@ -16,7 +16,10 @@ until all are done (untimed), then the completions timed. "step": the CPU
 cost of one rank's step per operation, the same way: kolo.torch's
 hvd.allreduce_async_(t, name=...) and hvd.synchronize(h) on 1,000 distinct
 4 KiB tensors, next to the binding's lean calls (allreduce_submit,
-wait_release) on the same tensors; "in all" is submit + synchronize.
+wait_release) on the same tensors; "in all" is submit + synchronize, in
+wall-clock time and in the calling thread's CPU time (time.thread_time_ns:
+time the thread spent off the CPU, waiting for a core on a loaded
+machine, is not counted).
 
 Method: the cases are interleaved round by round (--rounds rounds) so that
 a machine whose speed drifts hits them alike; the figure is each case's
@@ -237,18 +240,20 @@ def torch_step(rounds, batch):
 
     cases = [("kolo.torch", torch_submit, torch_sync, hvd.poll),
              ("lean native", lean_submit, lean_sync, n.poll)]
+    cpu = time.thread_time_ns
     samples = {}
     for _ in range(rounds):
         for label, submit, sync, poll in cases:
-            t0 = ns()
+            c0, t0 = cpu(), ns()
             hs = submit()
-            t1 = ns()
+            t1, c1 = ns(), cpu()
             until_done(hs, poll)
-            t2 = ns()
+            c2, t2 = cpu(), ns()
             sync(hs)
-            t3 = ns()
+            t3, c3 = ns(), cpu()
             for what, dt in (("submit", t1 - t0), ("synchronize (done)", t3 - t2),
-                             ("in all", t1 - t0 + t3 - t2)):
+                             ("in all", t1 - t0 + t3 - t2),
+                             ("in all, thread CPU time", c1 - c0 + c3 - c2)):
                 samples.setdefault("%s: %s" % (label, what), []).append(dt / batch)
     width = max(len(k) for k in samples)
     print("%-*s  %9s  %9s   (%d rounds of %d operations)" % (width, "case", "ns/op", "min",
