@@ -49,6 +49,11 @@ std::vector<HandleEntry> HandleTable::close() {
 int HandleTable::add(const char* fn, HandleEntry entry, kolo_handle* out) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!open_) return closedError(fn);
+  if (nextSerial_ >= (int64_t{1} << (63 - kIndexBits))) {
+    return fail(KOLO_ERR_INTERNAL, std::string(fn) +
+                                       ": this process has made every handle value "
+                                       "there can be (2^41)");
+  }
   uint32_t index;
   if (freeHead_ != kNoSlot) {
     index = freeHead_;

@@ -39,8 +39,9 @@ struct HandleEntry {
 class HandleTable {
  public:
   // Bits of a handle value that index its slot: at most 2^22 (4,194,304)
-  // handles held at once. The bits above count the handles made in this
-  // process, so a value is never made twice.
+  // handles held at once. The 41 bits above count the handles made in this
+  // process, so a value is never made twice (2^41 handles: 25 days at a
+  // million per second).
   static constexpr int kIndexBits = 22;
   static constexpr size_t kMaxSlots = size_t{1} << kIndexBits;
 
