@@ -3,6 +3,7 @@ one allreduce_async_ + synchronize spends in Python, piece by piece.
 
     /usr/bin/python3 bench/python_hotpath_micro.py torch [--rounds 7]
     build/bin/kolorun -np 1 /usr/bin/python3 bench/python_hotpath_micro.py native
+    build/bin/kolorun -np 1 /usr/bin/python3 bench/python_hotpath_micro.py step
 
 (PYTHONPATH=build/python for "native".) "torch": alternatives of the
 wrapper's checks on a 4 KiB float32 tensor (device, layout, dtype, shape,
@@ -11,7 +12,14 @@ pointer, contiguity, names, registration, calls), no kolo needed.
 argument forms, poll, wait, release, and allreduce_submit and wait_release
 when the build has them), in batches of --number operations pending at
 once, as a training step has them: the submissions timed, then a poll
-until all are done (untimed), then the completions timed.
+until all are done (untimed), then the completions timed. "step": the CPU
+cost of one rank's step per operation, the same way: kolo.torch's
+hvd.allreduce_async_(t, name=...) and hvd.synchronize(h) on 1,000 distinct
+4 KiB tensors, next to the binding's lean calls (allreduce_submit,
+wait_release) on the same tensors; "in all" is submit + synchronize, in
+wall-clock time and in the calling thread's CPU time (time.thread_time_ns:
+time the thread spent off the CPU, waiting for a core on a loaded
+machine, is not counted).
 
 Method: the cases are interleaved round by round (--rounds rounds) so that
 a machine whose speed drifts hits them alike; the figure is each case's
@@ -194,6 +202,67 @@ def native_batches(rounds, batch):
     n.shutdown()
 
 
+def torch_step(rounds, batch):
+    """kolo.torch's allreduce_async_ + synchronize against the lean native
+    calls, one rank, `batch` distinct tensors pending at once; ns per
+    operation of the submit loop and of the synchronize loop (every
+    operation already done)."""
+    import time
+
+    import kolo.torch as hvd
+    from kolo import _native as n
+
+    hvd.init()
+    tensors = [torch.zeros(1024, dtype=torch.float32) for _ in range(batch)]
+    names = ["step%04d.weight" % i for i in range(batch)]
+    pairs = list(zip(tensors, names))
+    F, A = n.FLOAT32, n.AVG
+    ns = time.perf_counter_ns
+
+    def torch_submit():
+        return [hvd.allreduce_async_(t, name=m) for t, m in pairs]
+
+    def torch_sync(hs):
+        for h in hs:
+            hvd.synchronize(h)
+
+    def lean_submit():
+        return [n.allreduce_submit(m, t.data_ptr(), t.data_ptr(), t.shape, F, A)
+                for t, m in pairs]
+
+    def lean_sync(hs):
+        for h in hs:
+            n.wait_release(h)
+
+    def until_done(hs, poll):
+        while not all(poll(h) for h in hs):
+            pass
+
+    cases = [("kolo.torch", torch_submit, torch_sync, hvd.poll),
+             ("lean native", lean_submit, lean_sync, n.poll)]
+    cpu = time.thread_time_ns
+    samples = {}
+    for _ in range(rounds):
+        for label, submit, sync, poll in cases:
+            c0, t0 = cpu(), ns()
+            hs = submit()
+            t1, c1 = ns(), cpu()
+            until_done(hs, poll)
+            c2, t2 = cpu(), ns()
+            sync(hs)
+            t3, c3 = ns(), cpu()
+            for what, dt in (("submit", t1 - t0), ("synchronize (done)", t3 - t2),
+                             ("in all", t1 - t0 + t3 - t2),
+                             ("in all, thread CPU time", c1 - c0 + c3 - c2)):
+                samples.setdefault("%s: %s" % (label, what), []).append(dt / batch)
+    width = max(len(k) for k in samples)
+    print("%-*s  %9s  %9s   (%d rounds of %d operations)" % (width, "case", "ns/op", "min",
+                                                             rounds, batch))
+    for k, v in samples.items():
+        print("%-*s  %9.1f  %9.1f" % (width, k, statistics.median(v), min(v)))
+    hvd.shutdown()
+
+
 def run(cases, g, setup, number, rounds):
     def f_kw(a, b=1):
         return a
@@ -226,7 +295,7 @@ def run(cases, g, setup, number, rounds):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=("torch", "native"))
+    p.add_argument("what", choices=("torch", "native", "step"))
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--number", type=int, default=0,
                    help="calls per timing (torch, default 200000) or operations per "
@@ -235,8 +304,10 @@ def main():
     if a.what == "torch":
         g, setup, cases = torch_cases()
         run(cases, g, setup, a.number or 200000, a.rounds)
-    else:
+    elif a.what == "native":
         native_batches(a.rounds, a.number or 1000)
+    else:
+        torch_step(a.rounds, a.number or 1000)
     return 0
 
 

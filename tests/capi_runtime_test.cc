@@ -11,11 +11,13 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/process_ranks.h"
@@ -217,6 +219,74 @@ TEST(CApiRuntime, SingleRankHandlesAndArgumentErrors) {
   const std::string trace = readFile(timeline);
   EXPECT_TRUE(contains(trace, "\"a\"")) << trace;
   EXPECT_TRUE(contains(trace, "\"rs\"")) << trace;
+}
+
+// Handles made on one thread and waited and released on others, while
+// more are submitted; then a handle from before kolo_finalize is refused
+// after kolo_init again, and never reaches a new operation.
+TEST(CApiRuntime, HandlesAcrossThreadsAndAcrossInit) {
+  clearLauncherEnv();
+  ASSERT_EQ(kolo_init(), KOLO_OK) << lastError();
+  constexpr int kOps = 200;
+  std::vector<float> data(kOps, 0.0f);
+  std::vector<kolo_handle> handles(kOps, 0);
+  std::atomic<int> submitted{0};
+  std::atomic<int> errors{0};
+  std::thread submitter([&] {
+    int64_t shape[1] = {1};
+    for (int i = 0; i < kOps; ++i) {
+      data[i] = static_cast<float>(i);
+      const std::string name = "thread." + std::to_string(i);
+      if (kolo_allreduce_async(name.c_str(), &data[i], &data[i], 1, shape, KOLO_FLOAT32,
+                               KOLO_SUM, 2.0, 1.0, 0, &handles[i]) != KOLO_OK) {
+        ++errors;
+      }
+      submitted.store(i + 1, std::memory_order_release);
+    }
+  });
+  // Two waiters: the even handles with kolo_wait + kolo_release, the odd
+  // ones with kolo_wait_release.
+  auto waiter = [&](int parity) {
+    for (int i = parity; i < kOps; i += 2) {
+      while (submitted.load(std::memory_order_acquire) <= i) std::this_thread::yield();
+      const int rc = parity == 0 ? kolo_wait(handles[i]) : kolo_wait_release(handles[i]);
+      if (rc != KOLO_OK || (parity == 0 && kolo_release(handles[i]) != KOLO_OK)) ++errors;
+      if (data[i] != 2.0f * static_cast<float>(i)) ++errors;
+      if (kolo_wait(handles[i]) != KOLO_ERR_INVALID_ARGUMENT) ++errors;
+    }
+  };
+  std::thread even(waiter, 0), odd(waiter, 1);
+  submitter.join();
+  even.join();
+  odd.join();
+  EXPECT_EQ(errors.load(), 0) << lastError();
+  EXPECT_EQ(kolo_wait(handles[0]), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(
+      lastError(),
+      "kolo_wait: unknown handle " + std::to_string(handles[0]) + " (already released)"))
+      << lastError();
+
+  float x = 1;
+  int64_t shape[1] = {1};
+  kolo_handle old = 0, fresh = 0;
+  ASSERT_EQ(kolo_allreduce_async("old", &x, &x, 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1, 0,
+                                 &old),
+            KOLO_OK)
+      << lastError();
+  ASSERT_EQ(kolo_wait(old), KOLO_OK) << lastError();
+  ASSERT_EQ(kolo_finalize(), KOLO_OK);
+  ASSERT_EQ(kolo_init(), KOLO_OK) << lastError();
+  EXPECT_EQ(kolo_wait(old), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(lastError(), "unknown handle " + std::to_string(old)))
+      << lastError();
+  ASSERT_EQ(kolo_allreduce_async("fresh", &x, &x, 1, shape, KOLO_FLOAT32, KOLO_SUM, 1, 1,
+                                 0, &fresh),
+            KOLO_OK)
+      << lastError();
+  EXPECT_NE(fresh, old);
+  EXPECT_EQ(kolo_release(old), KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kolo_wait_release(fresh), KOLO_OK) << lastError();
+  EXPECT_EQ(kolo_finalize(), KOLO_OK);
 }
 
 // Prints the failure and returns `code` from the rank's body.

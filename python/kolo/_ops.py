@@ -213,7 +213,22 @@ def synchronize(handle):
         raise _native.InvalidArgumentError(
             "synchronize: expected a handle returned by an *_async call, got %r"
             % (handle,))
-    return handle.wait()
+    ids = handle._ids
+    if type(ids) is not int or handle._state or handle._generation != _generation:
+        return handle.wait()
+    # The hot path (a pending in-place allreduce), Handle.wait and
+    # Handle._complete inlined: two Python calls fewer per operation.
+    try:
+        _wait_release(ids)
+    except Exception as e:  # noqa: BLE001 - the handle fails with it
+        handle._result = e
+        handle._state = 2
+        handle._keep = None
+        raise
+    result = handle._result = handle._keep
+    handle._state = 1
+    handle._keep = None
+    return result
 
 
 def poll(handle):

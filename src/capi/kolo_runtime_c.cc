@@ -16,17 +16,17 @@
 //   create and destroy their sets in the same order (the contract). The id
 //   is agreed over the new team: the maximum of the members' next free ids
 //   (one allgather), so it is the same on every member and unused on each.
-// - Handles: kolo_handle -> Entry (the runtime's HandlePtr, the kind, and
-//   the output buffer that the C layer owns for reducescatter). Handle
-//   values are never reused within a process. A handle released while
-//   pending moves to `released` until its operation ends (the runtime may
-//   still write its owned buffer); finished ones are dropped at the next
-//   release.
+// - Handles: gHandles (handle_table.h), open between kolo_init and
+//   kolo_finalize: kolo_handle -> the runtime's HandlePtr, the kind, and
+//   the output buffer that the C layer owns for reducescatter. Calls on a
+//   handle (poll, wait, release, wait_release, output) take only its lock,
+//   once.
 //
 // Locking: gMu guards gState and everything in it. Calls take it briefly to
 // look things up and copy shared pointers; nothing blocks on other ranks
 // while holding it (split, allgather, wait and shutdown run unlocked).
-// Lock order: kolo_c.cc's mutex, then gMu, then the runtime's own locks.
+// Lock order: kolo_c.cc's mutex, then gMu, then the handle table's and the
+// runtime's own locks.
 #include <kolo/error.h>
 #include <kolo/runtime.h>
 
@@ -38,16 +38,17 @@
 #include <mutex>
 #include <sstream>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "capi/capi_internal.h"
+#include "capi/handle_table.h"
 #include "common/settings.h"
 #include "runtime/runtime.h"
 
 namespace {
 
 using kolo::capi::fail;
+using kolo::capi::HandleEntry;
 using kolo::runtime::HandlePtr;
 using kolo::runtime::OpKind;
 using kolo::runtime::OpRequest;
@@ -62,26 +63,19 @@ struct ProcessSet {
 };
 using ProcessSetPtr = std::shared_ptr<ProcessSet>;
 
-struct Entry {
-  HandlePtr handle;
-  OpKind kind = OpKind::kAllreduce;
-  std::unique_ptr<std::vector<uint8_t>> owned;  // reducescatter's output
-};
-
 struct State {
   std::shared_ptr<kolo::Communicator> world;
   kolo::runtime::RuntimeOptions options;  // for process sets (no timeline file)
   std::map<int, ProcessSetPtr> sets;      // id -> set; 0 always present
+  ProcessSet* global = nullptr;           // sets[0], without a look-up
   int nextSetId = 1;
   std::map<std::vector<int>, int> generations;  // creations per rank list
-  std::unordered_map<kolo_handle, Entry> handles;
-  std::vector<Entry> released;  // released while pending
 };
 
-std::mutex gMu;                 // guards gState (and all inside it)
-std::unique_ptr<State> gState;  // null when not initialized
-std::mutex gLifecycleMu;        // serialises startRuntimes/stopRuntimes
-std::atomic<kolo_handle> gNextHandle{1};
+std::mutex gMu;                    // guards gState (and all inside it)
+std::unique_ptr<State> gState;     // null when not initialized
+std::mutex gLifecycleMu;           // serialises startRuntimes/stopRuntimes
+kolo::capi::HandleTable gHandles;  // open while gState is set
 
 int notInitialized(const char* fn) {
   return fail(KOLO_ERR_NOT_INITIALIZED,
@@ -113,26 +107,22 @@ int rawValue(const T& v) {
   return raw;
 }
 
+// The error for a set that this rank does not know (gMu held, gState set).
+int unknownSet(const char* fn, int id) {
+  const int rank = gState->world->rank();
+  return invalid(std::string(fn) + ": process set " + std::to_string(id) +
+                 " is not known on rank " + std::to_string(rank) +
+                 " (never created here, destroyed, or this rank is not a member)");
+}
+
 // The set `id` on this rank, or an error code (0 when found).
 int findSet(const char* fn, int id, ProcessSetPtr* out) {
   std::lock_guard<std::mutex> lock(gMu);
   if (!gState) return notInitialized(fn);
   auto it = gState->sets.find(id);
-  if (it == gState->sets.end()) {
-    const int rank = gState->world->rank();
-    return invalid(std::string(fn) + ": process set " + std::to_string(id) +
-                   " is not known on rank " + std::to_string(rank) +
-                   " (never created here, destroyed, or this rank is not a member)");
-  }
+  if (it == gState->sets.end()) return unknownSet(fn, id);
   *out = it->second;
   return KOLO_OK;
-}
-
-kolo_handle addEntry(Entry entry) {
-  const kolo_handle h = gNextHandle.fetch_add(1);
-  std::lock_guard<std::mutex> lock(gMu);
-  if (gState) gState->handles.emplace(h, std::move(entry));
-  return h;
 }
 
 // A handle that failed at submission with a bad argument is not kept: the
@@ -196,35 +186,29 @@ OpRequest makeRequest(const char* name, OpKind kind, int ndim, const int64_t* sh
 }
 
 // Enqueues one request on set `id` (the runtime copies it) and stores its
-// handle.
+// handle. The hot path of a training step: gMu is held across the look-up
+// and Runtime::enqueue (which never blocks), so the set needs no shared_ptr
+// copy, and set 0 no map look-up.
 int submit(const char* fn, int id, const OpRequest& request, kolo_handle* out,
            std::unique_ptr<std::vector<uint8_t>> owned = nullptr) {
   if (out == nullptr) return invalid(std::string(fn) + ": handle pointer is null");
-  ProcessSetPtr set;
-  if (int rc = findSet(fn, id, &set)) return rc;
   return guarded(fn, [&] {
-    const OpKind kind = request.spec.kind;
-    HandlePtr handle = set->runtime->enqueue(request);
+    HandlePtr handle;
+    {
+      std::lock_guard<std::mutex> lock(gMu);
+      if (!gState) return notInitialized(fn);
+      ProcessSet* set = gState->global;
+      if (id != 0) {
+        auto it = gState->sets.find(id);
+        if (it == gState->sets.end()) return unknownSet(fn, id);
+        set = it->second.get();
+      }
+      handle = set->runtime->enqueue(request);
+    }
     if (int rc = argumentError(handle)) return rc;
-    *out = addEntry(Entry{std::move(handle), kind, std::move(owned)});
-    return KOLO_OK;
+    const OpKind kind = request.spec.kind;
+    return gHandles.add(fn, HandleEntry{std::move(handle), kind, std::move(owned)}, out);
   });
-}
-
-// The entry of `h` (copied out), or an error code.
-int findEntry(const char* fn, kolo_handle h, HandlePtr* handle, OpKind* kind = nullptr,
-              const std::vector<uint8_t>** owned = nullptr) {
-  std::lock_guard<std::mutex> lock(gMu);
-  if (!gState) return notInitialized(fn);
-  auto it = gState->handles.find(h);
-  if (it == gState->handles.end()) {
-    return invalid(std::string(fn) + ": unknown handle " + std::to_string(h) +
-                   " (never returned, or already released)");
-  }
-  *handle = it->second.handle;
-  if (kind) *kind = it->second.kind;
-  if (owned) *owned = it->second.owned.get();
-  return KOLO_OK;
 }
 
 std::string rankList(const std::vector<int>& ranks) {
@@ -250,18 +234,22 @@ void startRuntimes(const std::shared_ptr<Communicator>& world) {
   for (int r = 0; r < world->size(); ++r) set->ranks.push_back(r);
   set->comm = world->split(set->ranks, "runtime/0");
   set->runtime = std::make_unique<Runtime>(set->comm, options);
+  state->global = set.get();
   state->sets.emplace(0, std::move(set));
 
   std::lock_guard<std::mutex> lock(gMu);
   gState = std::move(state);
+  gHandles.open();
 }
 
 void stopRuntimes() {
   std::lock_guard<std::mutex> life(gLifecycleMu);
   std::unique_ptr<State> state;
+  std::vector<HandleEntry> handles;  // dropped once no runtime writes to them
   {
     std::lock_guard<std::mutex> lock(gMu);
     state.swap(gState);
+    handles = gHandles.close();
   }
   if (!state) return;
   // Every runtime first (each stops in its next cycle on all its members,
@@ -274,8 +262,7 @@ void stopRuntimes() {
     } catch (...) {
     }
   }
-  state->handles.clear();
-  state->released.clear();
+  handles.clear();
   for (auto& [id, set] : state->sets) {
     set->runtime.reset();
     set->comm.reset();
@@ -450,7 +437,11 @@ int kolo_grouped_allreduce_async(int n, const char* const* names,
       if (int rc = argumentError(h)) return rc;
     }
     for (size_t i = 0; i < hs.size(); ++i) {
-      handles[i] = addEntry(Entry{hs[i], OpKind::kAllreduce, nullptr});
+      if (int rc = gHandles.add(fn, HandleEntry{hs[i], OpKind::kAllreduce, nullptr},
+                                &handles[i])) {
+        for (size_t j = 0; j < i; ++j) gHandles.release(fn, handles[j]);
+        return rc;
+      }
     }
     return KOLO_OK;
   });
@@ -541,8 +532,8 @@ int kolo_join_async(int process_set, kolo_handle* handle) {
   ProcessSetPtr set;
   if (int rc = findSet(fn, process_set, &set)) return rc;
   return guarded(fn, [&] {
-    *handle = addEntry(Entry{set->runtime->join(), OpKind::kJoin, nullptr});
-    return KOLO_OK;
+    return gHandles.add(fn, HandleEntry{set->runtime->join(), OpKind::kJoin, nullptr},
+                        handle);
   });
 }
 
@@ -551,14 +542,14 @@ int kolo_join_async(int process_set, kolo_handle* handle) {
 int kolo_poll(kolo_handle handle, int* done) {
   if (done == nullptr) return invalid("kolo_poll: done pointer is null");
   HandlePtr h;
-  if (int rc = findEntry("kolo_poll", handle, &h)) return rc;
+  if (int rc = gHandles.find("kolo_poll", handle, &h)) return rc;
   *done = h->poll() ? 1 : 0;
   return KOLO_OK;
 }
 
 int kolo_wait(kolo_handle handle) {
   HandlePtr h;
-  if (int rc = findEntry("kolo_wait", handle, &h)) return rc;
+  if (int rc = gHandles.find("kolo_wait", handle, &h)) return rc;
   return guarded("kolo_wait", [&] {
     h->wait();
     return KOLO_OK;
@@ -574,7 +565,7 @@ int kolo_handle_output(kolo_handle handle, const void** data, size_t* bytes, int
   HandlePtr h;
   OpKind kind;
   const std::vector<uint8_t>* owned = nullptr;
-  if (int rc = findEntry(fn, handle, &h, &kind, &owned)) return rc;
+  if (int rc = gHandles.find(fn, handle, &h, &kind, &owned)) return rc;
   if (kind != OpKind::kAllgather && kind != OpKind::kAlltoall &&
       kind != OpKind::kReduceScatter) {
     return invalid(std::string(fn) + ": " + kolo::runtime::toString(kind) + " '" +
@@ -599,18 +590,8 @@ int kolo_handle_output(kolo_handle handle, const void** data, size_t* bytes, int
 
 int kolo_wait_release(kolo_handle handle) {
   const char* fn = "kolo_wait_release";
-  Entry entry;  // outlives the wait: it owns a reducescatter's output
-  {
-    std::lock_guard<std::mutex> lock(gMu);
-    if (!gState) return notInitialized(fn);
-    auto it = gState->handles.find(handle);
-    if (it == gState->handles.end()) {
-      return invalid(std::string(fn) + ": unknown handle " + std::to_string(handle) +
-                     " (never returned, or already released)");
-    }
-    entry = std::move(it->second);
-    gState->handles.erase(it);
-  }
+  HandleEntry entry;  // outlives the wait: it owns a reducescatter's output
+  if (int rc = gHandles.take(fn, handle, &entry)) return rc;
   return guarded(fn, [&] {
     entry.handle->wait();
     return KOLO_OK;
@@ -618,18 +599,7 @@ int kolo_wait_release(kolo_handle handle) {
 }
 
 int kolo_release(kolo_handle handle) {
-  std::lock_guard<std::mutex> lock(gMu);
-  if (!gState) return notInitialized("kolo_release");
-  auto it = gState->handles.find(handle);
-  if (it == gState->handles.end()) {
-    return invalid("kolo_release: unknown handle " + std::to_string(handle) +
-                   " (never returned, or already released)");
-  }
-  auto& released = gState->released;
-  std::erase_if(released, [](const Entry& e) { return e.handle->poll(); });
-  if (!it->second.handle->poll()) released.push_back(std::move(it->second));
-  gState->handles.erase(it);
-  return KOLO_OK;
+  return gHandles.release("kolo_release", handle);
 }
 
 // ---- tools ------------------------------------------------------------------------

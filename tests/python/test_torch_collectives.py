@@ -116,6 +116,26 @@ def test_allreduce_inplace_async_poll():
     assert hvd.synchronize(handle) is x  # again: the same result
 
 
+def test_allreduce_inplace_async_failure_is_kept():
+    # A shape that differs across ranks: synchronize raises the mismatch,
+    # and raises the same error again; the handle is then done.
+    x = torch.zeros(4 + hvd.rank())
+    handle = hvd.allreduce_async_(x, name="inplace.mismatch", op=hvd.Sum)
+    with pytest.raises(kolo.MismatchError) as first:
+        hvd.synchronize(handle)
+    assert "'inplace.mismatch'" in str(first.value), str(first.value)
+    with pytest.raises(kolo.MismatchError) as second:
+        hvd.synchronize(handle)
+    assert second.value is first.value
+    assert hvd.poll(handle)
+    # The runtime goes on: the next in-place allreduce works.
+    y = torch.ones(3)
+    h = hvd.allreduce_async_(y, name="inplace.after", op=hvd.Sum)
+    assert hvd.synchronize(h) is y
+    assert torch.equal(y, torch.full((3,), float(hvd.size())))
+    assert hvd.synchronize(h) is y
+
+
 def test_allreduce_scalar_and_empty():
     s = hvd.allreduce(torch.tensor(float(hvd.rank() + 1)), op=hvd.Sum)
     assert s.shape == torch.Size([]) and s.item() == sum(range(1, hvd.size() + 1))

@@ -1,0 +1,61 @@
+"""One rank's step of 1,000 in-place allreduces of 4 KiB, for counting
+instructions under callgrind (bench/python_step_instructions.sh runs it).
+
+    python_step_instructions.py torch|lean STEPS
+
+torch: hvd.allreduce_async_(t, name=...) for each tensor, then
+hvd.synchronize(h) for each; lean: the binding's allreduce_submit and
+wait_release on the same tensors. One warm-up step, then, under callgrind
+(the environment variable KOLO_CALLGRIND set), instrumentation is switched
+on for STEPS steps only (callgrind_control -i on/off), so kolo.init, the
+imports and the shutdown are not counted.
+"""
+
+import os
+import subprocess
+import sys
+
+import torch
+
+import kolo.torch as hvd
+from kolo import _native as n
+
+
+def main():
+    mode, steps = sys.argv[1], int(sys.argv[2])
+    if mode not in ("torch", "lean"):
+        raise SystemExit("mode must be torch or lean, got %r" % mode)
+    hvd.init()
+    tensors = [torch.ones(1024, dtype=torch.float32) for _ in range(1000)]
+    pairs = list(zip(tensors, ["step%04d.weight" % i for i in range(1000)]))
+    F, A = n.FLOAT32, n.AVG
+
+    def step():
+        if mode == "lean":
+            hs = [n.allreduce_submit(m, t.data_ptr(), t.data_ptr(), t.shape, F, A)
+                  for t, m in pairs]
+            for h in hs:
+                n.wait_release(h)
+        else:
+            hs = [hvd.allreduce_async_(t, name=m) for t, m in pairs]
+            for h in hs:
+                hvd.synchronize(h)
+
+    def instrument(on):
+        if os.environ.get("KOLO_CALLGRIND"):
+            subprocess.run(["callgrind_control", "-i", "on" if on else "off",
+                            str(os.getpid())], check=True, stdout=subprocess.DEVNULL)
+
+    step()
+    instrument(True)
+    for _ in range(steps):
+        step()
+    instrument(False)
+    expected = torch.ones(1024)
+    if not all(torch.equal(t, expected) for t in tensors):
+        raise SystemExit("wrong result")
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
