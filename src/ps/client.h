@@ -67,6 +67,7 @@ class Client {
   uint64_t staleness() const { return staleness_; }
   uint64_t steps() const { return steps_; }
   const ShardMap& shardMap() const { return map_; }
+  size_t tensorCount() const { return config_.tensorElements.size(); }
 
  private:
   struct Reply {
