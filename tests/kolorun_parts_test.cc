@@ -569,4 +569,17 @@ TEST(RemoteLaunchTest, ClosedControlKillsEverythingTheRankStarted) {
 }
 
 }  // namespace
+TEST(OptionsTest, ServersSetKoloServersAndMustLeaveAWorker) {
+  LaunchOptions o = parse({"--servers", "1", "-np", "3", "prog"});
+  EXPECT_EQ(o.servers, 1);
+  EXPECT_NE(std::find(o.exports.begin(), o.exports.end(), "KOLO_SERVERS=1"),
+            o.exports.end());
+  EXPECT_NE(usageErrorOf({"--servers", "3", "-np", "3", "prog"})
+                .find("--servers 3 with -np 3: the servers must be fewer than the ranks"),
+            std::string::npos);
+  EXPECT_NE(usageErrorOf({"--servers", "-1", "-np", "3", "prog"})
+                .find("--servers expects a non-negative integer, got '-1'"),
+            std::string::npos);
+}
+
 }  // namespace kolo::kolorun

@@ -17,6 +17,7 @@
 // plain CPython functions rather than pybind11 ones (their section below
 // says why and how); everything else is pybind11.
 #include <kolo/kolo.h>
+#include <kolo/ps.h>
 #include <kolo/runtime.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -549,6 +550,86 @@ PYBIND11_MODULE(_native, m) {
   m.def("local_size", [] { return layoutValue(kolo_local_size(), "kolo_local_size"); });
   m.def("cross_rank", [] { return layoutValue(kolo_cross_rank(), "kolo_cross_rank"); });
   m.def("cross_size", [] { return layoutValue(kolo_cross_size(), "kolo_cross_size"); });
+
+  // Parameter servers (include/kolo/ps.h); tensors as data addresses.
+  m.def("ps_servers", [] {
+    int n = 0;
+    check(kolo_ps_servers(&n));
+    return n;
+  });
+  m.def("ps_start", [](py::dict o, std::vector<uintptr_t> params,
+                       std::vector<uint64_t> counts) {
+    const std::string mode = py::str(o["mode"]), optimizer = py::str(o["optimizer"]);
+    kolo_ps_options c{};
+    c.mode = mode.c_str();
+    c.optimizer = optimizer.c_str();
+    auto f = [&](const char* k) { return o[k].cast<float>(); };
+    auto i = [&](const char* k) { return o[k].cast<int>(); };
+    c.lr = f("lr");
+    c.weight_decay = f("weight_decay");
+    c.momentum = f("momentum");
+    c.dampening = f("dampening");
+    c.nesterov = i("nesterov");
+    c.beta1 = f("beta1");
+    c.beta2 = f("beta2");
+    c.eps = f("eps");
+    c.alpha = f("alpha");
+    c.centered = i("centered");
+    c.staleness_bound = i("staleness_bound");
+    c.backup_workers = i("backup_workers");
+    c.easgd_alpha = f("easgd_alpha");
+    c.push_period = i("push_period");
+    c.pull_period = i("pull_period");
+    c.easgd_period = i("easgd_period");
+    std::vector<float*> p;
+    for (uintptr_t a : params) p.push_back(reinterpret_cast<float*>(a));
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = kolo_ps_start(&c, p.size(), p.data(), counts.data());
+    }
+    check(rc);
+  });
+  m.def("ps_step",
+        [](std::vector<uintptr_t> params, std::vector<uintptr_t> grads, float lr) {
+          std::vector<float*> p;
+          std::vector<const float*> g;
+          for (uintptr_t a : params) p.push_back(reinterpret_cast<float*>(a));
+          for (uintptr_t a : grads) g.push_back(reinterpret_cast<const float*>(a));
+          int rc;
+          {
+            py::gil_scoped_release nogil;
+            rc = kolo_ps_step(p.data(), g.data(), lr);
+          }
+          check(rc);
+        });
+  m.def("ps_pull", [](std::vector<uintptr_t> params) {
+    std::vector<float*> p;
+    for (uintptr_t a : params) p.push_back(reinterpret_cast<float*>(a));
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = kolo_ps_pull(p.data());
+    }
+    check(rc);
+  });
+  m.def("ps_staleness", [] {
+    uint64_t v = 0;
+    check(kolo_ps_staleness(&v));
+    return v;
+  });
+  m.def("ps_stats", [] {
+    std::vector<uint64_t> out(1 << 16);
+    size_t n = 0;
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = kolo_ps_stats(out.data(), out.size(), &n);
+    }
+    check(rc);
+    out.resize(n);
+    return out;
+  });
 
   // ---- asynchronous operations (the runtime) ----
   m.def(

@@ -74,6 +74,12 @@ class CommunicatorImpl : public Communicator {
   // from the destructor. Idempotent.
   void shutdown();
 
+  // The job's point-to-point transport, for the parameter servers
+  // (src/ps/): only while no collective runs on this communicator (the
+  // caller keeps it so, e.g. by using only teams split from it), from one
+  // thread at a time.
+  transport::Transport& pointToPoint() { return *world_; }
+
  private:
   // The allreduce algorithm the settings force in `ctx`: KOLO_ALLREDUCE_ALGO,
   // else hier under KOLO_HIERARCHICAL_ALLREDUCE=1 where hier can run; empty:

@@ -26,4 +26,13 @@ void startRuntimes(const std::shared_ptr<Communicator>& world);
 // Never throws.
 void stopRuntimes();
 
+// kolo_init's world (kolo_ps_c.cc): the job's communicator, or with
+// KOLO_SERVERS > 0 the workers' team (and on a server rank it serves and
+// ends the process, never returning). Throws kolo::Error.
+std::shared_ptr<Communicator> formWorld();
+
+// kolo_finalize's last step on a worker of a job with servers: goodbye to
+// every server, then the job communicator's closing barrier. Never throws.
+void leaveJob();
+
 }  // namespace kolo::capi

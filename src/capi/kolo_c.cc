@@ -97,7 +97,7 @@ int kolo_init(void) {
                 "kolo_init called twice; call kolo_finalize first");
   }
   try {
-    gComm = kolo::Communicator::fromEnvironment();
+    gComm = kolo::capi::formWorld();
     // The runtimes (kolo/runtime.h) start here, on every rank at once: their
     // cycles are collective, so a runtime started lazily on one rank would
     // keep the others' cycles waiting.
@@ -122,6 +122,7 @@ int kolo_finalize(void) {
     return fail(KOLO_ERR_NOT_INITIALIZED, "kolo_finalize called before kolo_init");
   kolo::capi::stopRuntimes();  // pending handles fail; before the world goes
   comm.reset();                // the destructor runs the closing barrier
+  kolo::capi::leaveJob();      // with parameter servers: goodbye, the job's barrier
   return KOLO_OK;
 }
 

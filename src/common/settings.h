@@ -45,6 +45,9 @@ constexpr SettingAlias horovod(const char* env, AliasForm form = AliasForm::kSam
     "before failing with an error naming it.")                                      \
   X(double, connectTimeoutSeconds, "KOLO_CONNECT_TIMEOUT", 60.0, kNoAlias,          \
     "Seconds to wait at start-up for every rank to reach the rendezvous.")          \
+  X(int64_t, servers, "KOLO_SERVERS", 0, kNoAlias,                                  \
+    "Parameter servers among the job's ranks (kolorun --servers): on them "         \
+    "kolo_init runs the server and exits; the others are the workers' world.")      \
   X(std::string, allreduceAlgorithm, "KOLO_ALLREDUCE_ALGO", "", kNoAlias,           \
     "Force one allreduce algorithm: shm, ring, rhd, tree, hier or ordered "         \
     "(rank-order sums). Empty: the selection table picks by size and "              \

@@ -122,6 +122,15 @@ void ranks(Parse& p, const Flag&, const std::string& flag, const std::string& v)
   p.haveRanks = true;
 }
 
+// --servers S: S of the ranks are parameter servers (docs/parameter_server.md);
+// the ranks learn it from KOLO_SERVERS.
+void servers(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  const int64_t s = parseCount(flag, v);
+  if (s > (1 << 30)) throw UsageError(flag + " '" + v + "' is too large");
+  p.options.servers = static_cast<int>(s);
+  setExport(p, "KOLO_SERVERS", std::to_string(s));
+}
+
 void jobTimeout(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
   p.options.timeoutSeconds = parseSeconds(flag, v);
 }
@@ -309,6 +318,7 @@ constexpr char kNoTime[] = ": kolo's log lines carry no time";
 const Flag kFlags[] = {
     // kolorun's own, with horovodrun's spellings.
     {"-np -n --np --num-proc", true, ranks},
+    {"--servers", true, servers},
     {"--timeout", true, jobTimeout},
     {"--output-dir --output-filename", true, outputDir},
     {"--verbose -v", false, verbose},
@@ -439,6 +449,11 @@ void checkSlots(const LaunchOptions& options) {
 void finish(Parse& p) {
   if (!p.haveRanks) throw UsageError("missing -np N (the number of ranks)");
   if (p.options.command.empty()) throw UsageError("missing the command to run");
+  if (p.options.servers >= p.options.numRanks && p.options.servers > 0) {
+    throw UsageError("--servers " + std::to_string(p.options.servers) + " with -np " +
+                     std::to_string(p.options.numRanks) +
+                     ": the servers must be fewer than the ranks (at least one worker)");
+  }
   if (p.gloo && p.options.mpi) throw UsageError("give either --gloo or --mpi, not both");
   if (!p.options.mpiArgs.empty() && !p.options.mpi) {
     throw UsageError("--mpi-args needs --mpi (they are flags of mpirun)");
@@ -479,6 +494,8 @@ std::string usageText() {
          "\n"
          "options:\n"
          "  -np N, -n N         number of ranks (required, >= 1)\n"
+         "  --servers S         S of the N ranks are parameter servers, one per\n"
+         "                      host first (sets KOLO_SERVERS; S < N)\n"
          "  -H HOST[:SLOTS],... hosts and their slots (default 1); ranks fill\n"
          "                      them in order. Without -H: all ranks here\n"
          "  --hostfile FILE     hosts from FILE: 'HOST slots=N' or 'HOST:N' lines\n"

@@ -1,0 +1,49 @@
+/* kolo's parameter servers, C API (docs/parameter_server.md). Used by
+ * kolo.torch.ps. Every call returns a kolo_error code; kolo_last_error()
+ * says why. Call from one thread; only on a worker of a job started with
+ * servers (kolorun --servers S, KOLO_SERVERS=S), after kolo_init.
+ *
+ * One parameter-server client per process: kolo_ps_start makes it (sending
+ * the configuration, worker 0 seeding the servers, every worker pulling),
+ * and it lives until kolo_finalize. Tensors are float32 buffers given as
+ * pointers with their element counts, in the same order on every worker. */
+#ifndef KOLO_PS_H_
+#define KOLO_PS_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kolo_ps_options {
+  const char* mode;      /* "sync", "downpour", "easgd" */
+  const char* optimizer; /* "SGD", "Adam", "AdamW", "RMSprop" */
+  float lr, weight_decay, momentum, dampening;
+  int nesterov;
+  float beta1, beta2, eps, alpha;
+  int centered;
+  int staleness_bound, backup_workers;
+  float easgd_alpha;
+  int push_period, pull_period, easgd_period;
+} kolo_ps_options;
+
+/* Number of servers of this job (0: none). */
+int kolo_ps_servers(int* out);
+int kolo_ps_start(const kolo_ps_options* options, size_t tensors, float* const* params,
+                  const uint64_t* counts);
+/* The mode's step once grads hold this step's gradients; lr: this step's. */
+int kolo_ps_step(float* const* params, const float* const* grads, float lr);
+int kolo_ps_pull(float* const* params);
+int kolo_ps_staleness(uint64_t* out);
+/* Per server s: version, updates, rejected, max staleness, then W push
+ * counts and W pull counts; (4 + 2W) values per server. *written: the count
+ * of values; capacity too small is KOLO_ERR_INVALID_ARGUMENT. */
+int kolo_ps_stats(uint64_t* out, size_t capacity, size_t* written);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KOLO_PS_H_ */

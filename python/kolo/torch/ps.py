@@ -1,0 +1,156 @@
+"""kolo.torch.ps: parameter servers for PyTorch (docs/parameter_server.md).
+
+Start the job with servers (``kolorun --servers S -np N``); on the server
+ranks ``hvd.init()`` serves and exits, so the rest of the script runs on the
+workers only::
+
+    opt = ps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05,
+                                                  momentum=0.9),
+                                  named_parameters=model.named_parameters(),
+                                  mode="downpour", staleness_bound=4)
+    for x, y in loader:
+        opt.zero_grad(); loss(model(x), y).backward(); opt.step()
+
+sync and downpour: the servers apply the wrapped optimizer's rule (SGD,
+Adam, AdamW, RMSprop) with its hyper-parameters and the learning rate of
+each step; easgd: the wrapped optimizer steps on the worker and every
+``easgd_period`` steps the worker and the center exchange the elastic
+difference. The servers are seeded from worker 0's parameters; every worker
+pulls them before its first step. Parameters must be float32 CPU tensors.
+"""
+
+import torch
+
+from kolo import _native
+
+_MODES = ("sync", "downpour", "easgd")
+_OPTIMIZERS = {
+    torch.optim.SGD: "SGD",
+    torch.optim.Adam: "Adam",
+    torch.optim.AdamW: "AdamW",
+    torch.optim.RMSprop: "RMSprop",
+}
+
+
+def _options(optimizer, mode, staleness_bound, push_period, pull_period, easgd_alpha,
+             easgd_period, backup_workers):
+    if mode not in _MODES:
+        raise ValueError("unknown parameter-server mode %r (supported: %s)"
+                         % (mode, ", ".join(_MODES)))
+    kind = _OPTIMIZERS.get(type(optimizer))
+    if kind is None:
+        raise ValueError("optimizer %s is not supported by the parameter servers "
+                         "(supported: SGD, Adam, AdamW, RMSprop)" % type(optimizer).__name__)
+    if len(optimizer.param_groups) != 1:
+        raise ValueError("the parameter servers take one parameter group, got %d"
+                         % len(optimizer.param_groups))
+    for name, value in (("staleness_bound", staleness_bound), ("push_period", push_period),
+                        ("pull_period", pull_period), ("easgd_period", easgd_period),
+                        ("backup_workers", backup_workers)):
+        if int(value) != value or value < 0:
+            raise ValueError("%s=%r (expected an integer >= 0)" % (name, value))
+    g = optimizer.param_groups[0]
+    if g.get("amsgrad", False):
+        raise ValueError("Adam(amsgrad=True) is not supported by the parameter servers")
+    betas = g.get("betas", (0.9, 0.999))
+    return {
+        "mode": mode, "optimizer": kind, "lr": float(g["lr"]),
+        "weight_decay": float(g.get("weight_decay", 0.0)),
+        "momentum": float(g.get("momentum", 0.0)),
+        "dampening": float(g.get("dampening", 0.0)),
+        "nesterov": int(bool(g.get("nesterov", False))),
+        "beta1": float(betas[0]), "beta2": float(betas[1]),
+        "eps": float(g.get("eps", 1e-8)), "alpha": float(g.get("alpha", 0.99)),
+        "centered": int(bool(g.get("centered", False))),
+        "staleness_bound": int(staleness_bound), "backup_workers": int(backup_workers),
+        "easgd_alpha": float(easgd_alpha), "push_period": int(push_period),
+        "pull_period": int(pull_period), "easgd_period": int(easgd_period),
+    }
+
+
+class _PsOptimizer:
+    """Wraps a torch optimizer; step() runs the parameter-server mode."""
+
+    def __init__(self, optimizer, named_parameters, options):
+        self._opt = optimizer
+        self._mode = options["mode"]
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        if named_parameters is not None:
+            named = [p for _, p in named_parameters]
+            if {id(p) for p in named} != {id(p) for p in params}:
+                raise ValueError("named_parameters and the optimizer's parameters differ")
+        for p in params:
+            if p.dtype != torch.float32 or p.device.type != "cpu" or not p.is_contiguous():
+                raise ValueError("the parameter servers take contiguous float32 CPU "
+                                 "parameters, got %s on %s" % (p.dtype, p.device))
+        self._params = params
+        with torch.no_grad():
+            _native.ps_start(options, self._addresses(),
+                             [p.numel() for p in params])
+
+    def _addresses(self):
+        return [p.data_ptr() for p in self._params]
+
+    def __getattr__(self, name):
+        return getattr(self._opt, name)
+
+    def zero_grad(self, set_to_none=False):
+        self._opt.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure=None):
+        """sync / downpour: pushes the gradients and pulls as the mode says;
+        easgd: the wrapped optimizer steps, then the elastic exchange."""
+        loss = closure() if closure is not None else None
+        lr = float(self._opt.param_groups[0]["lr"])
+        if self._mode == "easgd":
+            self._opt.step()
+            grads = self._addresses()  # unused by easgd
+        else:
+            grad_tensors = []
+            for p in self._params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                grad_tensors.append(p.grad.contiguous())
+            self._grads = grad_tensors  # alive during the call
+            grads = [g.data_ptr() for g in grad_tensors]
+        with torch.no_grad():
+            _native.ps_step(self._addresses(), grads, lr)
+        return loss
+
+    def pull(self):
+        """Loads the servers' parameters (easgd: the center) into the model."""
+        with torch.no_grad():
+            _native.ps_pull(self._addresses())
+
+    def staleness(self):
+        """The largest staleness of the last push's applied updates."""
+        return _native.ps_staleness()
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, mode="sync", staleness_bound=0,
+                         push_period=1, pull_period=1, easgd_alpha=0.5, easgd_period=1,
+                         backup_workers=0):
+    """See the module's documentation; bad arguments raise ValueError naming
+    the value and what is supported."""
+    options = _options(optimizer, mode, staleness_bound, push_period, pull_period,
+                       easgd_alpha, easgd_period, backup_workers)
+    if _native.ps_servers() == 0:
+        raise ValueError("kolo.torch.ps needs parameter servers: start the job with "
+                         "kolorun --servers S (or KOLO_SERVERS=S)")
+    return _PsOptimizer(optimizer, named_parameters, options)
+
+
+def stats():
+    """Per server: version, updates, rejected pushes, the largest applied
+    staleness, and per-worker push and pull counts."""
+    values = _native.ps_stats()
+    servers = _native.ps_servers()
+    per = len(values) // servers
+    workers = (per - 4) // 2
+    out = []
+    for s in range(servers):
+        v = values[s * per:(s + 1) * per]
+        out.append({"version": v[0], "updates": v[1], "rejected": v[2],
+                    "max_staleness": v[3], "pushes": list(v[4:4 + workers]),
+                    "pulls": list(v[4 + workers:])})
+    return out

@@ -1,0 +1,296 @@
+// The worker's side. Every exchange posts, for each server, the reply's
+// header receive first, then the sends; waits on all; then posts the
+// replies' payload receives (their sizes are known from the headers, which
+// the decoder has checked) and waits on those. So the shards are served in
+// parallel, and a server's kError text of any length is read whole.
+#include "ps/client.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/check.h"
+
+namespace kolo::ps {
+
+Client::Client(transport::Transport& t, Roles roles, int workerIndex, PsConfig config,
+               ClientOptions options)
+    : t_(t),
+      roles_(std::move(roles)),
+      worker_(workerIndex),
+      config_(std::move(config)),
+      options_(options) {
+  const int workers = static_cast<int>(roles_.workers.size());
+  validate(config_, workers);
+  auto positive = [](const char* what, int v) {
+    if (v < 1) {
+      KOLO_THROW(ErrorCode::kInvalidArgument,
+                 what << "=" << v << " (expected a value >= 1)");
+    }
+  };
+  positive("push_period", options_.pushPeriod);
+  positive("pull_period", options_.pullPeriod);
+  positive("easgd_period", options_.easgdPeriod);
+  KOLO_CHECK_EQ(roles_.workers.at(worker_), t_.rank());
+  const int servers = static_cast<int>(roles_.servers.size());
+  map_ = ShardMap::build(config_.tensorElements, servers);
+  for (uint64_t n : map_.shardElements) {
+    shardBytes_.push_back(n * sizeof(float));
+    buffers_.emplace_back(n);
+  }
+  limits_.workers = static_cast<uint32_t>(workers);
+  limits_.shards = static_cast<uint32_t>(servers);
+  limits_.shardBytes = shardBytes_.data();
+  versions_.assign(servers, 0);
+}
+
+void Client::lost(const Error& e) const {
+  std::string ranks;
+  for (int r : roles_.servers) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  KOLO_THROW(e.code(), "worker " << worker_ << " and the parameter servers (ranks "
+                                 << ranks << "): " << e.what());
+}
+
+void Client::gather(int shard, const std::vector<const float*>& tensors,
+                    float* out) const {
+  for (const Piece& p : map_.shards[shard]) {
+    std::memcpy(out + p.shardOffset, tensors[p.tensor] + p.offset,
+                p.count * sizeof(float));
+  }
+}
+
+void Client::scatter(int shard, const float* in,
+                     const std::vector<float*>& tensors) const {
+  for (const Piece& p : map_.shards[shard]) {
+    std::memcpy(tensors[p.tensor] + p.offset, in + p.shardOffset,
+                p.count * sizeof(float));
+  }
+}
+
+void Client::sendAll(MessageType type, const std::vector<const uint8_t*>& payloads,
+                     const std::vector<uint64_t>& bytes,
+                     const std::vector<uint64_t>& versions, float lr,
+                     std::vector<transport::RequestPtr>& requests,
+                     std::vector<HeaderBytes>& headers) {
+  const int servers = static_cast<int>(roles_.servers.size());
+  headers.resize(servers);
+  for (int s = 0; s < servers; ++s) {
+    Header h;
+    h.type = type;
+    h.worker = static_cast<uint32_t>(worker_);
+    h.shard = static_cast<uint32_t>(s);
+    h.version = versions.empty() ? 0 : versions[s];
+    h.payloadBytes = payloads.empty() || payloads[s] == nullptr ? 0 : bytes[s];
+    h.lr = lr;
+    headers[s] = encodeHeader(h);
+    const int to = roles_.servers[s];
+    requests.push_back(t_.isend(to, kHeaderTag, headers[s].data(), headers[s].size()));
+    if (h.payloadBytes > 0) {
+      requests.push_back(t_.isend(to, kPayloadTag, payloads[s], h.payloadBytes));
+    }
+  }
+}
+
+std::vector<Client::Reply> Client::roundTrip(MessageType type,
+                                             const std::vector<const float*>& payloads,
+                                             float lr,
+                                             const std::vector<uint64_t>& versions,
+                                             MessageType expect) {
+  const int servers = static_cast<int>(roles_.servers.size());
+  std::vector<Reply> replies(servers);
+  try {
+    std::vector<HeaderBytes> in(servers);
+    std::vector<transport::RequestPtr> requests;
+    for (int s = 0; s < servers; ++s) {
+      requests.push_back(
+          t_.irecv(roles_.servers[s], kHeaderTag, in[s].data(), in[s].size()));
+    }
+    std::vector<const uint8_t*> bytes;
+    for (const float* p : payloads) bytes.push_back(reinterpret_cast<const uint8_t*>(p));
+    std::vector<HeaderBytes> out;
+    sendAll(type, bytes, shardBytes_, versions, lr, requests, out);
+    t_.waitAll(requests);
+    requests.clear();
+    for (int s = 0; s < servers; ++s) {
+      replies[s].header =
+          decodeHeader(in[s].data(), in[s].size(), limits_, roles_.servers[s]);
+      replies[s].payload.resize(replies[s].header.payloadBytes);
+      if (!replies[s].payload.empty()) {
+        requests.push_back(t_.irecv(roles_.servers[s], kPayloadTag,
+                                    replies[s].payload.data(),
+                                    replies[s].payload.size()));
+      }
+    }
+    t_.waitAll(requests);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout) lost(e);
+    throw;
+  }
+  for (int s = 0; s < servers; ++s) {
+    const Header& h = replies[s].header;
+    if (h.type == MessageType::kError) {
+      std::string text(replies[s].payload.begin(), replies[s].payload.end());
+      KOLO_THROW(ErrorCode::kInvalidArgument,
+                 "parameter server " << s << " (rank " << roles_.servers[s]
+                                     << ") refused worker " << worker_ << ": " << text);
+    }
+    if (h.type != expect) {
+      KOLO_THROW(ErrorCode::kMismatch, "parameter server "
+                                           << s << " (rank " << roles_.servers[s]
+                                           << ") answered " << messageTypeName(type)
+                                           << " with " << messageTypeName(h.type)
+                                           << ", expected " << messageTypeName(expect));
+    }
+  }
+  return replies;
+}
+
+void Client::start(const std::vector<float*>& params) {
+  KOLO_CHECK_EQ(params.size(), config_.tensorElements.size());
+  const int servers = static_cast<int>(roles_.servers.size());
+  const std::vector<uint8_t> config = encodeConfig(config_);
+  std::vector<transport::RequestPtr> requests;
+  std::vector<HeaderBytes> headers;
+  std::vector<HeaderBytes> seedHeaders;
+  try {
+    sendAll(MessageType::kConfig, std::vector<const uint8_t*>(servers, config.data()),
+            std::vector<uint64_t>(servers, config.size()), {}, 0.0f, requests, headers);
+    if (worker_ == 0) {
+      std::vector<const float*> in(params.begin(), params.end());
+      std::vector<const uint8_t*> seeds;
+      for (int s = 0; s < servers; ++s) {
+        gather(s, in, buffers_[s].data());
+        seeds.push_back(reinterpret_cast<const uint8_t*>(buffers_[s].data()));
+      }
+      sendAll(MessageType::kSeed, seeds, shardBytes_, {}, 0.0f, requests, seedHeaders);
+    }
+    t_.waitAll(requests);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout) lost(e);
+    throw;
+  }
+  pull(params);
+}
+
+void Client::pullAtLeast(const std::vector<float*>& params,
+                         const std::vector<uint64_t>& minVersion) {
+  auto replies =
+      roundTrip(MessageType::kPull, {}, 0.0f, minVersion, MessageType::kPullReply);
+  for (size_t s = 0; s < replies.size(); ++s) {
+    scatter(static_cast<int>(s),
+            reinterpret_cast<const float*>(replies[s].payload.data()), params);
+    versions_[s] = replies[s].header.version;
+  }
+  mustPull_ = false;
+}
+
+void Client::pull(const std::vector<float*>& params) {
+  pullAtLeast(params, std::vector<uint64_t>(versions_.size(), 0));
+}
+
+int Client::push(const std::vector<const float*>& grads, float lr) {
+  std::vector<const float*> payloads;
+  for (size_t s = 0; s < buffers_.size(); ++s) {
+    gather(static_cast<int>(s), grads, buffers_[s].data());
+    payloads.push_back(buffers_[s].data());
+  }
+  auto replies =
+      roundTrip(MessageType::kPush, payloads, lr, versions_, MessageType::kPushReply);
+  int refused = 0;
+  staleness_ = 0;
+  for (size_t s = 0; s < replies.size(); ++s) {
+    const Header& h = replies[s].header;
+    if (h.flags & kFlagRejectedStale) {
+      ++refused;
+      continue;
+    }
+    if (config_.mode == Mode::kDownpour) {
+      // Applied as version h.version, on parameters of version versions_[s].
+      staleness_ = std::max(staleness_, h.version - 1 - versions_[s]);
+    }
+  }
+  return refused;
+}
+
+void Client::exchange(const std::vector<float*>& params) {
+  std::vector<const float*> in(params.begin(), params.end());
+  std::vector<const float*> payloads;
+  for (size_t s = 0; s < buffers_.size(); ++s) {
+    gather(static_cast<int>(s), in, buffers_[s].data());
+    payloads.push_back(buffers_[s].data());
+  }
+  auto replies = roundTrip(MessageType::kExchange, payloads, 0.0f, versions_,
+                           MessageType::kExchangeReply);
+  // x -= diff, piece by piece in place.
+  for (size_t s = 0; s < replies.size(); ++s) {
+    const auto* diff = reinterpret_cast<const float*>(replies[s].payload.data());
+    for (const Piece& p : map_.shards[s]) {
+      float* x = params[p.tensor] + p.offset;
+      for (uint64_t i = 0; i < p.count; ++i) x[i] -= diff[p.shardOffset + i];
+    }
+    versions_[s] = replies[s].header.version;
+  }
+}
+
+void Client::step(const std::vector<float*>& params,
+                  const std::vector<const float*>& grads, float lr) {
+  ++steps_;
+  switch (config_.mode) {
+    case Mode::kSync: {
+      push(grads, lr);
+      std::vector<uint64_t> next = versions_;
+      for (uint64_t& v : next) ++v;
+      pullAtLeast(params, next);
+      return;
+    }
+    case Mode::kDownpour: {
+      if (options_.pushPeriod > 1) {
+        if (accumulated_.empty()) {
+          for (uint64_t n : config_.tensorElements) accumulated_.emplace_back(n, 0.0f);
+        }
+        for (size_t t = 0; t < grads.size(); ++t) {
+          for (size_t i = 0; i < accumulated_[t].size(); ++i)
+            accumulated_[t][i] += grads[t][i];
+        }
+      }
+      if (steps_ % options_.pushPeriod == 0) {
+        std::vector<const float*> g = grads;
+        if (options_.pushPeriod > 1) {
+          for (size_t t = 0; t < g.size(); ++t) g[t] = accumulated_[t].data();
+        }
+        if (push(g, lr) > 0) mustPull_ = true;
+        for (auto& a : accumulated_) std::fill(a.begin(), a.end(), 0.0f);
+      }
+      if (mustPull_ || steps_ % options_.pullPeriod == 0) pull(params);
+      return;
+    }
+    case Mode::kEasgd:
+      if (steps_ % options_.easgdPeriod == 0) exchange(params);
+      return;
+  }
+}
+
+std::vector<ServerStats> Client::stats() {
+  auto replies = roundTrip(MessageType::kStats, {}, 0.0f, {}, MessageType::kStatsReply);
+  std::vector<ServerStats> out;
+  for (auto& r : replies) {
+    out.push_back(
+        ServerStats::decode(r.payload.data(), r.payload.size(), limits_.workers));
+  }
+  return out;
+}
+
+void Client::bye() {
+  if (saidBye_) return;
+  saidBye_ = true;
+  std::vector<transport::RequestPtr> requests;
+  std::vector<HeaderBytes> headers;
+  try {
+    sendAll(MessageType::kBye, {}, {}, {}, 0.0f, requests, headers);
+    t_.waitAll(requests);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout) lost(e);
+    throw;
+  }
+}
+
+}  // namespace kolo::ps

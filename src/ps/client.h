@@ -1,0 +1,113 @@
+// kolo::ps::Client: a worker's side of the parameter servers; the C++ API
+// that kolo.torch.ps mirrors (docs/parameter_server.md).
+//
+// Contract
+// - Parameters are given as one float pointer per tensor, in the order and
+//   with the sizes of config.tensorElements; the pointers must stay valid
+//   during each call. Every call talks to every server at once (all sends
+//   and receives posted, then waited on together).
+// - start(): sends the configuration to every server; worker 0 then seeds
+//   the servers with `params`; every worker pulls, so all start from worker
+//   0's values. Collective in effect: the servers need every worker's
+//   configuration, and they must agree (else Error(kMismatch)).
+// - step(): the mode's step after the local gradient is in `grads`.
+//   sync: push, then pull the next version (blocks until the round has
+//   applied). downpour: push every push_period-th call (gradients summed
+//   in between), pull every pull_period-th call and whenever a server
+//   refused a push as too stale. easgd: grads are not used (the wrapped
+//   optimizer has already stepped on the worker); every easgd_period-th
+//   call the elastic exchange updates `params`.
+// - A server's refusal (kError) is Error(kInvalidArgument or kMismatch)
+//   with the server's text; a lost server is Error(kPeerLost or kTimeout)
+//   naming its rank, within KOLO_TIMEOUT.
+// - Not thread-safe; one client per worker, over the job's transport, used
+//   by nothing else meanwhile.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ps/roles.h"
+#include "ps/server.h"
+#include "ps/shard_map.h"
+#include "ps/wire.h"
+#include "transport/transport.h"
+
+namespace kolo::ps {
+
+struct ClientOptions {
+  int pushPeriod = 1;   // downpour
+  int pullPeriod = 1;   // downpour
+  int easgdPeriod = 1;  // easgd
+};
+
+class Client {
+ public:
+  // Validates config and options (kInvalidArgument naming the value).
+  Client(transport::Transport& t, Roles roles, int workerIndex, PsConfig config,
+         ClientOptions options = {});
+
+  void start(const std::vector<float*>& params);
+  void step(const std::vector<float*>& params, const std::vector<const float*>& grads,
+            float lr);
+
+  // The servers' current parameters (easgd: the center) into params.
+  void pull(const std::vector<float*>& params);
+  // Pushes `grads` to every shard; returns how many shards refused it as
+  // too stale.
+  int push(const std::vector<const float*>& grads, float lr);
+  // One elastic exchange with every shard: params -= alpha * (params - c).
+  void exchange(const std::vector<float*>& params);
+  // Every server's counters, by server index.
+  std::vector<ServerStats> stats();
+  // Tells every server this worker is done. Idempotent.
+  void bye();
+
+  // The largest staleness of the last push among the shards that applied it.
+  uint64_t staleness() const { return staleness_; }
+  uint64_t steps() const { return steps_; }
+  const ShardMap& shardMap() const { return map_; }
+  size_t tensorCount() const { return config_.tensorElements.size(); }
+
+ private:
+  struct Reply {
+    Header header;
+    std::vector<uint8_t> payload;
+  };
+  // Sends (type, payload[s]) to every server s, then receives one reply
+  // from each, checking its type.
+  // payloads[s]: shard s's floats, or empty for no payload; versions[s]:
+  // the header's version for shard s.
+  std::vector<Reply> roundTrip(MessageType type,
+                               const std::vector<const float*>& payloads, float lr,
+                               const std::vector<uint64_t>& versions, MessageType expect);
+  // Posts header (and payload) sends to every server, without replies.
+  void sendAll(MessageType type, const std::vector<const uint8_t*>& payloads,
+               const std::vector<uint64_t>& bytes, const std::vector<uint64_t>& versions,
+               float lr, std::vector<transport::RequestPtr>& requests,
+               std::vector<HeaderBytes>& headers);
+  // Rethrows a transport error naming the parameter servers.
+  [[noreturn]] void lost(const Error& e) const;
+  void gather(int shard, const std::vector<const float*>& tensors, float* out) const;
+  void scatter(int shard, const float* in, const std::vector<float*>& tensors) const;
+  void pullAtLeast(const std::vector<float*>& params,
+                   const std::vector<uint64_t>& minVersion);
+
+  transport::Transport& t_;
+  Roles roles_;
+  int worker_;
+  PsConfig config_;
+  ClientOptions options_;
+  ShardMap map_;
+  WireLimits limits_;
+  std::vector<uint64_t> shardBytes_;
+  std::vector<uint64_t> versions_;  // per shard: the version of our parameters
+  std::vector<std::vector<float>> buffers_;
+  std::vector<std::vector<float>> accumulated_;  // downpour, push_period > 1
+  uint64_t steps_ = 0;
+  uint64_t staleness_ = 0;
+  bool mustPull_ = false;
+  bool saidBye_ = false;
+};
+
+}  // namespace kolo::ps

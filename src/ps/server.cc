@@ -1,0 +1,347 @@
+// The server loop. One header receive is posted per worker (a receive from
+// any source cannot span the shm and tcp parts of the job's transport); the
+// loop handles whichever completes, reads its payload, answers, and posts
+// the next. Pulls that ask for a version the shard has not reached wait in
+// pending_ and are answered when it gets there.
+#include "ps/server.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "common/check.h"
+#include "common/logging.h"
+
+namespace kolo::ps {
+
+std::vector<uint8_t> ServerStats::encode() const {
+  std::vector<uint64_t> v{version, updates, rejected, maxStaleness};
+  v.insert(v.end(), pushes.begin(), pushes.end());
+  v.insert(v.end(), pulls.begin(), pulls.end());
+  std::vector<uint8_t> b(v.size() * 8);
+  for (size_t i = 0; i < v.size(); ++i) {
+    for (int k = 0; k < 8; ++k) b[8 * i + k] = static_cast<uint8_t>(v[i] >> (8 * k));
+  }
+  return b;
+}
+
+ServerStats ServerStats::decode(const uint8_t* b, size_t size, uint32_t workers) {
+  KOLO_CHECK_EQ(size, statsBytes(workers));
+  std::vector<uint64_t> v(size / 8, 0);
+  for (size_t i = 0; i < v.size(); ++i) {
+    for (int k = 0; k < 8; ++k) v[i] |= static_cast<uint64_t>(b[8 * i + k]) << (8 * k);
+  }
+  ServerStats s;
+  s.version = v[0];
+  s.updates = v[1];
+  s.rejected = v[2];
+  s.maxStaleness = v[3];
+  s.pushes.assign(v.begin() + 4, v.begin() + 4 + workers);
+  s.pulls.assign(v.begin() + 4 + workers, v.end());
+  return s;
+}
+
+Server::Server(transport::Transport& t, Roles roles, int serverIndex)
+    : t_(t),
+      roles_(std::move(roles)),
+      index_(serverIndex),
+      workers_(static_cast<int>(roles_.workers.size())) {
+  KOLO_CHECK_EQ(roles_.servers.at(index_), t_.rank());
+  headers_.resize(workers_);
+  requests_.resize(workers_);
+  done_.assign(workers_, false);
+  pushedThisRound_.assign(workers_, false);
+  stats_.pushes.assign(workers_, 0);
+  stats_.pulls.assign(workers_, 0);
+}
+
+WireLimits Server::limits() const {
+  WireLimits l;
+  l.workers = static_cast<uint32_t>(workers_);
+  l.shards = static_cast<uint32_t>(roles_.servers.size());
+  l.shardBytes = config_ ? shardBytes_.data() : nullptr;
+  return l;
+}
+
+void Server::postHeader(int w) {
+  requests_[w] =
+      t_.irecv(roles_.workers[w], kHeaderTag, headers_[w].data(), headers_[w].size());
+}
+
+void Server::run() {
+  for (int w = 0; w < workers_; ++w) postHeader(w);
+  open_ = workers_;
+  std::vector<uint8_t> payload;
+  while (open_ > 0) {
+    bool moved = false;
+    for (int w = 0; w < workers_; ++w) {
+      if (done_[w] || !requests_[w]->done()) continue;
+      if (requests_[w]->error) std::rethrow_exception(requests_[w]->error);
+      moved = true;
+      const int from = roles_.workers[w];
+      Header h;
+      try {
+        h = decodeHeader(headers_[w].data(), headers_[w].size(), limits(), from);
+        if (h.worker != static_cast<uint32_t>(w) ||
+            h.shard != static_cast<uint32_t>(index_)) {
+          KOLO_THROW(ErrorCode::kMismatch,
+                     "parameter-server " << messageTypeName(h.type) << " from rank "
+                                         << from << " says worker " << h.worker
+                                         << ", shard " << h.shard << "; expected worker "
+                                         << w << ", shard " << index_);
+        }
+      } catch (const Error& e) {
+        refuse(w, e.what());
+        continue;
+      }
+      payload.resize(h.payloadBytes);
+      if (h.payloadBytes > 0) t_.recv(from, kPayloadTag, payload.data(), payload.size());
+      if (h.type == MessageType::kBye) {
+        done_[w] = true;
+        --open_;
+        continue;
+      }
+      try {
+        handle(w, h, payload);
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout) throw;
+        refuse(w, e.what());
+        continue;
+      }
+      if (!done_[w]) postHeader(w);
+    }
+    if (!moved && !t_.progress()) t_.idle(std::chrono::microseconds(1000));
+  }
+  KOLO_LOG(kInfo) << "parameter server " << index_ << ": every worker finished after "
+                  << stats_.version << " updates";
+}
+
+void Server::handle(int w, const Header& h, std::vector<uint8_t>& payload) {
+  const auto* floats = reinterpret_cast<const float*>(payload.data());
+  const bool needsConfig =
+      h.type != MessageType::kConfig && h.type != MessageType::kStats;
+  if (needsConfig && !cannotServe_.empty()) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, cannotServe_);
+  }
+  // A pull may come before worker 0's configuration: it waits for the seed.
+  if (needsConfig && !config_ && h.type != MessageType::kPull) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "parameter server " << index_ << ": " << messageTypeName(h.type)
+                                   << " from worker " << w
+                                   << " before any configuration");
+  }
+  switch (h.type) {
+    case MessageType::kConfig: onConfig(w, payload); break;
+    case MessageType::kSeed:
+      if (w != 0) {
+        KOLO_THROW(ErrorCode::kInvalidArgument, "parameter server "
+                                                    << index_ << ": seed from worker "
+                                                    << w << " (only worker 0 seeds)");
+      }
+      std::memcpy(values_.data(), floats, payload.size());
+      seeded_ = true;
+      servePulls();
+      break;
+    case MessageType::kPull:
+      ++stats_.pulls[w];
+      pending_.push_back({w, h.version});
+      servePulls();
+      break;
+    case MessageType::kPush: onPush(w, h, floats); break;
+    case MessageType::kExchange: onExchange(w, floats); break;
+    case MessageType::kStats: {
+      std::vector<uint8_t> s = stats_.encode();
+      Header r;
+      r.type = MessageType::kStatsReply;
+      r.version = stats_.version;
+      reply(w, r, s.data(), s.size());
+      break;
+    }
+    default:
+      KOLO_THROW(ErrorCode::kInvalidArgument,
+                 "parameter server " << index_ << ": unexpected "
+                                     << messageTypeName(h.type) << " from worker " << w);
+  }
+}
+
+// Worker 0's configuration is the job's; one that arrives earlier from
+// another worker waits for it and is compared then.
+void Server::onConfig(int w, const std::vector<uint8_t>& payload) {
+  PsConfig c = decodeConfig(payload.data(), payload.size(), roles_.workers[w]);
+  validate(c, workers_);
+  if (w != 0) {
+    if (config_) {
+      checkSame(w, c);
+    } else {
+      early_.emplace_back(w, std::move(c));
+    }
+    return;
+  }
+  ShardMap map =
+      ShardMap::build(c.tensorElements, static_cast<int>(roles_.servers.size()));
+  for (uint64_t n : map.shardElements) shardBytes_.push_back(n * sizeof(float));
+  const size_t n = map.shardElements[index_];
+  values_.assign(n, 0.0f);
+  sum_.assign(c.mode == Mode::kSync ? n : 0, 0.0f);
+  scratch_.assign(n, 0.0f);
+  if (c.mode != Mode::kEasgd) rule_ = std::make_unique<UpdateRule>(c.optimizer, n);
+  config_ = std::move(c);
+  KOLO_LOG(kInfo) << "parameter server " << index_ << ": mode " << modeName(config_->mode)
+                  << ", " << n << " of the parameters' elements";
+  for (auto& [other, early] : early_) {
+    try {
+      checkSame(other, early);
+    } catch (const Error& e) {
+      refuse(other, e.what());
+    }
+  }
+  early_.clear();
+}
+
+void Server::checkSame(int w, const PsConfig& c) const {
+  if (c == *config_) return;
+  KOLO_THROW(ErrorCode::kMismatch,
+             "parameter server "
+                 << index_ << ": worker " << w << "'s configuration (mode "
+                 << modeName(c.mode) << ", " << c.tensorElements.size()
+                 << " tensors) differs from worker 0's (mode " << modeName(config_->mode)
+                 << ", " << config_->tensorElements.size() << " tensors)");
+}
+
+// sync: a push for the current version joins the round; an older one (a
+// backup worker's late push) is refused; the round applies once
+// workers - backup_workers have pushed. downpour: applied at once when at
+// most staleness_bound versions stale, else refused.
+void Server::onPush(int w, const Header& h, const float* grad) {
+  const PsConfig& c = *config_;
+  if (c.mode == Mode::kEasgd) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "parameter server "
+                   << index_ << ": push from worker " << w
+                   << " in easgd mode (easgd exchanges, it does not push)");
+  }
+  if (h.version > stats_.version) {
+    KOLO_THROW(ErrorCode::kMismatch,
+               "parameter server " << index_ << ": push from worker " << w
+                                   << " for version " << h.version
+                                   << ", but the shard is at version " << stats_.version);
+  }
+  ++stats_.pushes[w];
+  Header r;
+  r.type = MessageType::kPushReply;
+  const uint64_t staleness = stats_.version - h.version;
+  const bool late =
+      c.mode == Mode::kSync ? staleness > 0 : staleness > uint64_t(c.stalenessBound);
+  if (late) {
+    ++stats_.rejected;
+    r.flags = kFlagRejectedStale;
+    r.version = stats_.version;
+    reply(w, r, nullptr, 0);
+    return;
+  }
+  if (c.mode == Mode::kSync) {
+    if (pushedThisRound_[w]) {
+      KOLO_THROW(ErrorCode::kMismatch, "parameter server " << index_ << ": worker " << w
+                                                           << " pushed twice for version "
+                                                           << h.version);
+    }
+    pushedThisRound_[w] = true;
+    for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += grad[i];
+    roundLr_ = h.lr;
+    r.version = stats_.version;
+    reply(w, r, nullptr, 0);
+    if (++roundCount_ >= workers_ - c.backupWorkers) applySyncRound();
+    return;
+  }
+  rule_->apply(values_.data(), grad, h.lr);
+  ++stats_.version;
+  ++stats_.updates;
+  stats_.maxStaleness = std::max(stats_.maxStaleness, staleness);
+  r.version = stats_.version;
+  reply(w, r, nullptr, 0);
+  servePulls();
+}
+
+// The round's gradient is the mean of its pushes, as an averaging
+// allreduce gives it; the optimizer then steps once.
+void Server::applySyncRound() {
+  const float inv = 1.0f / static_cast<float>(roundCount_);
+  for (size_t i = 0; i < sum_.size(); ++i) {
+    scratch_[i] = sum_[i] * inv;
+    sum_[i] = 0.0f;
+  }
+  rule_->apply(values_.data(), scratch_.data(), roundLr_);
+  ++stats_.version;
+  ++stats_.updates;
+  roundCount_ = 0;
+  std::fill(pushedThisRound_.begin(), pushedThisRound_.end(), false);
+  servePulls();
+}
+
+void Server::onExchange(int w, const float* x) {
+  if (config_->mode != Mode::kEasgd) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, "parameter server "
+                                                << index_ << ": exchange from worker "
+                                                << w << " in " << modeName(config_->mode)
+                                                << " mode (only easgd exchanges)");
+  }
+  ++stats_.pushes[w];
+  easgdExchange(values_.data(), x, scratch_.data(), values_.size(), config_->easgdAlpha);
+  ++stats_.version;
+  ++stats_.updates;
+  Header r;
+  r.type = MessageType::kExchangeReply;
+  r.version = stats_.version;
+  reply(w, r, scratch_.data(), scratch_.size() * sizeof(float));
+}
+
+void Server::servePulls() {
+  if (!seeded_) return;
+  auto ready = [&](const PendingPull& p) { return p.minVersion <= stats_.version; };
+  std::vector<PendingPull> later;
+  for (const PendingPull& p : pending_) {
+    if (done_[p.worker]) continue;  // refused meanwhile
+    if (!ready(p)) {
+      later.push_back(p);
+      continue;
+    }
+    Header r;
+    r.type = MessageType::kPullReply;
+    r.version = stats_.version;
+    reply(p.worker, r, values_.data(), values_.size() * sizeof(float));
+  }
+  pending_.swap(later);
+}
+
+void Server::reply(int w, Header h, const void* data, size_t bytes) {
+  h.worker = static_cast<uint32_t>(w);
+  h.shard = static_cast<uint32_t>(index_);
+  h.payloadBytes = bytes;
+  const HeaderBytes b = encodeHeader(h);
+  const int to = roles_.workers[w];
+  t_.send(to, kHeaderTag, b.data(), b.size());
+  if (bytes > 0) t_.send(to, kPayloadTag, data, bytes);
+}
+
+void Server::refuse(int w, const std::string& why) {
+  KOLO_LOG(kWarning) << "parameter server " << index_ << " refuses worker " << w
+                     << " (rank " << roles_.workers[w] << "): " << why;
+  std::string text = why.substr(0, limits().maxErrorBytes);
+  Header r;
+  r.type = MessageType::kError;
+  if (!done_[w]) --open_;
+  done_[w] = true;
+  reply(w, r, text.data(), text.size());
+  // Without worker 0 the shard is never seeded: nobody can be served.
+  if (w == 0 && !seeded_ && cannotServe_.empty()) {
+    cannotServe_ = "parameter server " + std::to_string(index_) +
+                   " cannot serve: worker 0, which seeds it, was refused: " + why;
+    std::vector<PendingPull> pending;
+    pending.swap(pending_);
+    for (const PendingPull& p : pending) {
+      if (!done_[p.worker]) refuse(p.worker, cannotServe_);
+    }
+  }
+}
+
+}  // namespace kolo::ps

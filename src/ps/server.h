@@ -1,0 +1,102 @@
+// One parameter server: owns one shard (its index among the servers) and
+// serves the workers' pushes, pulls and elastic exchanges
+// (docs/parameter_server.md, "Modes").
+//
+// Contract
+// - run() blocks until every worker has sent kBye, then returns. It takes
+//   the configuration from the first kConfig, seeds the shard from worker 0's
+//   kSeed, and answers a pull only once the shard is seeded and at the
+//   version the pull asks for (sync: the next one).
+// - A malformed or out-of-order message from a worker (bad header, a config
+//   that differs from the first one, a push before the config) is answered
+//   with kError naming what is wrong; that worker is then no longer served.
+// - A transport failure (a lost peer, a timeout) throws Error naming the
+//   rank; the server stops. (Going on without a dead worker in downpour and
+//   easgd needs transports that survive one peer's loss: not yet built.)
+// - Not thread-safe: one thread runs it, and nothing else uses the
+//   transport meanwhile.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ps/roles.h"
+#include "ps/shard_map.h"
+#include "ps/update_rule.h"
+#include "ps/wire.h"
+#include "transport/transport.h"
+
+namespace kolo::ps {
+
+// One server's counters, as kStatsReply carries them.
+struct ServerStats {
+  uint64_t version = 0;   // updates applied to the shard (sync rounds, pushes, exchanges)
+  uint64_t updates = 0;   // the same, kept apart from version for later checkpoints
+  uint64_t rejected = 0;  // downpour pushes refused as too stale, late sync pushes
+  uint64_t maxStaleness = 0;     // the largest staleness among applied pushes
+  std::vector<uint64_t> pushes;  // per worker (pushes and exchanges)
+  std::vector<uint64_t> pulls;   // per worker
+
+  std::vector<uint8_t> encode() const;
+  static ServerStats decode(const uint8_t* bytes, size_t size, uint32_t workers);
+};
+
+class Server {
+ public:
+  // `t` is the job's transport; this rank is roles.servers[serverIndex].
+  Server(transport::Transport& t, Roles roles, int serverIndex);
+
+  void run();
+
+  const ServerStats& stats() const { return stats_; }
+
+ private:
+  struct PendingPull {
+    int worker;
+    uint64_t minVersion;
+  };
+
+  WireLimits limits() const;
+  void postHeader(int w);
+  void handle(int w, const Header& h, std::vector<uint8_t>& payload);
+  void onConfig(int w, const std::vector<uint8_t>& payload);
+  void checkSame(int w, const PsConfig& c) const;
+  void onPush(int w, const Header& h, const float* grad);
+  void onExchange(int w, const float* x);
+  void applySyncRound();
+  void servePulls();
+  void reply(int w, Header h, const void* data, size_t bytes);
+  void refuse(int w, const std::string& why);
+
+  transport::Transport& t_;
+  Roles roles_;
+  int index_;
+  int workers_;
+  std::optional<PsConfig> config_;               // worker 0's
+  std::vector<std::pair<int, PsConfig>> early_;  // others' that came before it
+  std::string cannotServe_;  // set when worker 0 was refused before seeding
+  int open_ = 0;             // workers neither finished nor refused
+  std::vector<uint64_t> shardBytes_;
+  std::vector<float> values_;
+  std::unique_ptr<UpdateRule> rule_;
+  bool seeded_ = false;
+  std::vector<PendingPull> pending_;
+  // sync: the sum of this round's gradients and who has pushed.
+  std::vector<float> sum_;
+  std::vector<bool> pushedThisRound_;
+  int roundCount_ = 0;
+  float roundLr_ = 0.0f;
+  std::vector<float> scratch_;
+  // Per worker: its header buffer and posted receive; done after kBye or
+  // a refusal.
+  std::vector<HeaderBytes> headers_;
+  std::vector<transport::RequestPtr> requests_;
+  std::vector<bool> done_;
+  ServerStats stats_;
+};
+
+}  // namespace kolo::ps

@@ -1,0 +1,256 @@
+// The parameter servers over real transports, each rank a thread
+// (ThreadWorld): what each mode means (sync = an averaging allreduce step,
+// downpour's staleness bound, EASGD's exchange) and the bad arguments.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "ps/client.h"
+#include "ps/server.h"
+#include "support/thread_world.h"
+
+namespace kolo::ps {
+namespace {
+
+using test::ThreadWorld;
+
+// A job of `n` ranks on one pretend host with `servers` servers; runs the
+// servers and `worker(index, transport, roles)` on the others.
+void runJob(int n, int servers,
+            const std::function<void(int, transport::Transport&, const Roles&)>& worker) {
+  ThreadWorld world(ThreadWorld::Kind::kShm, n);
+  const Roles roles = assignRoles(std::vector<int>(n, 0), servers);
+  world.run([&](int rank) {
+    const int s = roles.serverIndexOf(rank);
+    if (s >= 0) {
+      Server(world.transport(rank), roles, s).run();
+    } else {
+      worker(roles.workerIndexOf(rank), world.transport(rank), roles);
+    }
+  });
+}
+
+// Worker w's gradient at step t for element i: differs per worker and step.
+float gradient(int w, int t, size_t i) {
+  return 0.01f * static_cast<float>((w + 1) * (t + 2)) - 0.003f * static_cast<float>(i);
+}
+
+std::vector<std::vector<float>> initial() {
+  return {{0.5f, -1.0f, 2.0f, 0.25f, 0.0f}, {1.0f, 3.0f, -0.5f}};
+}
+
+std::vector<float*> pointers(std::vector<std::vector<float>>& v) {
+  std::vector<float*> p;
+  for (auto& t : v) p.push_back(t.data());
+  return p;
+}
+
+// Three sync steps of 3 workers on 2 servers, against the same optimizer
+// applied locally to the mean gradient (what an averaging allreduce step
+// gives every rank).
+void expectSyncEqualsAllreduce(const OptimizerConfig& opt) {
+  constexpr int kWorkers = 3, kSteps = 3;
+  const float lrs[kSteps] = {0.1f, 0.05f, 0.02f};
+  PsConfig config;
+  config.mode = Mode::kSync;
+  config.optimizer = opt;
+  config.tensorElements = {5, 3};
+  // The reference: one rule per tensor, fed the mean gradient.
+  auto expected = initial();
+  std::vector<UpdateRule> rules;
+  for (auto& t : expected) rules.emplace_back(opt, t.size());
+  for (int t = 0; t < kSteps; ++t) {
+    for (size_t k = 0; k < expected.size(); ++k) {
+      std::vector<float> mean(expected[k].size(), 0.0f);
+      for (size_t i = 0; i < mean.size(); ++i) {
+        for (int w = 0; w < kWorkers; ++w) mean[i] += gradient(w, t, i + 10 * k);
+        mean[i] /= kWorkers;
+      }
+      rules[k].apply(expected[k].data(), mean.data(), lrs[t]);
+    }
+  }
+  std::vector<std::vector<std::vector<float>>> finals(kWorkers);
+  runJob(kWorkers + 2, 2, [&](int w, transport::Transport& t, const Roles& roles) {
+    auto params = initial();
+    if (w != 0) {
+      for (auto& v : params) std::fill(v.begin(), v.end(), 7.0f);  // pulled before use
+    }
+    Client client(t, roles, w, config);
+    client.start(pointers(params));
+    for (int s = 0; s < kSteps; ++s) {
+      std::vector<std::vector<float>> grads = params;
+      for (size_t k = 0; k < grads.size(); ++k) {
+        for (size_t i = 0; i < grads[k].size(); ++i)
+          grads[k][i] = gradient(w, s, i + 10 * k);
+      }
+      std::vector<const float*> g;
+      for (auto& v : grads) g.push_back(v.data());
+      client.step(pointers(params), g, lrs[s]);
+    }
+    finals[w] = params;
+    client.bye();
+  });
+  for (int w = 0; w < kWorkers; ++w) {
+    for (size_t k = 0; k < expected.size(); ++k) {
+      for (size_t i = 0; i < expected[k].size(); ++i) {
+        EXPECT_NEAR(finals[w][k][i], expected[k][i], 1e-6f)
+            << "worker " << w << " tensor " << k << " element " << i;
+      }
+    }
+  }
+}
+
+TEST(PsServer, SyncStepEqualsAllreduceStepSgdMomentum) {
+  OptimizerConfig opt;
+  opt.momentum = 0.9f;
+  opt.weightDecay = 0.01f;
+  expectSyncEqualsAllreduce(opt);
+}
+
+TEST(PsServer, SyncStepEqualsAllreduceStepAdam) {
+  OptimizerConfig opt;
+  opt.kind = OptimizerKind::kAdam;
+  expectSyncEqualsAllreduce(opt);
+}
+
+// Downpour with staleness_bound = 1: two fast workers and one slowed on
+// purpose; workers pull only when refused (pull_period is large), so stale
+// pushes do arrive; the servers must refuse every one above the bound.
+TEST(PsServer, DownpourAppliesNoGradientStalerThanTheBound) {
+  constexpr int kWorkers = 3, kSteps = 12;
+  PsConfig config;
+  config.mode = Mode::kDownpour;
+  config.stalenessBound = 1;
+  config.tensorElements = {5, 3};
+  ClientOptions options;
+  options.pullPeriod = 1000;
+  std::vector<ServerStats> stats;
+  std::atomic<int> finished{0};
+  runJob(kWorkers + 1, 1, [&](int w, transport::Transport& t, const Roles& roles) {
+    auto params = initial();
+    Client client(t, roles, w, config, options);
+    client.start(pointers(params));
+    std::vector<float> g0(5, 0.01f), g1(3, 0.01f);
+    for (int s = 0; s < kSteps; ++s) {
+      if (w == 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      client.step(pointers(params), {g0.data(), g1.data()}, 0.1f);
+      EXPECT_LE(client.staleness(), 1u) << "worker " << w << " step " << s;
+    }
+    if (++finished == kWorkers) {
+      // Only read once all have pushed: the counters are final.
+    }
+    while (finished.load() < kWorkers) std::this_thread::yield();
+    if (w == 0) stats = client.stats();
+    client.bye();
+  });
+  ASSERT_EQ(stats.size(), 1u);
+  EXPECT_LE(stats[0].maxStaleness, 1u);
+  EXPECT_GT(stats[0].rejected, 0u)
+      << "no push was ever too stale: the test shows nothing";
+  EXPECT_EQ(stats[0].updates + stats[0].rejected, uint64_t{kWorkers * kSteps});
+  for (int w = 0; w < kWorkers; ++w) EXPECT_EQ(stats[0].pushes[w], uint64_t{kSteps});
+}
+
+// One exchange on a toy problem, with values exact in binary: the worker's
+// x and the center move by exactly alpha * (x - c).
+TEST(PsServer, EasgdExchangeIsTheFormula) {
+  PsConfig config;
+  config.mode = Mode::kEasgd;
+  config.easgdAlpha = 0.25f;
+  config.tensorElements = {5, 3};
+  std::vector<std::vector<float>> x1, center;
+  runJob(4, 2, [&](int w, transport::Transport& t, const Roles& roles) {
+    auto params = initial();  // worker 0 seeds c = initial()
+    Client client(t, roles, w, config);
+    client.start(pointers(params));
+    if (w == 0) {
+      params[0] = {1.5f, -2.0f, 2.0f, 1.25f, 4.0f};
+      params[1] = {0.0f, 3.0f, 0.5f};
+      client.exchange(pointers(params));
+      x1 = params;
+      client.pull(pointers(params));
+      center = params;
+    }
+    client.bye();
+  });
+  const auto c0 = initial();
+  const std::vector<std::vector<float>> x0 = {{1.5f, -2.0f, 2.0f, 1.25f, 4.0f},
+                                              {0.0f, 3.0f, 0.5f}};
+  for (size_t k = 0; k < 2; ++k) {
+    for (size_t i = 0; i < c0[k].size(); ++i) {
+      const float diff = 0.25f * (x0[k][i] - c0[k][i]);
+      EXPECT_EQ(x1[k][i], x0[k][i] - diff) << k << "," << i;
+      EXPECT_EQ(center[k][i], c0[k][i] + diff) << k << "," << i;
+    }
+  }
+}
+
+TEST(PsServer, WorkersThatDisagreeGetAClearError) {
+  std::atomic<int> refused{0};
+  runJob(3, 1, [&](int w, transport::Transport& t, const Roles& roles) {
+    PsConfig config;
+    config.mode = w == 0 ? Mode::kSync : Mode::kDownpour;
+    config.tensorElements = {5, 3};
+    auto params = initial();
+    Client client(t, roles, w, config);
+    try {
+      client.start(pointers(params));
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("differs from worker"), std::string::npos) << what;
+      ++refused;
+      return;  // refused: the server no longer waits for this worker
+    }
+    client.bye();
+  });
+  EXPECT_EQ(refused.load(), 1);
+}
+
+TEST(PsServer, BadArgumentsAreClearErrors) {
+  const Roles roles = assignRoles({0, 0, 0}, 1);
+  EXPECT_EQ(roles.servers, (std::vector<int>{2}));
+  EXPECT_EQ(roles.workers, (std::vector<int>{0, 1}));
+  auto message = [](const std::function<void()>& fn) -> std::string {
+    try {
+      fn();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(message([] {
+              assignRoles({0, 0, 0}, 3);
+            }).find("KOLO_SERVERS=3 with 3 ranks"),
+            std::string::npos);
+  EXPECT_NE(message([] {
+              assignRoles({0, 0}, -1);
+            }).find("KOLO_SERVERS=-1"),
+            std::string::npos);
+  EXPECT_NE(
+      message([] { parseMode("hogwild"); }).find("supported: sync, downpour, easgd"),
+      std::string::npos);
+  PsConfig c;
+  c.stalenessBound = -1;
+  EXPECT_NE(message([&] { validate(c, 2); }).find("staleness_bound=-1"),
+            std::string::npos);
+  c.stalenessBound = 0;
+  c.backupWorkers = 2;
+  EXPECT_NE(message([&] { validate(c, 2); }).find("backup_workers=2"), std::string::npos);
+}
+
+TEST(PsRoles, OneServerPerHostFirst) {
+  // Hosts A = {0, 1, 2}, B = {3, 4, 5}: servers 2 (A) and 5 (B), then 1.
+  Roles r = assignRoles({7, 7, 7, 9, 9, 9}, 3);
+  EXPECT_EQ(r.servers, (std::vector<int>{2, 5, 1}));
+  EXPECT_EQ(r.workers, (std::vector<int>{0, 3, 4}));
+  EXPECT_EQ(r.serverIndexOf(5), 1);
+  EXPECT_EQ(r.workerIndexOf(3), 1);
+  EXPECT_EQ(r.workerIndexOf(2), -1);
+}
+
+}  // namespace
+}  // namespace kolo::ps
