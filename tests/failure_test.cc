@@ -162,7 +162,9 @@ void expectDeparture(const std::vector<test::RankOutcome>& outcomes, bool sameMe
     auto colon = o.output.find(": ");
     messages[r] = colon == std::string::npos ? o.output : o.output.substr(colon + 2);
   }
-  if (sameMessage) EXPECT_EQ(messages[0], messages[2]);
+  if (sameMessage) {
+    EXPECT_EQ(messages[0], messages[2]);
+  }
 }
 
 TEST_P(FailureTest, RankThatFinalizesEarlyFailsTheOthersAtOnce) {

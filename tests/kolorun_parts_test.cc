@@ -157,7 +157,7 @@ TEST(PlacementTest, EnvironmentNamesTheHost) {
   auto options = parse({"-np", "2", "-H", "n1:1,n2:1", "--network-interface", "eth1",
                         "-x", "A=1", "prog"});
   auto p = planPlacement(options);
-  JobIdentity job{"tcp://10.0.0.1:5000", "job-1", options.networkInterface};
+  JobIdentity job{"tcp://10.0.0.1:5000", "job-1", options.networkInterface, ""};
   auto env = rankEnvironment({"KOLO_TIMEOUT=7"}, options.exports, p[1], job);
   auto has = [&](const std::string& e) {
     return std::find(env.begin(), env.end(), e) != env.end();
@@ -238,7 +238,7 @@ TEST(HorovodFlagsTest, TuningFlagsReachTheRanksAndTheLastWins) {
   auto options = parse({"-np", "2", "-x", "KOLO_CYCLE_TIME=3", "--cycle-time-ms", "5",
                         "--autotune", "prog"});
   auto p = planPlacement(options);
-  JobIdentity job{"tcp://127.0.0.1:5000", "job-1", ""};
+  JobIdentity job{"tcp://127.0.0.1:5000", "job-1", "", ""};
   // A local rank (kolorun's environment) and a remote one (only KOLO_*).
   for (const auto& base : {std::vector<std::string>{"KOLO_CYCLE_TIME=9", "HOME=/"},
                            std::vector<std::string>{"KOLO_CYCLE_TIME=9"}}) {

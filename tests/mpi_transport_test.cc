@@ -149,13 +149,13 @@ TEST_F(MpiEngine, TeamsUseShmAndTcp) {
   EXPECT_EQ(r.exitCode, 0) << r.output;
   EXPECT_EQ(count(r.output, "teams ok"), 4) << r.output;
   EXPECT_EQ(count(r.output, "transport shm+mpi, engine mpi"), 4) << r.output;
-  EXPECT_EQ(count(r.output, "transport tcp, team 'world/split/team/"), 4) << r.output;
+  EXPECT_EQ(count(r.output, "transport tcp, team 'world/g1/split/team/"), 4) << r.output;
   // KOLO_TRANSPORT=mpi on one host: the teams use shm.
   r = mpirun("KOLO_TRANSPORT=mpi KOLO_LOG_LEVEL=info", "-np 4 " + ranks() + " teams");
   EXPECT_EQ(r.exitCode, 0) << r.output;
   EXPECT_EQ(count(r.output, "teams ok"), 4) << r.output;
   EXPECT_EQ(count(r.output, "transport mpi, engine mpi"), 4) << r.output;
-  EXPECT_EQ(count(r.output, "transport shm, team 'world/split/team/"), 4) << r.output;
+  EXPECT_EQ(count(r.output, "transport shm, team 'world/g1/split/team/"), 4) << r.output;
 }
 
 // Uneven pretend hosts (2 + 1) and the selection table (no forced
