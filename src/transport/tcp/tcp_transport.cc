@@ -768,6 +768,10 @@ bool TcpTransport::Impl::flushPeer(Peer& p) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) break;
       int e = errno;
       if (e == EPIPE || e == ECONNRESET) {
+        // It may have said why before it went (an abort notice naming the
+        // rank really lost, which arrived before its close): read what it
+        // sent first, so that this rank reports what the others report.
+        readPeer(p);
         peerLost(p, "rank " + std::to_string(p.rank) + " closed its connection to rank " +
                         std::to_string(rank_) + " (process exited?)");
       }
