@@ -31,8 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < fixed) return 0;
   std::vector<std::vector<uint8_t>> fixedParts{mine.fixed,
                                                std::vector<uint8_t>(data, data + fixed)};
-  std::vector<std::vector<uint8_t>> variable{mine.variable,
-                                             std::vector<uint8_t>(data + fixed, data + size)};
+  std::vector<std::vector<uint8_t>> variable{
+      mine.variable, std::vector<uint8_t>(data + fixed, data + size)};
   try {
     (void)me.process(fixedParts, variable, std::chrono::steady_clock::now());
   } catch (const Error&) {

@@ -25,7 +25,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     Request r;
     if (decodeRequest(in.substr(4, len), &r, &why)) {
       // The views must lie inside the body.
-      if (r.key.data() < in.data() || r.arg.data() + r.arg.size() > in.data() + in.size()) {
+      if (r.key.data() < in.data() ||
+          r.arg.data() + r.arg.size() > in.data() + in.size()) {
         __builtin_trap();
       }
     }
