@@ -33,14 +33,14 @@ typedef enum { KOLO_SUM, KOLO_AVG, KOLO_MIN, KOLO_MAX, KOLO_PROD } kolo_op;
 
 /* The non-zero codes; they match kolo::ErrorCode. */
 typedef enum {
-  KOLO_ERR_INVALID_ARGUMENT = 1,   /* null buffer, bad dtype/op/root, overflow */
-  KOLO_ERR_NOT_INITIALIZED = 2,    /* call before kolo_init or after finalize */
+  KOLO_ERR_INVALID_ARGUMENT = 1, /* null buffer, bad dtype/op/root, overflow */
+  KOLO_ERR_NOT_INITIALIZED = 2,  /* call before kolo_init or after finalize */
   KOLO_ERR_ALREADY_INITIALIZED = 3,
-  KOLO_ERR_MISMATCH = 4,           /* ranks disagree on count, dtype, op, root */
-  KOLO_ERR_PEER_LOST = 5,          /* a peer process died or closed its link */
-  KOLO_ERR_TIMEOUT = 6,            /* a peer stopped answering (KOLO_TIMEOUT) */
-  KOLO_ERR_IO = 7,                 /* socket, shared memory or file failure */
-  KOLO_ERR_INTERNAL = 8            /* a broken invariant inside kolo */
+  KOLO_ERR_MISMATCH = 4,  /* ranks disagree on count, dtype, op, root */
+  KOLO_ERR_PEER_LOST = 5, /* a peer process died or closed its link */
+  KOLO_ERR_TIMEOUT = 6,   /* a peer stopped answering (KOLO_TIMEOUT) */
+  KOLO_ERR_IO = 7,        /* socket, shared memory or file failure */
+  KOLO_ERR_INTERNAL = 8   /* a broken invariant inside kolo */
 } kolo_error;
 
 int kolo_init(void); /* layout from the environment (kolorun, mpirun, srun, torchrun) */
@@ -60,12 +60,10 @@ int kolo_broadcast(void* buf, size_t count, kolo_dtype dtype, int root);
 int kolo_allgather(const void* send, void* recv, size_t count,
                    kolo_dtype dtype); /* recv holds size*count */
 /* Varying sizes: rank i contributes counts[i] elements; recv holds their sum. */
-int kolo_allgatherv(const void* send, void* recv, const size_t* counts,
-                    kolo_dtype dtype);
-int kolo_reduce_scatter(const void* send, void* recv, size_t recv_count,
-                        kolo_dtype dtype, kolo_op op);
-int kolo_alltoall(const void* send, void* recv, size_t count_per_rank,
-                  kolo_dtype dtype);
+int kolo_allgatherv(const void* send, void* recv, const size_t* counts, kolo_dtype dtype);
+int kolo_reduce_scatter(const void* send, void* recv, size_t recv_count, kolo_dtype dtype,
+                        kolo_op op);
+int kolo_alltoall(const void* send, void* recv, size_t count_per_rank, kolo_dtype dtype);
 int kolo_barrier(void);
 
 const char* kolo_last_error(void); /* why the last call on this thread failed */
