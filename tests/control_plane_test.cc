@@ -25,6 +25,7 @@
 #include "rendezvous/store.h"
 #include "rendezvous/store_protocol.h"
 #include "rendezvous/tcp_store.h"
+#include "support/expect_error.h"
 #include "transport/tcp/tcp_handshake.h"
 #include "transport/tcp/tcp_transport.h"
 
@@ -38,20 +39,8 @@ namespace protocol = rendezvous::protocol;
 
 constexpr const char* kSecret = "the job's secret";
 
-template <typename Fn>
-Error expectError(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a kolo::Error";
-  return Error(ErrorCode::kOk, "");
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::contains;
+using test::expectError;
 
 // A blocking socket connected to 127.0.0.1:port, with a 5 s receive limit
 // so that no test can hang on it.

@@ -19,6 +19,7 @@
 #include "rendezvous/file_store.h"
 #include "rendezvous/store.h"
 #include "rendezvous/tcp_store.h"
+#include "support/expect_error.h"
 #include "support/tcp_ranks.h"
 
 namespace kolo::rendezvous {
@@ -31,20 +32,8 @@ double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-template <typename Fn>
-Error expectError(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a kolo::Error";
-  return Error(ErrorCode::kOk, "");
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using test::contains;
+using test::expectError;
 
 std::string tempDir(const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /

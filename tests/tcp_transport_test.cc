@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "rendezvous/tcp_store.h"
+#include "support/expect_error.h"
 #include "support/tcp_ranks.h"
 
 namespace kolo {
@@ -50,17 +51,7 @@ std::vector<uint8_t> pattern(int src, int dst, uint64_t tag, size_t n) {
   return v;
 }
 
-// Runs fn and returns the kolo::Error it throws (fails the test if none).
-template <typename Fn>
-Error expectError(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "expected a kolo::Error";
-  return Error(ErrorCode::kOk, "");
-}
+using test::expectError;
 
 TEST(TcpTransport, PingPongSmallMessages) {
   constexpr int kIters = 2000;
