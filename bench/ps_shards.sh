@@ -21,7 +21,7 @@
 # MPI-Learn master serves one worker at a time: its bound is that of S = 1.
 #
 #   bench/ps_shards.sh [--build-dir build] [--rate 1gbit] [--steps 3]
-#                      [--servers "1 2 4"] [--out DIR]
+#                      [--servers "1 2 4"] [--floats 25557032] [--out DIR]
 #
 # Needs root (network namespaces). Exit status: 0 when every run worked;
 # 1 otherwise; 2 on a bad option; 77 when namespaces cannot be made.
@@ -50,12 +50,14 @@ while [ $# -gt 0 ]; do
     --rate) RATE="$2" ;;
     --steps) STEPS="$2" ;;
     --servers) SERVER_COUNTS="$2" ;;
+    --floats) FLOATS="$2" ;;
     --out) OUT_DIR="$2" ;;
     *) die_usage "$1: unknown option" ;;
   esac
   shift 2
 done
 [[ "$STEPS" =~ ^[1-9][0-9]*$ ]] || die_usage "--steps '$STEPS': expected a positive integer"
+[[ "$FLOATS" =~ ^[1-9][0-9]{2,}$ ]] || die_usage "--floats '$FLOATS': expected at least 100"
 MAX_SERVERS=0
 for s in $SERVER_COUNTS; do
   [[ "$s" =~ ^[1-9]$ ]] || die_usage "--servers '$SERVER_COUNTS': expected counts 1-9"
@@ -136,8 +138,8 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 rate, rate_name, steps = float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
 print("\n4 worker hosts, S server hosts, 1 rank per host, every host link %s each way; "
-      "25.6 M floats pushed and pulled per worker and step; median of %d step(s)\n"
-      % (rate_name, steps))
+      "%.1f M floats pushed and pulled per worker and step; median of %d step(s)\n"
+      % (rate_name, rows[0]["floats"] / 1e6 if rows else 0, steps))
 print("| servers | step (s) | link-rate bound (s) | bound / step | aggregate push+pull "
       "(MB/s) | steps (s) | load average |")
 print("| --- | ---: | ---: | ---: | ---: | --- | --- |")
