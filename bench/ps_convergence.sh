@@ -9,8 +9,8 @@
 #   easgd      kolorun --servers 1 -np 4
 #
 # with the example's defaults otherwise (Adam, batch 64 per worker; the
-# learning rate scaled linearly for allreduce and sync-ps, unscaled for
-# downpour and easgd, which apply one worker's batch per update). Prints a
+# learning rate scaled linearly for allreduce, sync-ps and easgd, unscaled
+# for downpour, which applies one worker's batch per update). Prints a
 # markdown table of the test accuracy after each epoch and the final one's
 # difference to allreduce, and writes a PNG of test accuracy against epochs
 # and against training time (the sum of the epochs' training seconds,

@@ -23,11 +23,13 @@
 //
 // sync-ps averages the workers' gradients on the servers (--scale linear,
 // as allreduce); downpour applies each worker's gradient as it arrives (at
-// most --staleness-bound versions stale) and easgd steps each worker's own
-// optimizer, exchanging the elastic difference with the center every
-// --easgd-period steps: both apply one worker's batch per update, so their
-// default --scale is none. The workers evaluate the servers' parameters
-// (easgd: the center; a worker's own are restored after).
+// most --staleness-bound versions stale; one worker's batch per update, so
+// its default --scale is none) and easgd steps each worker's own optimizer,
+// exchanging the elastic difference with the center every --easgd-period
+// steps (--scale linear by default: measured better than none on the
+// center's accuracy, docs/performance.md "Parameter servers"). The workers
+// evaluate the servers' parameters (easgd: the center; a worker's own are
+// restored after).
 //
 // --data DIR is either the Fashion-MNIST IDX files (default: Debian's
 // /usr/share/datasets/fashion-mnist) or an image folder with train/ and
@@ -67,7 +69,7 @@ struct Flags {
   int epochs = 3;
   int batchSize = 64;
   double lr = -1;     // -1: the optimizer's default
-  std::string scale;  // "": linear, or none for downpour and easgd
+  std::string scale;  // "": linear, or none for downpour
   std::string mode = "allreduce";
   int stalenessBound = 4;
   double easgdAlpha = 0.5;
@@ -163,7 +165,7 @@ Flags parseFlags(int argc, char** argv) {
     std::exit(2);
   }
   if (f.scale.empty()) {
-    f.scale = f.mode == "downpour" || f.mode == "easgd" ? "none" : "linear";
+    f.scale = f.mode == "downpour" ? "none" : "linear";
   }
   return f;
 }

@@ -29,10 +29,11 @@ easgd, which need servers among the ranks; with 1 server and 3 workers:
 sync-ps averages the workers' gradients on the servers (one allreduce step,
 the optimizer's state on the servers; --scale linear as allreduce);
 downpour applies each worker's gradient on its own as it arrives, at most
---staleness-bound versions stale, and easgd steps each worker's own
-optimizer and exchanges the elastic difference with the center every
---easgd-period steps (--easgd-alpha): both apply one worker's batch per
-update, so their default --scale is none. Before evaluating, the workers
+--staleness-bound versions stale (one worker's batch per update, so its
+default --scale is none), and easgd steps each worker's own optimizer and
+exchanges the elastic difference with the center every --easgd-period
+steps (--easgd-alpha; --scale linear by default, measured better than none
+on the center's accuracy: docs/performance.md, "Parameter servers"). Before evaluating, the workers
 load the servers' parameters (easgd: the center variable; a worker's own
 parameters are restored after). The JSON record adds each epoch's test
 accuracy, for bench/ps_convergence.sh.
@@ -94,7 +95,7 @@ def parse_args(argv=None):
                    help="easgd: steps between exchanges with the center")
     p.add_argument("--scale", choices=["linear", "sqrt", "none"], default=None,
                    help="scaling of --lr by the number of ranks (default: linear; "
-                        "none for downpour and easgd)")
+                        "none for downpour)")
     p.add_argument("--warmup-epochs", type=float, default=0.0,
                    help="linear warm-up from --lr to the scaled rate over K epochs")
     p.add_argument("--decay", choices=sorted(DECAYS), default="constant",
@@ -125,7 +126,7 @@ def parse_args(argv=None):
     if a.epochs < 1 or a.batch_size < 1 or a.threads < 1 or a.max_steps < 0:
         p.error("--epochs, --batch-size and --threads must be >= 1, --max-steps >= 0")
     if a.scale is None:
-        a.scale = "none" if a.mode in ("downpour", "easgd") else "linear"
+        a.scale = "none" if a.mode == "downpour" else "linear"
     return a
 
 

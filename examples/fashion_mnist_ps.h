@@ -3,7 +3,7 @@
 // (<kolo/kolo.h>, <kolo/ps.h>), the way kolo.torch.ps drives them.
 //
 // Contract
-// - PsWorld::init() calls kolo_init: on a server rank it serves and ends the
+// - PsWorld() calls kolo_init: on a server rank it serves and ends the
 //   process (exit 0 once every worker has said goodbye), so it returns on
 //   workers only; rank() and size() then count the workers. The destructor
 //   calls kolo_finalize (the workers' goodbye to the servers).

@@ -50,7 +50,7 @@ def run(cmd, timeout=240):
 
 def server_counters(stdout):
     """(version, updates, refused, largest staleness) of server 0, from
-    worker 0's last line about the parameter servers."""
+    the line worker 0 prints about the parameter servers at the end."""
     m = re.search(r"server 0: version (\d+), (\d+) updates, (\d+) refused, "
                   r"largest staleness (\d+)", stdout)
     assert m, "no parameter-server line in:\n" + stdout
