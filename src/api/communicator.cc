@@ -64,8 +64,21 @@ std::shared_ptr<Communicator> Communicator::fromEnvironment() {
   config.size = env.size;
   config.rendezvous = env.rendezvous;
   config.hostStore = env.hostStore;
-  if (env.elasticWorker >= 0) joinElasticWorld(env, settings, config);
-  return std::make_shared<api::CommunicatorImpl>(config, settings);
+  if (env.elasticWorker < 0)
+    return std::make_shared<api::CommunicatorImpl>(config, settings);
+  // An elastic world that fails to form (a member died or was cut off
+  // meanwhile) is not the end: the launcher forms the next one without it.
+  // Its reset limit and elastic timeout bound the attempts.
+  while (true) {
+    joinElasticWorld(env, settings, config);
+    try {
+      return std::make_shared<api::CommunicatorImpl>(config, settings);
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kPeerLost && e.code() != ErrorCode::kTimeout) throw;
+      KOLO_LOG(kInfo) << "elastic: " << config.name << " did not form (" << e.what()
+                      << "); asking for the next world";
+    }
+  }
 }
 
 std::shared_ptr<Communicator> Communicator::create(const CommunicatorConfig& config) {

@@ -31,6 +31,8 @@ p.add_argument("--world", type=int, default=3, help="the first world's size")
 p.add_argument("--width", type=int, default=16, help="hidden units (the model's size)")
 p.add_argument("--step-sleep", type=float, default=0.0,
                help="seconds of pretended compute per step")
+p.add_argument("--ckpt", help="a checkpoint pattern written at each epoch's end (keep 2)")
+p.add_argument("--samples", type=int, default=384, help="size of the synthetic dataset")
 p.add_argument("--raise", dest="raise_", action="store_true",
                help="the victim raises an exception instead of being killed")
 p.add_argument("--rewrite", nargs=2, metavar=("FILE", "TEXT"),
@@ -44,7 +46,7 @@ BATCH = 16
 hvd.init()
 torch.manual_seed(0)
 g = torch.Generator().manual_seed(1)
-data = torch.randn(384, 8, generator=g)
+data = torch.randn(args.samples, 8, generator=g)
 labels = (data.sum(1) > 0).long()
 model = torch.nn.Sequential(torch.nn.Linear(8, args.width), torch.nn.ReLU(),
                             torch.nn.Linear(args.width, 2))
@@ -97,11 +99,15 @@ def train(state):
         state.epoch += 1
         state.sampler.set_epoch(state.epoch)
         state.commit()
+        if args.ckpt:
+            hvd.checkpoint.save(args.ckpt, state, keep_last=2)
 
 
 train(state)
 flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
 digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]
-print("worker %d done: rank %d of %d, steps %d, params %s" % (
-    WORKER, hvd.rank(), hvd.size(), state.step, digest), flush=True)
+with torch.no_grad():
+    accuracy = (model(data).argmax(1) == labels).float().mean().item()
+print("worker %d done: rank %d of %d, steps %d, params %s, accuracy %.4f" % (
+    WORKER, hvd.rank(), hvd.size(), state.step, digest, accuracy), flush=True)
 hvd.shutdown()
