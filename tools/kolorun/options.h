@@ -23,6 +23,7 @@
 // main() prints it with the usage text and exits 2.
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -34,6 +35,15 @@ namespace kolo::kolorun {
 class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// Elastic training (--min-np, --max-np, ...; docs/elastic.md).
+struct ElasticOptions {
+  bool enabled = false;           // any of the flags below was given
+  int minRanks = 0;               // --min-np: fewer live workers fail the job
+  int maxRanks = 0;               // --max-np: 0 = -np
+  double timeoutSeconds = 600;    // --elastic-timeout: wait for --min-np this long
+  std::optional<int> resetLimit;  // --reset-limit: worlds after the first
 };
 
 struct LaunchOptions {
@@ -59,6 +69,7 @@ struct LaunchOptions {
   std::vector<std::string> mpiArgs;  // --mpi-args ARGS: more mpirun flags
   bool showHelp = false;             // -h / --help: print usage, run nothing
   bool showVersion = false;          // --version
+  ElasticOptions elastic;
 };
 
 // argv[0] is kolorun's own name and is skipped.

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -122,6 +123,7 @@ bool Supervisor::launch() {
   // Orphaned grandchildren become kolorun's children, so they are reaped
   // (and are still in their rank's process group when the job is ended).
   prctl(PR_SET_CHILD_SUBREAPER, 1);
+  if (options_.elastic.enabled && !startElasticDriver(job)) return false;
   std::map<std::string, std::string> rendezvousOf;
   if (!rendezvousAddresses(placements, job, rendezvousOf)) return false;
   startRanks(placements, job, rendezvousOf);
@@ -161,6 +163,56 @@ bool Supervisor::startStore(bool anyRemote, JobIdentity& job) {
     return failLaunch(std::string("cannot start the rendezvous store: ") + e.what(), 1);
   }
   return true;
+}
+
+// The elastic driver talks to kolorun's own store as a client. Its join
+// window: the survivors of a failure notice it within KOLO_TIMEOUT of each
+// other (a dead peer within about 2 s, a stopped one at the timeout).
+bool Supervisor::startElasticDriver(JobIdentity& job) {
+  job.elastic = true;
+  job.elasticTimeoutSeconds = options_.elastic.timeoutSeconds;
+  double timeout = 30;
+  if (const char* t = std::getenv("KOLO_TIMEOUT")) timeout = std::atof(t);
+  for (const auto& e : options_.exports) {
+    if (e.rfind("KOLO_TIMEOUT=", 0) == 0) timeout = std::atof(e.c_str() + 13);
+  }
+  ElasticLimits limits;
+  limits.minWorkers = options_.elastic.minRanks;
+  limits.elasticTimeout = std::chrono::milliseconds(
+      static_cast<int64_t>(options_.elastic.timeoutSeconds * 1000));
+  limits.joinWindow =
+      std::chrono::milliseconds(static_cast<int64_t>((2 * timeout + 5) * 1000));
+  limits.resetLimit = options_.elastic.resetLimit;
+  try {
+    elastic_ = std::make_unique<ElasticDriver>(
+        rendezvous::TcpStore::connect("127.0.0.1", store_->port(),
+                                      std::chrono::milliseconds(10'000), job.secret),
+        options_.numRanks, limits);
+  } catch (const std::exception& e) {
+    return failLaunch(std::string("elastic: cannot reach the store: ") + e.what(), 1);
+  }
+  return true;
+}
+
+void Supervisor::pollElastic() {
+  ElasticDriver::Outcome out;
+  try {
+    out = elastic_->poll(ElasticDriver::Clock::now());
+  } catch (const std::exception& e) {
+    out.failure = std::string("the store failed: ") + e.what();
+  }
+  for (const auto& line : out.notes) {
+    if (options_.verbose || elastic_->generation() > 1) output_.note(line);
+  }
+  for (int worker : out.remove) {
+    output_.note("elastic: " + rankName(worker) +
+                 " did not join the new world in time (stopped or cut off?); killing it");
+    if (ranks_[worker]->running()) signalRank(*ranks_[worker], SIGKILL);
+  }
+  if (out.failure) {
+    output_.note("elastic: " + *out.failure + "; ending the job");
+    abortJob(EndReason::kElastic, SIGTERM);
+  }
 }
 
 bool Supervisor::probeRemoteHosts() {
@@ -322,6 +374,7 @@ void Supervisor::loop() {
       if (t && (!next || *t < *next)) next = t;
     };
     if (!killed_) consider(killDeadline_);
+    if (elastic_ && reason_ == EndReason::kNone) consider(elastic_->nextDeadline());
     if (reason_ == EndReason::kNone) consider(jobDeadline_);
     for (size_t r = 0; r < exitTimes_.size(); ++r) {
       if (exitTimes_[r] && output_.rankOpen(static_cast<int>(r))) {
@@ -364,6 +417,7 @@ void Supervisor::loop() {
       abortJob(EndReason::kTimeout, SIGTERM);
     }
     if (!killed_ && killDeadline_ && now >= *killDeadline_) escalate();
+    if (elastic_ && reason_ == EndReason::kNone) pollElastic();
   }
 }
 
@@ -378,14 +432,33 @@ void Supervisor::reap() {
     rank->markExited(exit);
     exitTimes_[rank->rank()] = Clock::now();
     if (remote_[rank->rank()]) rank->closeControl();
-    if (!exit.success() && reason_ == EndReason::kNone) {
-      // report() describes the failing rank's exit, once, at the end.
-      failedRank_ = rank->rank();
-      abortJob(EndReason::kRankFailed, SIGTERM);
-    } else if (options_.verbose) {
-      output_.note(rankName(rank->rank()) + " (pid " + std::to_string(pid) + ") " +
-                   exit.describe());
+    onRankExit(*rank, exit);
+  }
+}
+
+// The first failure ends a job; in an elastic job the others go on without
+// the failed rank (the elastic driver forms their next world).
+void Supervisor::onRankExit(RankProcess& rank, const ExitStatus& exit) {
+  const int r = rank.rank();
+  if (elastic_ && reason_ == EndReason::kNone) {
+    elastic_->workerExited(r, exit.success());
+    if (exit.success()) {
+      anySucceeded_ = true;
+    } else {
+      lastFailedRank_ = r;
+      output_.note("elastic: " + rankName(r) + " (pid " + std::to_string(rank.pid()) +
+                   ") " + exit.describe() + "; the job goes on with " +
+                   std::to_string(elastic_->liveWorkers()) + " worker(s)");
+      return;
     }
+  }
+  if (!exit.success() && reason_ == EndReason::kNone) {
+    // report() describes the failing rank's exit, once, at the end.
+    failedRank_ = r;
+    abortJob(EndReason::kRankFailed, SIGTERM);
+  } else if (options_.verbose) {
+    output_.note(rankName(r) + " (pid " + std::to_string(rank.pid()) + ") " +
+                 exit.describe());
   }
 }
 
@@ -460,7 +533,13 @@ RankProcess* Supervisor::findRank(pid_t pid) {
 
 int Supervisor::exitCode() const {
   switch (reason_) {
-    case EndReason::kNone: return 0;
+    case EndReason::kNone:
+      // An elastic job that lost every worker failed with the last of them.
+      if (elastic_ && !anySucceeded_ && lastFailedRank_ >= 0) {
+        return ranks_[lastFailedRank_]->exitStatus()->shellCode();
+      }
+      return 0;
+    case EndReason::kElastic: return 1;
     case EndReason::kRankFailed: return ranks_[failedRank_]->exitStatus()->shellCode();
     case EndReason::kSignal:
       return 128 + (receivedSignal_ != 0 ? receivedSignal_ : SIGKILL);

@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "elastic_driver.h"
 #include "options.h"
 #include "output_multiplexer.h"
 #include "placement.h"
@@ -85,7 +86,7 @@ class Supervisor {
  private:
   using Clock = std::chrono::steady_clock;
 
-  enum class EndReason { kNone, kRankFailed, kSignal, kTimeout, kLaunchFailed };
+  enum class EndReason { kNone, kRankFailed, kSignal, kTimeout, kLaunchFailed, kElastic };
 
   // What starting each rank shares: the environment, the directory, the
   // resolved executables.
@@ -114,6 +115,9 @@ class Supervisor {
   std::string rankName(int rank) const;
   void loop();
   void reap();
+  void onRankExit(RankProcess& rank, const ExitStatus& exit);
+  bool startElasticDriver(JobIdentity& job);
+  void pollElastic();
   void onSignal(int sig);
   void abortJob(EndReason reason, int sig);
   void escalate();
@@ -127,6 +131,9 @@ class Supervisor {
   OutputMultiplexer& output_;
   SignalChannel signals_;
   std::unique_ptr<rendezvous::TcpStoreServer> store_;
+  std::unique_ptr<ElasticDriver> elastic_;  // elastic jobs only
+  int lastFailedRank_ = -1;                 // elastic: the last worker that failed
+  bool anySucceeded_ = false;
   std::vector<std::unique_ptr<RankProcess>> ranks_;
   std::vector<std::string> hostOf_;           // per rank: host as listed, "" = no list
   std::vector<bool> remote_;                  // per rank: started through ssh

@@ -35,7 +35,8 @@
 //   Error(kInvalidArgument) from isend/irecv.
 // - Failure: a local peer whose process died (gone, or a zombie) while we
 //   wait for it is Error(kPeerLost) naming its global rank, detected within
-//   about 100 ms of waiting; after it the transport is broken and every
+//   about 100 ms of waiting; so is a peer that aborted (abort(): its error,
+//   "(reported by rank R)"). After it the transport is broken and every
 //   pending and later request fails with that error. A silent but living
 //   peer is left to Transport::wait's timeout (Error(kTimeout)).
 // - Thread safety: one thread at a time per ShmTransport (Transport's rule).
@@ -97,6 +98,7 @@ class ShmTransport : public Transport {
   // Sleeps on this rank's doorbell (a futex that peers ring after giving it
   // data or ring space) for up to `max`.
   void idle(std::chrono::microseconds max) override;
+  void abort(const Error& cause) override;
 
   // Capacity of each ring in bytes (options.ringBytes rounded up).
   size_t ringBytes() const { return ringBytes_; }
