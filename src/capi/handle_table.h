@@ -12,9 +12,11 @@
 // nothing per call but the code translation.
 #pragma once
 
+#include <kolo/kolo.h>
 #include <kolo/runtime.h>
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "runtime/handle_table.h"
@@ -33,14 +35,32 @@ class HandleTable {
   void open() { table_->open(); }
   std::vector<HandleEntry> close() { return table_->close(); }
 
-  int add(const char* fn, HandleEntry entry, kolo_handle* out);
+  // Inline: a call that succeeds costs the runtime table's call alone.
+  int add(const char* fn, HandleEntry entry, kolo_handle* out) {
+    const auto r = table_->add(std::move(entry), out);
+    return r.ok() ? KOLO_OK : failure(fn, 0, r);
+  }
   int find(const char* fn, kolo_handle h, runtime::HandlePtr* handle,
-           runtime::OpKind* kind = nullptr, const std::vector<uint8_t>** owned = nullptr);
-  int take(const char* fn, kolo_handle h, HandleEntry* out);
-  int release(const char* fn, kolo_handle h);
+           runtime::OpKind* kind = nullptr,
+           const std::vector<uint8_t>** owned = nullptr) {
+    const auto r = table_->find(h, handle, kind, owned);
+    return r.ok() ? KOLO_OK : failure(fn, h, r);
+  }
+  int take(const char* fn, kolo_handle h, HandleEntry* out) {
+    const auto r = table_->take(h, out);
+    return r.ok() ? KOLO_OK : failure(fn, h, r);
+  }
+  int release(const char* fn, kolo_handle h) {
+    const auto r = table_->release(h);
+    return r.ok() ? KOLO_OK : failure(fn, h, r);
+  }
   size_t size() { return table_->size(); }
 
  private:
+  // The C code and kolo_last_error() of a failed call of `fn` on `h`.
+  static int failure(const char* fn, kolo_handle h,
+                     const runtime::HandleTable::Result& r);
+
   std::unique_ptr<runtime::HandleTable> owned_;  // default-made only
   runtime::HandleTable* table_;
 };
