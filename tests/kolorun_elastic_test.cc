@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "elastic_driver.h"
+#include "host_discovery.h"
 #include "kolo/error.h"
 #include "options.h"
 #include "rendezvous/elastic_membership.h"
@@ -178,16 +179,50 @@ TEST_F(ElasticDriverTest, TheResetBeyondTheLimitFailsTheJob) {
   EXPECT_THROW(c.get(), Error);
 }
 
+TEST(HostDiscoveryTest, ScriptOutputAndBlacklist) {
+  HostDiscovery d("printf 'alpha:2\\n\\n  beta \\n[::1]:3\\n'", 4, std::nullopt);
+  const auto hosts = d.discover();
+  ASSERT_EQ(hosts.size(), 3u);
+  EXPECT_EQ(hosts[0].host, "alpha");
+  EXPECT_EQ(hosts[0].slots, 2);
+  EXPECT_EQ(hosts[1].host, "beta");
+  EXPECT_EQ(hosts[1].slots, 4);  // --slots-per-host
+  EXPECT_EQ(hosts[2].host, "::1");
+  EXPECT_EQ(hosts[2].slots, 3);
+  const auto now = HostDiscovery::Clock::now();
+  EXPECT_FALSE(d.blacklisted("alpha", now));
+  d.blacklist("alpha", now);
+  EXPECT_TRUE(d.blacklisted("alpha", now + std::chrono::hours(24)));  // for good
+  HostDiscovery cooled("true", 1, std::make_pair(1.0, 2.0));
+  cooled.blacklist("beta", now);
+  EXPECT_TRUE(cooled.blacklisted("beta", now));
+  EXPECT_FALSE(cooled.blacklisted("beta", now + std::chrono::seconds(3)));
+  for (const char* bad : {"exit 3", "echo 'a b c'", "echo 'x:0'"}) {
+    HostDiscovery failing(bad, 1, std::nullopt);
+    try {
+      failing.discover();
+      ADD_FAILURE() << bad;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("--host-discovery-script '"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(ElasticMembershipTest, AssignmentsRoundTripAndBadOnesAreErrors) {
   std::string refusal;
-  auto a = elastic::decode(elastic::encode({3, 1, 4}), refusal);
+  auto a = elastic::decode(elastic::encode({3, 1, 4, 7, 2}), refusal);
   ASSERT_TRUE(a.has_value());
   EXPECT_EQ(a->generation, 3);
   EXPECT_EQ(a->rank, 1);
   EXPECT_EQ(a->size, 4);
+  EXPECT_EQ(a->hostUpdates, 7);
+  EXPECT_EQ(a->hostAdditions, 2);
   EXPECT_FALSE(elastic::decode(elastic::encodeRefusal("why"), refusal).has_value());
   EXPECT_EQ(refusal, "why");
-  for (const char* bad : {"", "1 2", "1 4 4", "0 0 1", "1 0 1 x", "x y z"}) {
+  for (const char* bad : {"", "1 2", "1 0 1", "1 4 4 0 0", "0 0 1 0 0", "1 0 1 0 0 x",
+                          "1 0 1 1 2", "1 0 1 -1 0", "x y z 0 0"}) {
     EXPECT_THROW(elastic::decode(bad, refusal), Error) << bad;
   }
   EXPECT_EQ(elastic::worldName(7), "world/e7");
@@ -206,6 +241,22 @@ TEST(ElasticOptionsTest, FlagsSetTheElasticJob) {
   EXPECT_EQ(o.elastic.timeoutSeconds, 5);
   ASSERT_TRUE(o.elastic.resetLimit.has_value());
   EXPECT_EQ(*o.elastic.resetLimit, 0);
+  std::vector<std::string> more = {"kolorun", "-np",
+                                   "2",       "--host-discovery-script",
+                                   "d.sh",    "--slots-per-host",
+                                   "4",       "--blacklist-cooldown-range",
+                                   "10",      "20",
+                                   "prog"};
+  argv.clear();
+  for (auto& s : more) argv.push_back(s.c_str());
+  const LaunchOptions d = parseArguments(static_cast<int>(argv.size()), argv.data());
+  EXPECT_TRUE(d.elastic.enabled);
+  EXPECT_EQ(d.elastic.discoveryScript, "d.sh");
+  EXPECT_EQ(d.elastic.slotsPerHost, 4);
+  ASSERT_TRUE(d.elastic.blacklistCooldown.has_value());
+  EXPECT_EQ(d.elastic.blacklistCooldown->first, 10);
+  EXPECT_EQ(d.elastic.blacklistCooldown->second, 20);
+  EXPECT_EQ(d.command, std::vector<std::string>{"prog"});
   std::vector<const char*> plain = {"kolorun", "-np", "2", "prog"};
   EXPECT_FALSE(parseArguments(4, plain.data()).elastic.enabled);
 }

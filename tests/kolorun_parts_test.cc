@@ -304,10 +304,6 @@ TEST(HorovodFlagsTest, FlagsThatChangeNothingAreAcceptedWithANote) {
 
 TEST(HorovodFlagsTest, FlagsKolorunCannotHonourAreErrorsNamingThem) {
   const std::pair<std::vector<std::string>, std::string> cases[] = {
-      {{"--slots-per-host", "2"}, "--slots-per-host is not supported yet (elastic host"},
-      {{"--blacklist-cooldown-range", "1", "2"}, "--blacklist-cooldown-range is not"},
-      {{"--host-discovery-script", "x.sh"},
-       "--host-discovery-script is not supported yet"},
       {{"--config-file", "c.yaml"},
        "--config-file is not supported: kolorun reads no YAML"},
       {{"-cb"}, "-cb is not supported"},
@@ -338,6 +334,13 @@ TEST(HorovodFlagsTest, BadValuesAndCombinationsAreErrors) {
       {{"--min-np", "1", "--mpi"}, "--mpi cannot be combined with elastic"},
       {{"--elastic-timeout", "soon"}, "--elastic-timeout expects a non-negative number"},
       {{"--reset-limit", "-1"}, "--reset-limit expects a non-negative integer"},
+      {{"--min-np", "1", "-H", "a:2", "--host-discovery-script", "d.sh"},
+       "give either --host-discovery-script or -H"},
+      {{"--slots-per-host", "0"}, "--slots-per-host expects a positive integer"},
+      {{"--blacklist-cooldown-range", "10", "soon"},
+       "--blacklist-cooldown-range expects a non-negative number of seconds, got 'soon'"},
+      {{"--blacklist-cooldown-range", "10", "5"},
+       "--blacklist-cooldown-range 10 5: the upper"},
       {{"--fusion-threshold-mb", "-1"}, "--fusion-threshold-mb expects a non-negative"},
       {{"--fusion-threshold-mb", "1.5"}, "got '1.5'"},
       {{"--fusion-threshold-mb", "99999999999999999"}, "too large"},

@@ -40,6 +40,7 @@ void joinElasticWorld(const rendezvous::JobEnvironment& env, const Settings& set
   const auto wait = std::chrono::milliseconds(static_cast<int64_t>(
       (env.elasticTimeoutSeconds + 2 * settings.timeoutSeconds + 10) * 1000));
   const auto a = rendezvous::elastic::joinGeneration(*store, env.elasticWorker, wait);
+  rendezvous::elastic::setCurrentWorld(a);
   config.rank = a.rank;
   config.size = a.size;
   config.name = rendezvous::elastic::worldName(a.generation);

@@ -1,5 +1,6 @@
 #include "rendezvous/elastic_membership.h"
 
+#include <mutex>
 #include <sstream>
 
 #include "common/check.h"
@@ -16,7 +17,8 @@ std::string assignKey(int64_t worker, int64_t request) {
 
 std::string encode(const Assignment& a) {
   return std::to_string(a.generation) + " " + std::to_string(a.rank) + " " +
-         std::to_string(a.size);
+         std::to_string(a.size) + " " + std::to_string(a.hostUpdates) + " " +
+         std::to_string(a.hostAdditions);
 }
 
 std::string encodeRefusal(const std::string& reason) {
@@ -31,8 +33,9 @@ std::optional<Assignment> decode(const std::string& value, std::string& refusal)
   std::istringstream in(value);
   Assignment a;
   std::string rest;
-  if (!(in >> a.generation >> a.rank >> a.size) || (in >> rest) || a.generation < 1 ||
-      a.size < 1 || a.rank < 0 || a.rank >= a.size) {
+  if (!(in >> a.generation >> a.rank >> a.size >> a.hostUpdates >> a.hostAdditions) ||
+      (in >> rest) || a.generation < 1 || a.size < 1 || a.rank < 0 || a.rank >= a.size ||
+      a.hostUpdates < 0 || a.hostAdditions < 0 || a.hostAdditions > a.hostUpdates) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
                "elastic membership: malformed assignment '" << value << "'");
   }
@@ -66,6 +69,21 @@ Assignment joinGeneration(Store& store, int64_t worker,
         "elastic worker " << worker << " was not taken into the next world: " << refusal);
   }
   return *a;
+}
+
+namespace {
+std::mutex gWorldMu;
+std::optional<Assignment> gWorld;
+}  // namespace
+
+void setCurrentWorld(const Assignment& a) {
+  std::lock_guard<std::mutex> lock(gWorldMu);
+  gWorld = a;
+}
+
+std::optional<Assignment> currentWorld() {
+  std::lock_guard<std::mutex> lock(gWorldMu);
+  return gWorld;
 }
 
 }  // namespace kolo::rendezvous::elastic

@@ -18,7 +18,11 @@
 //   window closed), it opens generation G + 1 with the waiting workers,
 //   ranked in the order of their ranks in the last world (workers that were
 //   not in it after them, by id), and SETs elastic/assign/<id>/<k> to
-//   "G RANK SIZE" for each; to a worker it will not take, "refused REASON".
+//   "G RANK SIZE UPDATES ADDITIONS" for each (the host-update counters at
+//   that moment); to a worker it will not take, "refused REASON".
+// - When the discovered hosts change, the launcher ADDs to
+//   elastic/host_updates (and elastic/host_additions for an added host);
+//   a worker compares them with its world's (kolo_elastic_host_updates).
 //
 // Contract: encode/decode are pure; joinGeneration() blocks up to
 // `timeout` and throws Error(kTimeout) naming the worker and the key, or
@@ -38,7 +42,16 @@ struct Assignment {
   int64_t generation = 0;
   int rank = 0;
   int size = 0;
+  // The launcher's host-update counters when it formed this world (see
+  // kHostUpdatesKey): later values mean the hosts changed since.
+  int64_t hostUpdates = 0;
+  int64_t hostAdditions = 0;
 };
+
+// Counters the launcher ADDs to when the discovered hosts change: every
+// change, and the changes that added a host.
+inline constexpr const char* kHostUpdatesKey = "elastic/host_updates";
+inline constexpr const char* kHostAdditionsKey = "elastic/host_additions";
 
 std::string wantKey(int64_t worker);
 inline constexpr const char* kWantTotalKey = "elastic/want_total";
@@ -56,5 +69,10 @@ std::string worldName(int64_t generation);
 // Worker side: asks for the next world and waits for the launcher's answer.
 Assignment joinGeneration(Store& store, int64_t worker,
                           std::chrono::milliseconds timeout);
+
+// The world this process joined last (set by the communicator's start-up
+// in an elastic job), for the host-update check; nullopt otherwise.
+void setCurrentWorld(const Assignment& a);
+std::optional<Assignment> currentWorld();
 
 }  // namespace kolo::rendezvous::elastic

@@ -29,8 +29,13 @@ p.add_argument("--at", type=int, default=5)
 p.add_argument("--epochs", type=int, default=2)
 p.add_argument("--world", type=int, default=3, help="the first world's size")
 p.add_argument("--width", type=int, default=16, help="hidden units (the model's size)")
+p.add_argument("--step-sleep", type=float, default=0.0,
+               help="seconds of pretended compute per step")
 p.add_argument("--raise", dest="raise_", action="store_true",
                help="the victim raises an exception instead of being killed")
+p.add_argument("--rewrite", nargs=2, metavar=("FILE", "TEXT"),
+               help="instead of a failure, worker 0 writes TEXT ('\\n' for new lines) "
+                    "into FILE (the discovery script's hosts) at step --at")
 args = p.parse_args()
 
 WORKER = int(os.environ["KOLO_ELASTIC_WORKER"])
@@ -65,12 +70,19 @@ def train(state):
     while state.epoch < args.epochs:
         indices = list(state.sampler)
         for b in range(0, len(indices) - BATCH + 1, BATCH):
-            if first_world and WORKER == args.victim and state.step == args.at:
+            if args.rewrite and first_world and WORKER == 0 and state.step == args.at:
+                with open(args.rewrite[0], "w") as f:
+                    f.write(args.rewrite[1].replace("\\n", "\n") + "\n")
+                print("worker 0 rewrote the hosts at step %d" % state.step, flush=True)
+            elif (not args.rewrite and first_world and WORKER == args.victim
+                  and state.step == args.at):
                 if args.raise_:
                     raise ValueError("worker %d gives up at step %d" % (WORKER, state.step))
                 print("worker %d kills itself at %.6f" % (WORKER, time.time()), flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
             idx = indices[b:b + BATCH]
+            if args.step_sleep:
+                time.sleep(args.step_sleep)
             opt.zero_grad()
             F.cross_entropy(model(data[idx]), labels[idx]).backward()
             opt.step()

@@ -18,6 +18,15 @@ void ElasticDriver::workerExited(int worker, bool success) {
   if (w.state == State::kLive) w.state = success ? State::kExitedOk : State::kFailed;
 }
 
+void ElasticDriver::addWorker() {
+  workers_.emplace_back();
+}
+
+void ElasticDriver::publishHostChange(bool added) {
+  store_->add(elastic::kHostUpdatesKey, 1);
+  if (added) store_->add(elastic::kHostAdditionsKey, 1);
+}
+
 int ElasticDriver::liveWorkers() const {
   return static_cast<int>(
       std::count_if(workers_.begin(), workers_.end(),
@@ -46,17 +55,20 @@ ElasticDriver::Outcome ElasticDriver::poll(Clock::time_point now) {
   Outcome out;
   if (failed_) return out;
   readRequests();
-  int live = 0, asking = 0;
+  int live = 0, asking = 0, membersAsking = 0;
   for (const Worker& w : workers_) {
     if (w.state != State::kLive) continue;
     ++live;
     asking += waiting(w) ? 1 : 0;
+    membersAsking += waiting(w) && (w.lastRank >= 0 || generation_ == 0) ? 1 : 0;
   }
   if (asking == 0) {
     firstRequest_.reset();
     return out;
   }
-  if (!firstRequest_) firstRequest_ = now;
+  // The join window runs from the first request of a member of the last
+  // world (or of anyone, for the first world).
+  if (!firstRequest_ && membersAsking > 0) firstRequest_ = now;
   if (live < limits_.minWorkers) {
     if (!shortSince_) shortSince_ = now;
     if (now - *shortSince_ < limits_.elasticTimeout) return out;
@@ -71,7 +83,7 @@ ElasticDriver::Outcome ElasticDriver::poll(Clock::time_point now) {
   }
   shortSince_.reset();
   if (asking < live) {
-    if (now - *firstRequest_ < limits_.joinWindow) return out;
+    if (!firstRequest_ || now - *firstRequest_ < limits_.joinWindow) return out;
     for (size_t id = 0; id < workers_.size(); ++id) {
       Worker& w = workers_[id];
       if (w.state == State::kLive && !waiting(w)) {
@@ -109,12 +121,14 @@ void ElasticDriver::form(Outcome& out) {
   });
   ++generation_;
   const int size = static_cast<int>(members.size());
+  const int64_t updates = store_->add(elastic::kHostUpdatesKey, 0);
+  const int64_t additions = store_->add(elastic::kHostAdditionsKey, 0);
   std::ostringstream note;
   note << "elastic: world " << generation_ << " has " << size << " worker(s):";
   for (int rank = 0; rank < size; ++rank) {
     Worker& w = workers_[members[rank]];
     store_->setString(elastic::assignKey(members[rank], w.asked),
-                      elastic::encode({generation_, rank, size}));
+                      elastic::encode({generation_, rank, size, updates, additions}));
     w.served = w.asked;
     w.lastRank = rank;
     note << " " << members[rank] << "->" << rank;

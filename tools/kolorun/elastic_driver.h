@@ -10,8 +10,10 @@
 // - the first world: every worker started, ranked by id;
 // - after a failure or an exit: the waiting workers, ranked by their rank
 //   in the previous world. A live worker that has not asked within the join
-//   window after the first request (it is stopped, or cut off) is removed:
-//   it is refused if it asks later, and the supervisor kills it.
+//   window after the first request of a member of the last world (it is
+//   stopped, or cut off) is removed: it is refused if it asks later, and
+//   the supervisor kills it. Workers new to the job wait without a window
+//   for the members, who come at their next host-update check.
 // - fewer live workers than --min-np: no world is formed; after
 //   --elastic-timeout without enough workers the job fails, and the waiting
 //   workers are refused with that reason.
@@ -48,6 +50,12 @@ class ElasticDriver {
                 ElasticLimits limits);
 
   void workerExited(int worker, bool success);
+  // A worker started after the first world (a discovered host); its id is
+  // the next one.
+  void addWorker();
+  // Tells the workers that the hosts changed (elastic_membership.h's
+  // counters): each raises HostsUpdatedInterrupt at its next check.
+  void publishHostChange(bool added);
 
   struct Outcome {
     std::vector<int> remove;             // live workers to kill (did not ask in time)

@@ -155,6 +155,31 @@ void resetLimit(Parse& p, const Flag&, const std::string& flag, const std::strin
   p.options.elastic.enabled = true;
 }
 
+void discoveryScript(Parse& p, const Flag&, const std::string& flag,
+                     const std::string& v) {
+  if (v.empty()) throw UsageError(flag + " needs a script");
+  p.options.elastic.discoveryScript = v;
+  p.options.elastic.enabled = true;
+}
+
+void slotsPerHost(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  p.options.elastic.slotsPerHost = parseRankCount(flag, v);
+}
+
+// --blacklist-cooldown-range LO HI (two arguments, joined by the parse).
+void blacklistCooldown(Parse& p, const Flag&, const std::string& flag,
+                       const std::string& v) {
+  const auto space = v.find(' ');
+  if (space == std::string::npos)
+    throw UsageError(flag + " needs two values: LO HI seconds");
+  const double lo = parseSeconds(flag, v.substr(0, space));
+  const double hi = parseSeconds(flag, v.substr(space + 1));
+  if (hi < lo) {
+    throw UsageError(flag + " " + v + ": the upper bound is below the lower one");
+  }
+  p.options.elastic.blacklistCooldown = std::make_pair(lo, hi);
+}
+
 void jobTimeout(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
   p.options.timeoutSeconds = parseSeconds(flag, v);
 }
@@ -336,8 +361,6 @@ void unsupported(Parse&, const Flag& f, const std::string& flag, const std::stri
   throw UsageError(flag + " is not supported" + f.text);
 }
 
-constexpr char kElastic[] =
-    " yet (elastic host discovery; --min-np and --max-np work on the hosts given)";
 constexpr char kNoTime[] = ": kolo's log lines carry no time";
 
 const Flag kFlags[] = {
@@ -348,6 +371,9 @@ const Flag kFlags[] = {
     {"--max-np --max-num-proc", true, maxRanks},
     {"--elastic-timeout", true, elasticTimeout},
     {"--reset-limit", true, resetLimit},
+    {"--host-discovery-script", true, discoveryScript},
+    {"--slots-per-host", true, slotsPerHost},
+    {"--blacklist-cooldown-range", true, blacklistCooldown},
     {"--timeout", true, jobTimeout},
     {"--output-dir --output-filename", true, outputDir},
     {"--verbose -v", false, verbose},
@@ -406,8 +432,6 @@ const Flag kFlags[] = {
      "under --mpi)"},
     {"--disable-cache", false, noEffect, "kolorun keeps no cache of start-up checks"},
     // Not supported: an error says why.
-    {"--slots-per-host --blacklist-cooldown-range --host-discovery-script", false,
-     unsupported, kElastic},
     {"--config-file", false, unsupported,
      ": kolorun reads no YAML file; give the flags on the command line"},
     {"-cb --check-build", false, unsupported,
@@ -481,7 +505,10 @@ void checkElastic(LaunchOptions& o) {
   if (e.maxRanks == 0) e.maxRanks = o.numRanks;
   if (e.minRanks > o.numRanks) {
     throw UsageError("--min-np " + std::to_string(e.minRanks) + " is more than " + np +
-                     " (no host discovery yet: the job starts with -np ranks)");
+                     " (the job starts with -np ranks)");
+  }
+  if (!e.discoveryScript.empty() && !o.hosts.empty()) {
+    throw UsageError("give either --host-discovery-script or -H/--hostfile, not both");
   }
   if (e.maxRanks < o.numRanks) {
     throw UsageError("--max-np " + std::to_string(e.maxRanks) + " is less than " + np);
@@ -526,7 +553,12 @@ LaunchOptions parseArguments(int argc, const char* const* argv) {
     const auto [flag, inlineValue] = splitInline(arg);
     const Flag& spec = findFlag(flag, arg);
     if (spec.apply == unsupported) unsupported(p, spec, flag, "");  // before its value
-    spec.apply(p, spec, flag, valueOf(spec, flag, inlineValue, argc, argv, i));
+    std::string value = valueOf(spec, flag, inlineValue, argc, argv, i);
+    if (spec.apply == blacklistCooldown && !inlineValue) {
+      if (i + 1 >= argc) throw UsageError("option " + flag + " needs two values: LO HI");
+      value += std::string(" ") + argv[++i];  // horovodrun's two arguments
+    }
+    spec.apply(p, spec, flag, value);
     if (p.options.showHelp || p.options.showVersion) return p.options;
   }
   for (; i < argc; ++i) p.options.command.emplace_back(argv[i]);
@@ -565,6 +597,12 @@ std::string usageText() {
          "                      world while at least A remain\n"
          "  --elastic-timeout S wait this long for --min-np workers (default 600)\n"
          "  --reset-limit N     fail the job at the N+1-th re-formed world\n"
+         "  --host-discovery-script S  hosts from S (HOST[:SLOTS] lines), run\n"
+         "                      every second: new hosts get workers (up to\n"
+         "                      --max-np), hosts that vanish lose theirs\n"
+         "  --slots-per-host K  slots of a discovered host without :SLOTS (1)\n"
+         "  --blacklist-cooldown-range LO HI  a failed host is unused for a\n"
+         "                      random LO..HI s (default: for the whole job)\n"
          "  --output-dir DIR    also write each rank's output to\n"
          "                      DIR/rank.R.stdout and DIR/rank.R.stderr\n"
          "  -x NAME[=VALUE]     export NAME (set to VALUE) to every rank\n"

@@ -26,6 +26,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "host_list.h"
@@ -44,6 +45,9 @@ struct ElasticOptions {
   int maxRanks = 0;               // --max-np: 0 = -np
   double timeoutSeconds = 600;    // --elastic-timeout: wait for --min-np this long
   std::optional<int> resetLimit;  // --reset-limit: worlds after the first
+  std::string discoveryScript;    // --host-discovery-script: "" = the hosts given
+  int slotsPerHost = 1;           // --slots-per-host: for lines without :SLOTS
+  std::optional<std::pair<double, double>> blacklistCooldown;  // LO HI seconds
 };
 
 struct LaunchOptions {

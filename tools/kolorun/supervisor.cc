@@ -113,12 +113,18 @@ int Supervisor::run() {
 // then the ranks themselves. A failed step notes why, sets the exit code and
 // returns false (nothing started yet, or the started ranks are ended).
 bool Supervisor::launch() {
+  if (!options_.elastic.discoveryScript.empty() && !discoverInitialHosts()) return false;
   const std::vector<Placement> placements = planPlacement(options_);
   const bool anyRemote = classifyHosts(placements);
   JobIdentity job;
   job.jobId = makeJobId();
   job.networkInterface = options_.networkInterface;
-  if (!startStore(anyRemote, job) || (anyRemote && !probeRemoteHosts())) return false;
+  // Discovered hosts may come from anywhere: the store then listens on
+  // every interface, as with remote hosts.
+  if (!startStore(anyRemote || discovery_ != nullptr, job) ||
+      (anyRemote && !probeRemoteHosts())) {
+    return false;
+  }
   raiseDescriptorLimit();
   // Orphaned grandchildren become kolorun's children, so they are reaped
   // (and are still in their rank's process group when the job is ended).
@@ -163,56 +169,6 @@ bool Supervisor::startStore(bool anyRemote, JobIdentity& job) {
     return failLaunch(std::string("cannot start the rendezvous store: ") + e.what(), 1);
   }
   return true;
-}
-
-// The elastic driver talks to kolorun's own store as a client. Its join
-// window: the survivors of a failure notice it within KOLO_TIMEOUT of each
-// other (a dead peer within about 2 s, a stopped one at the timeout).
-bool Supervisor::startElasticDriver(JobIdentity& job) {
-  job.elastic = true;
-  job.elasticTimeoutSeconds = options_.elastic.timeoutSeconds;
-  double timeout = 30;
-  if (const char* t = std::getenv("KOLO_TIMEOUT")) timeout = std::atof(t);
-  for (const auto& e : options_.exports) {
-    if (e.rfind("KOLO_TIMEOUT=", 0) == 0) timeout = std::atof(e.c_str() + 13);
-  }
-  ElasticLimits limits;
-  limits.minWorkers = options_.elastic.minRanks;
-  limits.elasticTimeout = std::chrono::milliseconds(
-      static_cast<int64_t>(options_.elastic.timeoutSeconds * 1000));
-  limits.joinWindow =
-      std::chrono::milliseconds(static_cast<int64_t>((2 * timeout + 5) * 1000));
-  limits.resetLimit = options_.elastic.resetLimit;
-  try {
-    elastic_ = std::make_unique<ElasticDriver>(
-        rendezvous::TcpStore::connect("127.0.0.1", store_->port(),
-                                      std::chrono::milliseconds(10'000), job.secret),
-        options_.numRanks, limits);
-  } catch (const std::exception& e) {
-    return failLaunch(std::string("elastic: cannot reach the store: ") + e.what(), 1);
-  }
-  return true;
-}
-
-void Supervisor::pollElastic() {
-  ElasticDriver::Outcome out;
-  try {
-    out = elastic_->poll(ElasticDriver::Clock::now());
-  } catch (const std::exception& e) {
-    out.failure = std::string("the store failed: ") + e.what();
-  }
-  for (const auto& line : out.notes) {
-    if (options_.verbose || elastic_->generation() > 1) output_.note(line);
-  }
-  for (int worker : out.remove) {
-    output_.note("elastic: " + rankName(worker) +
-                 " did not join the new world in time (stopped or cut off?); killing it");
-    if (ranks_[worker]->running()) signalRank(*ranks_[worker], SIGKILL);
-  }
-  if (out.failure) {
-    output_.note("elastic: " + *out.failure + "; ending the job");
-    abortJob(EndReason::kElastic, SIGTERM);
-  }
 }
 
 bool Supervisor::probeRemoteHosts() {
@@ -283,7 +239,9 @@ bool Supervisor::rendezvousAddresses(const std::vector<Placement>& placements,
 void Supervisor::startRanks(const std::vector<Placement>& placements, JobIdentity job,
                             const std::map<std::string, std::string>& rendezvousOf) {
   exitTimes_.assign(placements.size(), std::nullopt);
-  LaunchContext context;
+  job_ = job;  // for workers started later (elastic host discovery)
+  rendezvousOf_ = rendezvousOf;
+  LaunchContext& context = context_;
   context.base = currentEnvironment();
   for (const auto& e : context.base) {
     if (isForwarded(e)) context.forwarded.push_back(e);
@@ -418,6 +376,8 @@ void Supervisor::loop() {
     }
     if (!killed_ && killDeadline_ && now >= *killDeadline_) escalate();
     if (elastic_ && reason_ == EndReason::kNone) pollElastic();
+    if (discovery_ && reason_ == EndReason::kNone && now >= nextDiscovery_)
+      refreshHosts(now);
   }
 }
 
@@ -449,6 +409,7 @@ void Supervisor::onRankExit(RankProcess& rank, const ExitStatus& exit) {
       output_.note("elastic: " + rankName(r) + " (pid " + std::to_string(rank.pid()) +
                    ") " + exit.describe() + "; the job goes on with " +
                    std::to_string(elastic_->liveWorkers()) + " worker(s)");
+      blacklistHostOf(r);
       return;
     }
   }

@@ -35,6 +35,20 @@ def notify_hosts_updated(timestamp, removed_only=False):
     _host_updates.put((timestamp, bool(removed_only)))
 
 
+def _poll_launcher():
+    """Turns the elastic launcher's host-update counters into a notification:
+    kolorun counts every change its --host-discovery-script makes to the
+    hosts; counters above the ones this world was formed with mean a change
+    since. The counter is the timestamp (it only grows)."""
+    from kolo import _native
+    generation, base_updates, base_additions = _native.elastic_world()
+    if generation == 0:
+        return  # not an elastic job
+    updates, additions = _native.elastic_host_updates()
+    if updates > base_updates:
+        notify_hosts_updated(timestamp=updates, removed_only=additions == base_additions)
+
+
 def _hvd():
     import kolo.torch as hvd  # the package imports this module
     return hvd
@@ -65,6 +79,8 @@ class State:
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt on every rank, together, when rank 0
         has been told that the hosts changed since the last check."""
+        if _hvd().rank() == 0:
+            _poll_launcher()
         prev = last = self._last_updated_timestamp
         removed_only = True
         seen = False
@@ -155,6 +171,9 @@ class _OptimizerHandler(_Handler):
         self.value.load_state_dict(self._saved)
 
     def sync(self):
+        check = getattr(self.value, "check_names_for_sync", None)
+        if check is not None:
+            check()  # kolo's DistributedOptimizer in an elastic job
         _hvd().broadcast_optimizer_state(self.value, root_rank=0)
 
     def rescale_lr(self, factor):
