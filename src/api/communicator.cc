@@ -216,32 +216,16 @@ CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
   setUp(config, /*engineMpi=*/false, std::move(store), /*team=*/true);
 }
 
+// Set-up, in order: check the configuration, open the store (a
+// generation of its own per communicator), discover the topology, connect
+// the transports, create the host's shm group and the host/cross groups,
+// then a barrier so everyone is connected before the first operation.
 void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
                              std::shared_ptr<rendezvous::Store> engineStore, bool team) {
-  if (!team) setLogLevel(parseLogLevel(settings_.logLevel));
-  if (config.size < 1 || config.rank < 0 || config.rank >= config.size) {
-    KOLO_THROW(ErrorCode::kInvalidArgument, "rank " << config.rank
-                                                    << " is not within a job of "
-                                                    << config.size << " ranks");
-  }
-  if (!team) setLogRank(config.rank);
-  if (!team && config.rank == 0) {
-    for (const auto& note : settings_.ignoredHorovod) KOLO_LOG(kInfo) << note;
-  }
+  checkConfig(config, team);
   config_ = config;
-  const std::string& mode = settings_.transport;
-  if (mode != "auto" && mode != "tcp" && mode != "shm" && mode != "mpi") {
-    KOLO_THROW(ErrorCode::kInvalidArgument,
-               "KOLO_TRANSPORT='" << mode << "' (expected auto, shm, tcp or mpi)");
-  }
-  if (mode == "mpi" && !KOLO_HAVE_MPI) {
-    KOLO_THROW(ErrorCode::kInvalidArgument,
-               "KOLO_TRANSPORT=mpi but this kolo was built without MPI");
-  }
   stagingStores_ = collectives::StagingStores(
       collectives::StagingStores::parse("KOLO_SHM_STORES", settings_.shmStores));
-  const milliseconds timeout = toMillis(settings_.timeoutSeconds);
-  const milliseconds connectTimeout = toMillis(settings_.connectTimeoutSeconds);
   std::string hostId = !config.hostId.empty()      ? config.hostId
                        : !settings_.hostId.empty() ? settings_.hostId
                                                    : defaultHostId();
@@ -253,7 +237,7 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
     topology_.hostOf = {0};
     world_ = std::make_unique<transport::RouterTransport>(
         0, 1, std::vector<std::unique_ptr<transport::Transport>>{}, std::vector<int>{0},
-        std::chrono::microseconds(0), timeout);
+        std::chrono::microseconds(0), toMillis(settings_.timeoutSeconds));
     return;
   }
   // Every link and the store prove the job secret (docs/security.md).
@@ -263,6 +247,56 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
                        "rendezvous store and the links of this job are unauthenticated "
                        "(kolorun sets one; see docs/security.md)";
   }
+  openStore(config, std::move(engineStore), secret);
+  rendezvous::PrefixStore store(config_.name, *store_);
+  topology_ = Topology::discover(config.rank, config.size, hostId, store,
+                                 toMillis(settings_.connectTimeoutSeconds));
+  const Links links = connectTransports(store, engineMpi, secret);
+  if (links.shm) createShmGroup(store, config.name);
+  if (topology_.layout.crossSize > 1) createHostGroups();
+  const Layout& l = topology_.layout;
+  KOLO_LOG(kInfo) << "rank " << l.rank << "/" << l.size << " on host '" << l.hostId
+                  << "' (local " << l.localRank << "/" << l.localSize << ", host "
+                  << l.crossRank << "/" << l.crossSize << "), transport "
+                  << (links.shm ? "shm" : "") << (links.shm && links.remote ? "+" : "")
+                  << (!links.remote ? ""
+                      : links.mpi   ? "mpi"
+                                    : "tcp")
+                  << (engineMpi ? ", engine mpi" : "")
+                  << (team ? ", team '" + config.name + "'" : "");
+  // Everyone connected before the first user operation.
+  barrier();
+}
+
+// The log's level and rank (not for a team), the rank's range and
+// KOLO_TRANSPORT.
+void CommunicatorImpl::checkConfig(const CommunicatorConfig& config, bool team) {
+  if (!team) setLogLevel(parseLogLevel(settings_.logLevel));
+  if (config.size < 1 || config.rank < 0 || config.rank >= config.size) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, "rank " << config.rank
+                                                    << " is not within a job of "
+                                                    << config.size << " ranks");
+  }
+  if (!team) setLogRank(config.rank);
+  if (!team && config.rank == 0) {
+    for (const auto& note : settings_.ignoredHorovod) KOLO_LOG(kInfo) << note;
+  }
+  const std::string& mode = settings_.transport;
+  if (mode != "auto" && mode != "tcp" && mode != "shm" && mode != "mpi") {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "KOLO_TRANSPORT='" << mode << "' (expected auto, shm, tcp or mpi)");
+  }
+  if (mode == "mpi" && !KOLO_HAVE_MPI) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "KOLO_TRANSPORT=mpi but this kolo was built without MPI");
+  }
+}
+
+// store_ (the engine's, or the rendezvous store) and config_.name with
+// this communicator's generation.
+void CommunicatorImpl::openStore(const CommunicatorConfig& config,
+                                 std::shared_ptr<rendezvous::Store> engineStore,
+                                 const std::string& secret) {
   if (config.rendezvous.empty() && !engineStore) {
     KOLO_THROW(ErrorCode::kInvalidArgument, "no rendezvous address for a job of "
                                                 << config.size
@@ -273,8 +307,9 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
     store_ = std::move(engineStore);
   } else {
     // Rank 0's store listens where the others connect: the rendezvous host.
-    store_ = rendezvous::openStore(
-        config.rendezvous, config.hostStore && config.rank == 0, connectTimeout, secret);
+    store_ =
+        rendezvous::openStore(config.rendezvous, config.hostStore && config.rank == 0,
+                              toMillis(settings_.connectTimeoutSeconds), secret);
   }
   // Every key of this communicator lives under NAME/gN, N counted per rank:
   // the n-th communicator that a rank creates under a name on one store (a
@@ -284,105 +319,112 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
   config_.name = config.name + "/g" +
                  std::to_string(store_->add(
                      config.name + "/generation/" + std::to_string(config.rank), 1));
-  rendezvous::PrefixStore store(config_.name, *store_);
-  topology_ = Topology::discover(config.rank, config.size, hostId, store, connectTimeout);
-  const Layout& l = topology_.layout;
-  const auto& localRanks = topology_.localRanks();
-  const auto spin = Backoff::spinFor(settings_.spinMicros, l.localSize);
+}
 
-  // Peers on this host: shm unless KOLO_TRANSPORT names one transport for
-  // all. Peers elsewhere: mpi under the MPI engine (or when asked for), else
-  // tcp. Whether the mpi transport exists is the same on every rank (its
-  // creation is collective over MPI_COMM_WORLD): with mpi, any job of more
-  // than one rank; with auto, any job across more than one host.
-  const bool useShm = (mode == "auto" || mode == "shm") && l.localSize > 1;
+// world_: a router over shm for peers on this host (unless KOLO_TRANSPORT
+// names one transport for all) and, for peers elsewhere, mpi under the MPI
+// engine (or when asked for), else tcp. Whether the mpi transport exists is
+// the same on every rank (its creation is collective over MPI_COMM_WORLD):
+// with mpi, any job of more than one rank; with auto, any job across more
+// than one host.
+CommunicatorImpl::Links CommunicatorImpl::connectTransports(rendezvous::Store& store,
+                                                            bool engineMpi,
+                                                            const std::string& secret) {
+  const std::string& mode = settings_.transport;
+  const Layout& l = topology_.layout;
+  const auto spin = Backoff::spinFor(settings_.spinMicros, l.localSize);
+  Links links;
+  links.shm = (mode == "auto" || mode == "shm") && l.localSize > 1;
   const bool remoteOverMpi = mode == "mpi" || (engineMpi && mode != "tcp");
   std::vector<std::unique_ptr<transport::Transport>> parts;
   std::vector<int> routes(l.size, 0);
-  if (useShm) {
+  if (links.shm) {
     transport::ShmTransport::Options so;
     so.rank = l.rank;
     so.size = l.size;
-    so.localRanks = localRanks;
-    so.timeout = timeout;
-    so.connectTimeout = connectTimeout;
+    so.localRanks = topology_.localRanks();
+    so.timeout = toMillis(settings_.timeoutSeconds);
+    so.connectTimeout = toMillis(settings_.connectTimeoutSeconds);
     so.spin = spin;
     so.jobName = config_.name;
     parts.push_back(transport::ShmTransport::create(so, store));
   }
   std::vector<bool> remote(l.size, false);
-  bool anyRemote = false;
   for (int r = 0; r < l.size; ++r) {
-    remote[r] = r != l.rank && !(useShm && topology_.hostOf[r] == l.crossRank);
-    anyRemote |= remote[r];
+    remote[r] = r != l.rank && !(links.shm && topology_.hostOf[r] == l.crossRank);
+    links.remote |= remote[r];
   }
-  const bool useMpi = remoteOverMpi && (mode == "mpi" || l.crossSize > 1);
-  if (useMpi) {
+  links.mpi = remoteOverMpi && (mode == "mpi" || l.crossSize > 1);
+  if (links.mpi || links.remote) {
+    const int index = static_cast<int>(parts.size());
+    parts.push_back(links.mpi ? mpiTransport(remote, spin)
+                              : tcpTransport(remote, store, secret, spin));
+    for (int r = 0; r < l.size; ++r) {
+      if (remote[r]) routes[r] = index;
+    }
+  }
+  world_ = std::make_unique<transport::RouterTransport>(
+      l.rank, l.size, std::move(parts), std::move(routes), spin,
+      toMillis(settings_.timeoutSeconds));
+  return links;
+}
+
+std::unique_ptr<transport::Transport> CommunicatorImpl::mpiTransport(
+    const std::vector<bool>& remote, std::chrono::microseconds spin) {
 #if KOLO_HAVE_MPI
-    transport::MpiTransport::Options mo;
-    mo.rank = l.rank;
-    mo.size = l.size;
-    mo.connect = remote;
-    mo.timeout = timeout;
-    mo.spin = spin;
-    const int mpiIndex = static_cast<int>(parts.size());
-    parts.push_back(transport::MpiTransport::create(mo));
-    for (int r = 0; r < l.size; ++r) {
-      if (remote[r]) routes[r] = mpiIndex;
-    }
+  transport::MpiTransport::Options mo;
+  mo.rank = topology_.layout.rank;
+  mo.size = topology_.layout.size;
+  mo.connect = remote;
+  mo.timeout = toMillis(settings_.timeoutSeconds);
+  mo.spin = spin;
+  return transport::MpiTransport::create(mo);
 #else
-    KOLO_THROW(ErrorCode::kInternal, "the mpi transport is not built in");
+  KOLO_THROW(ErrorCode::kInternal, "the mpi transport is not built in");
 #endif
-  } else if (anyRemote) {
-    transport::TcpTransport::Options to;
-    to.rank = l.rank;
-    to.size = l.size;
-    to.connect = remote;
-    to.advertiseAddress =
-        pickAdvertiseAddress(settings_.networkInterface, config.rendezvous);
-    to.timeout = timeout;
-    to.connectTimeout = connectTimeout;
-    to.spin = spin;
-    to.socketBufferBytes = static_cast<size_t>(settings_.tcpBufferBytes);
-    to.secret = secret;
-    const int tcpIndex = static_cast<int>(parts.size());
-    parts.push_back(transport::TcpTransport::create(to, store));
-    for (int r = 0; r < l.size; ++r) {
-      if (remote[r]) routes[r] = tcpIndex;
-    }
+}
+
+std::unique_ptr<transport::Transport> CommunicatorImpl::tcpTransport(
+    const std::vector<bool>& remote, rendezvous::Store& store, const std::string& secret,
+    std::chrono::microseconds spin) {
+  transport::TcpTransport::Options to;
+  to.rank = topology_.layout.rank;
+  to.size = topology_.layout.size;
+  to.connect = remote;
+  to.advertiseAddress =
+      pickAdvertiseAddress(settings_.networkInterface, config_.rendezvous);
+  to.timeout = toMillis(settings_.timeoutSeconds);
+  to.connectTimeout = toMillis(settings_.connectTimeoutSeconds);
+  to.spin = spin;
+  to.socketBufferBytes = static_cast<size_t>(settings_.tcpBufferBytes);
+  to.secret = secret;
+  return transport::TcpTransport::create(to, store);
+}
+
+// The host's shared-memory group, named after the communicator's name as
+// given (`name`) and the host's index.
+void CommunicatorImpl::createShmGroup(rendezvous::Store& store, const std::string& name) {
+  const Layout& l = topology_.layout;
+  shm::ShmGroup::Options go;
+  go.localRank = l.localRank;
+  go.localSize = l.localSize;
+  go.globalRanks = topology_.localRanks();
+  go.slotBytes = static_cast<size_t>(settings_.shmChunkBytes);
+  go.timeout = toMillis(settings_.timeoutSeconds);
+  go.spin = Backoff::spinFor(settings_.spinMicros, l.localSize);
+  go.name = name + "/host" + std::to_string(l.crossRank);
+  shm_ = shm::ShmGroup::create(go, store);
+  allLocalShm_ = l.crossSize == 1;
+}
+
+// Across hosts: this host's ranks, and the ranks of the same local index on
+// every host, as groups over world_.
+void CommunicatorImpl::createHostGroups() {
+  local_ = std::make_unique<transport::GroupTransport>(*world_, topology_.localRanks());
+  auto cross = topology_.crossRanks();
+  if (!cross.empty()) {
+    cross_ = std::make_unique<transport::GroupTransport>(*world_, cross);
   }
-  world_ = std::make_unique<transport::RouterTransport>(l.rank, l.size, std::move(parts),
-                                                        std::move(routes), spin, timeout);
-  if (useShm) {
-    shm::ShmGroup::Options go;
-    go.localRank = l.localRank;
-    go.localSize = l.localSize;
-    go.globalRanks = localRanks;
-    go.slotBytes = static_cast<size_t>(settings_.shmChunkBytes);
-    go.timeout = timeout;
-    go.spin = spin;
-    go.name = config.name + "/host" + std::to_string(l.crossRank);
-    shm_ = shm::ShmGroup::create(go, store);
-    allLocalShm_ = l.crossSize == 1;
-  }
-  if (l.crossSize > 1) {
-    local_ = std::make_unique<transport::GroupTransport>(*world_, localRanks);
-    auto cross = topology_.crossRanks();
-    if (!cross.empty()) {
-      cross_ = std::make_unique<transport::GroupTransport>(*world_, cross);
-    }
-  }
-  KOLO_LOG(kInfo) << "rank " << l.rank << "/" << l.size << " on host '" << l.hostId
-                  << "' (local " << l.localRank << "/" << l.localSize << ", host "
-                  << l.crossRank << "/" << l.crossSize << "), transport "
-                  << (useShm ? "shm" : "") << (useShm && anyRemote ? "+" : "")
-                  << (!anyRemote ? ""
-                      : useMpi   ? "mpi"
-                                 : "tcp")
-                  << (engineMpi ? ", engine mpi" : "")
-                  << (team ? ", team '" + config.name + "'" : "");
-  // Everyone connected before the first user operation.
-  barrier();
 }
 
 CommunicatorImpl::~CommunicatorImpl() {

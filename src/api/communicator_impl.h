@@ -88,6 +88,26 @@ class CommunicatorImpl : public Communicator {
   // The constructors' common body; `team`: built by split().
   void setUp(const CommunicatorConfig& config, bool engineMpi,
              std::shared_ptr<rendezvous::Store> store, bool team);
+  // setUp's steps (communicator.cc).
+  struct Links {
+    bool shm = false;     // peers on this host over shm
+    bool remote = false;  // peers elsewhere...
+    bool mpi = false;     // ...over mpi (else tcp)
+  };
+  void checkConfig(const CommunicatorConfig& config, bool team);
+  void openStore(const CommunicatorConfig& config,
+                 std::shared_ptr<rendezvous::Store> engineStore,
+                 const std::string& secret);
+  Links connectTransports(rendezvous::Store& store, bool engineMpi,
+                          const std::string& secret);
+  std::unique_ptr<transport::Transport> mpiTransport(const std::vector<bool>& remote,
+                                                     std::chrono::microseconds spin);
+  std::unique_ptr<transport::Transport> tcpTransport(const std::vector<bool>& remote,
+                                                     rendezvous::Store& store,
+                                                     const std::string& secret,
+                                                     std::chrono::microseconds spin);
+  void createShmGroup(rendezvous::Store& store, const std::string& name);
+  void createHostGroups();
 
   void doAllreduce(const AllreduceOptions& o);
   void doBroadcast(const BroadcastOptions& o);

@@ -1,14 +1,4 @@
-// The handle table (handle_table.h).
-//
-// Algorithm: slots in one vector, indexed by the low kIndexBits of a handle
-// value; the bits above are a serial number, counted per process and never
-// reset, so value = serial << kIndexBits | index is unique in the process.
-// A look-up is an index and one comparison with the slot's live value: a
-// released, stale (before kolo_finalize) or invented value fails that
-// comparison whatever slot it names. Free slots form a LIFO list threaded
-// through `nextFree`, so a steady state of submit / wait_release reuses the
-// same few (warm) slots and allocates nothing; the vector grows only when
-// more handles are held at once than ever before.
+// The C API's handle table adapter (handle_table.h).
 #include "capi/handle_table.h"
 
 #include <string>
@@ -17,144 +7,36 @@
 #include "capi/capi_internal.h"
 
 namespace kolo::capi {
-namespace {
 
-int closedError(const char* fn) {
-  return fail(KOLO_ERR_NOT_INITIALIZED,
-              std::string(fn) + " called before kolo_init (or after kolo_finalize)");
-}
+using Status = runtime::HandleTable::Status;
 
-}  // namespace
-
-void HandleTable::open() {
-  std::lock_guard<std::mutex> lock(mu_);
-  open_ = true;
-}
-
-std::vector<HandleEntry> HandleTable::close() {
-  std::vector<HandleEntry> all;
-  std::lock_guard<std::mutex> lock(mu_);
-  open_ = false;
-  for (Slot& s : slots_) {
-    if (s.value != 0) all.push_back(std::move(s.entry));
+int HandleTable::failure(const char* fn, kolo_handle h,
+                         const runtime::HandleTable::Result& r) {
+  switch (r.status) {
+    case Status::kOk: return KOLO_OK;
+    case Status::kClosed:
+      return fail(KOLO_ERR_NOT_INITIALIZED,
+                  std::string(fn) + " called before kolo_init (or after kolo_finalize)");
+    case Status::kUnknown:
+      return fail(KOLO_ERR_INVALID_ARGUMENT, std::string(fn) + ": unknown handle " +
+                                                 std::to_string(h) + " (" + r.why + ")");
+    case Status::kExhausted:
+      return fail(KOLO_ERR_INTERNAL, std::string(fn) +
+                                         ": this process has made every handle value "
+                                         "there can be (2^41)");
+    case Status::kFull:
+      return fail(KOLO_ERR_INVALID_ARGUMENT,
+                  std::string(fn) + ": " +
+                      std::to_string(runtime::HandleTable::kMaxSlots) +
+                      " handles are held at once, the most there can be (release "
+                      "or wait_release finished ones)");
   }
-  for (HandleEntry& e : releasedPending_) all.push_back(std::move(e));
-  slots_.clear();
-  releasedPending_.clear();
-  freeHead_ = kNoSlot;
-  used_ = 0;
-  return all;
+  return fail(KOLO_ERR_INTERNAL, std::string(fn) + ": unknown handle table status");
 }
 
-int HandleTable::add(const char* fn, HandleEntry entry, kolo_handle* out) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!open_) return closedError(fn);
-  if (nextSerial_ >= (int64_t{1} << (63 - kIndexBits))) {
-    return fail(KOLO_ERR_INTERNAL, std::string(fn) +
-                                       ": this process has made every handle value "
-                                       "there can be (2^41)");
-  }
-  uint32_t index;
-  if (freeHead_ != kNoSlot) {
-    index = freeHead_;
-    freeHead_ = slots_[index].nextFree;
-  } else if (slots_.size() < kMaxSlots) {
-    index = static_cast<uint32_t>(slots_.size());
-    slots_.emplace_back();
-  } else {
-    return fail(KOLO_ERR_INVALID_ARGUMENT,
-                std::string(fn) + ": " + std::to_string(kMaxSlots) +
-                    " handles are held at once, the most there can be (release "
-                    "or wait_release finished ones)");
-  }
-  Slot& slot = slots_[index];
-  slot.value = (nextSerial_++ << kIndexBits) | index;
-  slot.entry = std::move(entry);
-  ++used_;
-  *out = slot.value;
-  return KOLO_OK;
-}
+HandleTable::HandleTable()
+    : owned_(std::make_unique<runtime::HandleTable>()), table_(owned_.get()) {}
 
-HandleTable::Slot* HandleTable::slotLocked(const char* fn, kolo_handle h, int* rc) {
-  if (!open_) {
-    *rc = closedError(fn);
-    return nullptr;
-  }
-  const uint64_t index = static_cast<uint64_t>(h) & (kMaxSlots - 1);
-  if (h > 0 && index < slots_.size() && slots_[index].value == h) {
-    return &slots_[index];
-  }
-  const char* why = "never returned, or already released";
-  if (h <= 0) {
-    why = "handles are > 0";
-  } else if (index < slots_.size() && slots_[index].lastReleased == h) {
-    why = "already released";
-  } else if ((h >> kIndexBits) >= nextSerial_) {
-    why = "never returned";
-  }
-  *rc = fail(KOLO_ERR_INVALID_ARGUMENT, std::string(fn) + ": unknown handle " +
-                                            std::to_string(h) + " (" + why + ")");
-  return nullptr;
-}
-
-void HandleTable::freeLocked(Slot* slot, uint32_t index) {
-  slot->lastReleased = slot->value;
-  slot->value = 0;
-  slot->nextFree = freeHead_;
-  freeHead_ = index;
-  --used_;
-}
-
-int HandleTable::find(const char* fn, kolo_handle h, runtime::HandlePtr* handle,
-                      runtime::OpKind* kind, const std::vector<uint8_t>** owned) {
-  std::lock_guard<std::mutex> lock(mu_);
-  int rc = KOLO_OK;
-  Slot* slot = slotLocked(fn, h, &rc);
-  if (slot == nullptr) return rc;
-  if (handle) *handle = slot->entry.handle;
-  if (kind) *kind = slot->entry.kind;
-  if (owned) *owned = slot->entry.owned.get();
-  return KOLO_OK;
-}
-
-int HandleTable::take(const char* fn, kolo_handle h, HandleEntry* out) {
-  std::lock_guard<std::mutex> lock(mu_);
-  int rc = KOLO_OK;
-  Slot* slot = slotLocked(fn, h, &rc);
-  if (slot == nullptr) return rc;
-  *out = std::move(slot->entry);
-  freeLocked(slot, static_cast<uint32_t>(h & (kMaxSlots - 1)));
-  return KOLO_OK;
-}
-
-int HandleTable::release(const char* fn, kolo_handle h) {
-  std::vector<HandleEntry> finished;  // destroyed after the lock is let go
-  HandleEntry entry;
-  std::lock_guard<std::mutex> lock(mu_);
-  int rc = KOLO_OK;
-  Slot* slot = slotLocked(fn, h, &rc);
-  if (slot == nullptr) return rc;
-  entry = std::move(slot->entry);
-  freeLocked(slot, static_cast<uint32_t>(h & (kMaxSlots - 1)));
-  if (!releasedPending_.empty()) {
-    auto keep = releasedPending_.begin();
-    for (auto it = releasedPending_.begin(); it != releasedPending_.end(); ++it) {
-      if (it->handle->poll()) {
-        finished.push_back(std::move(*it));
-      } else {
-        if (keep != it) *keep = std::move(*it);
-        ++keep;
-      }
-    }
-    releasedPending_.erase(keep, releasedPending_.end());
-  }
-  if (!entry.handle->poll()) releasedPending_.push_back(std::move(entry));
-  return KOLO_OK;
-}
-
-size_t HandleTable::size() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return used_;
-}
+HandleTable::HandleTable(runtime::HandleTable& table) : table_(&table) {}
 
 }  // namespace kolo::capi

@@ -1,48 +1,28 @@
 // The C API, part 2 (kolo/runtime.h): the runtimes of the process sets and
 // the table of handles behind kolo_handle.
 //
-// State
-// - One State exists between kolo_init and kolo_finalize (gState). It holds
-//   the world communicator (to split process sets from), the process sets
-//   by id, and the handle table.
-// - Process set 0 is every rank. Its runtime runs on its own communicator,
-//   `world->split(all ranks, "runtime/0")`, so the runtime's background
-//   cycles and the synchronous calls of kolo.h (on the world communicator)
-//   never share transports. It starts in kolo_init, on every rank at once.
-// - Process set k > 0: `world->split(ranks, "set/<ranks>/<generation>")`
-//   plus its own Runtime. The generation counts this process's earlier
-//   creations of the same rank list, so the team name is fresh in the job
-//   (split requires it) and the same on every member as long as members
-//   create and destroy their sets in the same order (the contract). The id
-//   is agreed over the new team: the maximum of the members' next free ids
-//   (one allgather), so it is the same on every member and unused on each.
-// - Handles: gHandles (handle_table.h), open between kolo_init and
-//   kolo_finalize: kolo_handle -> the runtime's HandlePtr, the kind, and
-//   the output buffer that the C layer owns for reducescatter. Calls on a
-//   handle (poll, wait, release, wait_release, output) take only its lock,
-//   once.
+// State: the process sets and the handle table are the runtime's
+// (runtime/process_set_table.h: gSets, open between kolo_init and
+// kolo_finalize); this file turns C arguments into requests and the
+// table's answers into C codes and kolo_last_error() texts. Calls on a
+// handle (poll, wait, release, wait_release, output) take only the handle
+// table's lock, once (gHandles: capi/handle_table.h over gSets' table).
 //
-// Locking: gMu guards gState and everything in it. Calls take it briefly to
-// look things up and copy shared pointers; nothing blocks on other ranks
-// while holding it (split, allgather, wait and shutdown run unlocked).
-// Lock order: kolo_c.cc's mutex, then gMu, then the handle table's and the
-// runtime's own locks.
+// Lock order: kolo_c.cc's mutex, then gSets' locks, then the handle table's
+// and the runtime's own.
 #include <kolo/error.h>
 #include <kolo/runtime.h>
 
-#include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "capi/capi_internal.h"
 #include "capi/handle_table.h"
 #include "common/settings.h"
+#include "runtime/process_set_table.h"
 #include "runtime/runtime.h"
 
 namespace {
@@ -54,28 +34,11 @@ using kolo::runtime::OpKind;
 using kolo::runtime::OpRequest;
 using kolo::runtime::Runtime;
 
-struct ProcessSet {
-  int id = 0;
-  std::vector<int> ranks;  // world ranks, in the order given
-  std::shared_ptr<kolo::Communicator> comm;
-  std::unique_ptr<Runtime> runtime;
-  std::atomic<int64_t> barriers{0};  // names of kolo_barrier_async
-};
-using ProcessSetPtr = std::shared_ptr<ProcessSet>;
+using ProcessSetPtr = kolo::runtime::ProcessSetTable::SetPtr;
+using SetStatus = kolo::runtime::ProcessSetTable::Status;
 
-struct State {
-  std::shared_ptr<kolo::Communicator> world;
-  kolo::runtime::RuntimeOptions options;  // for process sets (no timeline file)
-  std::map<int, ProcessSetPtr> sets;      // id -> set; 0 always present
-  ProcessSet* global = nullptr;           // sets[0], without a look-up
-  int nextSetId = 1;
-  std::map<std::vector<int>, int> generations;  // creations per rank list
-};
-
-std::mutex gMu;                    // guards gState (and all inside it)
-std::unique_ptr<State> gState;     // null when not initialized
-std::mutex gLifecycleMu;           // serialises startRuntimes/stopRuntimes
-kolo::capi::HandleTable gHandles;  // open while gState is set
+kolo::runtime::ProcessSetTable gSets;               // the process sets and handles
+kolo::capi::HandleTable gHandles(gSets.handles());  // its handles, in C codes
 
 int notInitialized(const char* fn) {
   return fail(KOLO_ERR_NOT_INITIALIZED,
@@ -107,9 +70,8 @@ int rawValue(const T& v) {
   return raw;
 }
 
-// The error for a set that this rank does not know (gMu held, gState set).
-int unknownSet(const char* fn, int id) {
-  const int rank = gState->world->rank();
+// The error for a set that this rank (`rank` in the world) does not know.
+int unknownSet(const char* fn, int id, int rank) {
   return invalid(std::string(fn) + ": process set " + std::to_string(id) +
                  " is not known on rank " + std::to_string(rank) +
                  " (never created here, destroyed, or this rank is not a member)");
@@ -117,11 +79,10 @@ int unknownSet(const char* fn, int id) {
 
 // The set `id` on this rank, or an error code (0 when found).
 int findSet(const char* fn, int id, ProcessSetPtr* out) {
-  std::lock_guard<std::mutex> lock(gMu);
-  if (!gState) return notInitialized(fn);
-  auto it = gState->sets.find(id);
-  if (it == gState->sets.end()) return unknownSet(fn, id);
-  *out = it->second;
+  auto found = gSets.find(id);
+  if (found.status == SetStatus::kClosed) return notInitialized(fn);
+  if (found.status == SetStatus::kUnknown) return unknownSet(fn, id, found.worldRank);
+  *out = std::move(found.set);
   return KOLO_OK;
 }
 
@@ -186,24 +147,19 @@ OpRequest makeRequest(const char* name, OpKind kind, int ndim, const int64_t* sh
 }
 
 // Enqueues one request on set `id` (the runtime copies it) and stores its
-// handle. The hot path of a training step: gMu is held across the look-up
-// and Runtime::enqueue (which never blocks), so the set needs no shared_ptr
-// copy, and set 0 no map look-up.
+// handle. The hot path of a training step: the table's lock is held across
+// the look-up and Runtime::enqueue (which never blocks), so the set needs
+// no shared_ptr copy, and set 0 no map look-up.
 int submit(const char* fn, int id, const OpRequest& request, kolo_handle* out,
            std::unique_ptr<std::vector<uint8_t>> owned = nullptr) {
   if (out == nullptr) return invalid(std::string(fn) + ": handle pointer is null");
   return guarded(fn, [&] {
     HandlePtr handle;
-    {
-      std::lock_guard<std::mutex> lock(gMu);
-      if (!gState) return notInitialized(fn);
-      ProcessSet* set = gState->global;
-      if (id != 0) {
-        auto it = gState->sets.find(id);
-        if (it == gState->sets.end()) return unknownSet(fn, id);
-        set = it->second.get();
-      }
-      handle = set->runtime->enqueue(request);
+    int worldRank = -1;
+    switch (gSets.enqueue(id, request, &handle, &worldRank)) {
+      case SetStatus::kClosed: return notInitialized(fn);
+      case SetStatus::kUnknown: return unknownSet(fn, id, worldRank);
+      case SetStatus::kOk: break;
     }
     if (int rc = argumentError(handle)) return rc;
     const OpKind kind = request.spec.kind;
@@ -211,64 +167,16 @@ int submit(const char* fn, int id, const OpRequest& request, kolo_handle* out,
   });
 }
 
-std::string rankList(const std::vector<int>& ranks) {
-  std::ostringstream os;
-  for (size_t i = 0; i < ranks.size(); ++i) os << (i > 0 ? "-" : "") << ranks[i];
-  return os.str();
-}
-
 }  // namespace
 
 namespace kolo::capi {
 
 void startRuntimes(const std::shared_ptr<Communicator>& world) {
-  std::lock_guard<std::mutex> life(gLifecycleMu);
-  auto state = std::make_unique<State>();
-  state->world = world;
-  const auto options = runtime::RuntimeOptions::fromSettings(Settings::fromEnvironment());
-  state->options = options;
-  state->options.timelinePath.clear();  // KOLO_TIMELINE is set 0's
-
-  auto set = std::make_shared<ProcessSet>();
-  set->id = 0;
-  for (int r = 0; r < world->size(); ++r) set->ranks.push_back(r);
-  set->comm = world->split(set->ranks, "runtime/0");
-  set->runtime = std::make_unique<Runtime>(set->comm, options);
-  state->global = set.get();
-  state->sets.emplace(0, std::move(set));
-
-  std::lock_guard<std::mutex> lock(gMu);
-  gState = std::move(state);
-  gHandles.open();
+  gSets.open(world, runtime::RuntimeOptions::fromSettings(Settings::fromEnvironment()));
 }
 
 void stopRuntimes() {
-  std::lock_guard<std::mutex> life(gLifecycleMu);
-  std::unique_ptr<State> state;
-  std::vector<HandleEntry> handles;  // dropped once no runtime writes to them
-  {
-    std::lock_guard<std::mutex> lock(gMu);
-    state.swap(gState);
-    handles = gHandles.close();
-  }
-  if (!state) return;
-  // Every runtime first (each stops in its next cycle on all its members,
-  // failing what is pending), then the communicators in id order: each
-  // release is a closing barrier over the set's members, and every member
-  // goes through its sets in the same order.
-  for (auto& [id, set] : state->sets) {
-    try {
-      set->runtime->shutdown();
-    } catch (...) {
-    }
-  }
-  handles.clear();
-  for (auto& [id, set] : state->sets) {
-    set->runtime.reset();
-    set->comm.reset();
-  }
-  state->sets.clear();
-  state->world.reset();
+  gSets.close();
 }
 
 }  // namespace kolo::capi
@@ -285,45 +193,8 @@ int kolo_process_set_create(const int* ranks, int n, int* id) {
   }
   if (id == nullptr) return invalid(std::string(fn) + ": id pointer is null");
   const std::vector<int> list(ranks, ranks + n);
-  std::shared_ptr<kolo::Communicator> world;
-  kolo::runtime::RuntimeOptions options;
-  int generation = 0;
-  {
-    std::lock_guard<std::mutex> lock(gMu);
-    if (!gState) return notInitialized(fn);
-    world = gState->world;
-    options = gState->options;
-    generation = gState->generations[list];  // counted once the split succeeds
-  }
   return guarded(fn, [&] {
-    auto set = std::make_shared<ProcessSet>();
-    set->ranks = list;
-    set->comm =
-        world->split(list, "set/" + rankList(list) + "/" + std::to_string(generation));
-    // Agree on the id: the largest of the members' next free ids.
-    int64_t mine = 0;
-    {
-      std::lock_guard<std::mutex> lock(gMu);
-      if (!gState) return notInitialized(fn);
-      gState->generations[list] = generation + 1;
-      mine = gState->nextSetId;
-    }
-    std::vector<int64_t> all(set->comm->size());
-    kolo::AllgatherOptions o;
-    o.send = &mine;
-    o.recv = all.data();
-    o.count = 1;
-    o.dtype = kolo::DataType::kInt64;
-    set->comm->allgather(o);
-    int64_t agreed = mine;
-    for (int64_t v : all) agreed = std::max(agreed, v);
-    set->id = static_cast<int>(agreed);
-    set->runtime = std::make_unique<Runtime>(set->comm, options);
-    std::lock_guard<std::mutex> lock(gMu);
-    if (!gState) return notInitialized(fn);
-    gState->nextSetId = set->id + 1;
-    gState->sets.emplace(set->id, set);
-    *id = set->id;
+    if (gSets.create(list, id) == SetStatus::kClosed) return notInitialized(fn);
     return KOLO_OK;
   });
 }
@@ -334,22 +205,14 @@ int kolo_process_set_destroy(int id) {
     return invalid(std::string(fn) +
                    ": process set 0 (every rank) ends with kolo_finalize");
   }
-  ProcessSetPtr set;
-  {
-    std::lock_guard<std::mutex> lock(gMu);
-    if (!gState) return notInitialized(fn);
-    auto it = gState->sets.find(id);
-    if (it == gState->sets.end()) {
-      return invalid(std::string(fn) + ": process set " + std::to_string(id) +
-                     " is not known on rank " + std::to_string(gState->world->rank()));
-    }
-    set = std::move(it->second);
-    gState->sets.erase(it);
+  auto found = gSets.detach(id);
+  if (found.status == SetStatus::kClosed) return notInitialized(fn);
+  if (found.status == SetStatus::kUnknown) {
+    return invalid(std::string(fn) + ": process set " + std::to_string(id) +
+                   " is not known on rank " + std::to_string(found.worldRank));
   }
   return guarded(fn, [&] {
-    set->runtime->shutdown();  // pending handles of the set fail
-    set->runtime.reset();
-    set->comm.reset();  // closing barrier over the members
+    kolo::runtime::ProcessSetTable::retire(std::move(found.set));
     return KOLO_OK;
   });
 }
@@ -358,11 +221,7 @@ int kolo_process_set_rank(int id, int* rank) {
   const char* fn = "kolo_process_set_rank";
   if (rank == nullptr) return invalid(std::string(fn) + ": rank pointer is null");
   if (id < 0) return invalid(std::string(fn) + ": negative id " + std::to_string(id));
-  std::lock_guard<std::mutex> lock(gMu);
-  if (!gState) return notInitialized(fn);
-  auto it = gState->sets.find(id);
-  // Only members know a set: an unknown id is one this rank is not in.
-  *rank = it == gState->sets.end() ? -1 : it->second->comm->rank();
+  if (gSets.rankOf(id, rank) == SetStatus::kClosed) return notInitialized(fn);
   return KOLO_OK;
 }
 

@@ -255,14 +255,52 @@ Message Negotiator::prepare(const CycleFlags& flags) {
   return m;
 }
 
+// process()'s state for one cycle, handed from step to step.
+struct Negotiator::Cycle {
+  // A cached slot that some rank holds. Entries point into the cache: every
+  // use comes before this cycle's insertions (which may evict).
+  struct Held {
+    size_t slot;
+    const ResponseCache::Entry* entry;  // null: evicted by a new spec (step 2)
+    size_t bitsAt;                      // its holders' bits in bits_
+  };
+  Clock::time_point now;
+  Outcome out;
+  std::vector<bool> live;                       // per rank: not joined
+  std::vector<std::vector<OpSpec>> newSpecs;    // per rank: its variable part's specs
+  std::vector<Held> holders;                    // step 1, in slot order
+  std::vector<Candidate> candidates;            // step 3
+  std::vector<Outcome::Waiting> waitingCached;  // step 3: cached, not ready
+  std::vector<Candidate*> ready;                // step 4
+  std::vector<const Candidate*> heldSeen;       // step 4: held for their group
+};
+
 Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
                             const std::vector<std::vector<uint8_t>>& variable,
                             Clock::time_point now) {
+  KOLO_CHECK_EQ(fixed.size(), static_cast<size_t>(size_));
+  Cycle c;
+  c.now = now;
+  c.live.assign(size_, true);
+  c.newSpecs.resize(size_);
+  readMessages(c, fixed, variable);
+  collectHolders(c, fixed);
+  readNewSpecs(c);
+  cachedCandidates(c);
+  c.holders.clear();  // its entries may be evicted from here on
+  sentCandidates(c);
+  resolveGroups(c);
+  emitReady(c);
+  followCache();
+  reportWaiting(c);
+  return std::move(c.out);
+}
+
+// Every rank's header (flags, rank 0's tuning values) and new specs.
+void Negotiator::readMessages(Cycle& c, const std::vector<std::vector<uint8_t>>& fixed,
+                              const std::vector<std::vector<uint8_t>>& variable) {
   const int n = size_;
-  KOLO_CHECK_EQ(fixed.size(), static_cast<size_t>(n));
-  Outcome out;
-  std::vector<bool> live(n, true);
-  std::vector<std::vector<OpSpec>> newSpecs(n);
+  Outcome& out = c.out;
   for (int r = 0; r < n; ++r) {
     if (fixed[r].size() != fixedBytes() || fixed[r][0] != kWireVersion) {
       KOLO_THROW_PEER(
@@ -277,7 +315,7 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
     if (f & kFlagShutdown) out.shutdownRanks.push_back(r);
     if (f & kFlagJoined) {
       out.joinedRanks.push_back(r);
-      live[r] = false;
+      c.live[r] = false;
     }
     if (r == 0) {
       out.fusionThresholdBytes = getAt<int64_t>(fixed[r], 8);
@@ -292,47 +330,36 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
                           << (variable.size() == size_t(n) ? variable[r].size() : 0)
                           << " arrived");
     }
-    const uint8_t* p = variable[r].data();
-    const uint8_t* end = p + variable[r].size();
-    uint32_t count;
-    if (end - p < 4) KOLO_THROW(ErrorCode::kInvalidArgument, "malformed request list");
-    std::memcpy(&count, p, 4);
-    p += 4;
-    for (uint32_t i = 0; i < count; ++i) newSpecs[r].push_back(OpSpec::decode(p, end));
-    uint32_t stallBytes = 0;
-    if (end - p >= 4) {
-      std::memcpy(&stallBytes, p, 4);
-      p += 4;
-    }
-    if ((f & kFlagStall) && out.stallShutdown.empty() && end - p >= stallBytes) {
-      out.stallShutdown.assign(reinterpret_cast<const char*>(p), stallBytes);
-    }
+    readVariable(c, r, variable[r], (f & kFlagStall) != 0);
   }
+}
 
-  // Per-rank first-seen times (the straggler tracker's input) are kept only
-  // for names that stay undecided past a cycle: a name decided in the cycle
-  // that first saw a rank's submission gets `now` for that rank.
-  auto arrivalsInto = [&](const std::string& name, const uint8_t* submitted,
-                          Clock::time_point* a) {
-    const auto f = firstSeen_.empty() ? firstSeen_.end() : firstSeen_.find(name);
-    for (int r = 0; r < n; ++r) {
-      a[r] = !submitted[r] ? Clock::time_point::min()
-             : f != firstSeen_.end() && f->second[r] != Clock::time_point::min()
-                 ? f->second[r]
-                 : now;
-    }
-    if (f != firstSeen_.end()) firstSeen_.erase(f);
-  };
+// Rank r's variable part: its new specs, and the stall shutdown message
+// when its flags announce one (the first such rank's wins).
+void Negotiator::readVariable(Cycle& c, int r, const std::vector<uint8_t>& part,
+                              bool stall) {
+  const uint8_t* p = part.data();
+  const uint8_t* end = p + part.size();
+  uint32_t count;
+  if (end - p < 4) KOLO_THROW(ErrorCode::kInvalidArgument, "malformed request list");
+  std::memcpy(&count, p, 4);
+  p += 4;
+  for (uint32_t i = 0; i < count; ++i) c.newSpecs[r].push_back(OpSpec::decode(p, end));
+  uint32_t stallBytes = 0;
+  if (end - p >= 4) {
+    std::memcpy(&stallBytes, p, 4);
+    p += 4;
+  }
+  if (stall && c.out.stallShutdown.empty() && end - p >= stallBytes) {
+    c.out.stallShutdown.assign(reinterpret_cast<const char*>(p), stallBytes);
+  }
+}
 
-  // 1. Holders of each cached slot, against the cache the messages used, in
-  // slot order. Entries point into the cache: every use below comes before
-  // this cycle's insertions (which may evict).
-  struct Held {
-    size_t slot;
-    const ResponseCache::Entry* entry;  // null: evicted by a new spec (step 2)
-    size_t bitsAt;                      // its holders' bits in bits_
-  };
-  std::vector<Held> holders;
+// 1. Holders of each cached slot, against the cache the messages used, in
+// slot order.
+void Negotiator::collectHolders(Cycle& c,
+                                const std::vector<std::vector<uint8_t>>& fixed) {
+  const int n = size_;
   bits_.clear();
   const size_t bitsAt = kHeaderBytes;
   const size_t bitBytes = (cache_.capacity() + 7) / 8;
@@ -344,81 +371,91 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
       if (!(any & (1u << (s % 8)))) continue;
       const auto* e = cache_.atSlot(s);
       if (!e) continue;  // cannot happen with identical caches
-      holders.push_back(Held{s, e, bits_.size()});
+      c.holders.push_back(Cycle::Held{s, e, bits_.size()});
       for (int r = 0; r < n; ++r)
         bits_.push_back((fixed[r][bitsAt + byte] >> (s % 8)) & 1u);
     }
   }
+}
 
-  // 2. New specs; each evicts a cached entry of its name.
-  for (int r = 0; r < n; ++r) {
-    for (auto& spec : newSpecs[r]) {
+// 2. New specs; each evicts a cached entry of its name.
+void Negotiator::readNewSpecs(Cycle& c) {
+  for (int r = 0; r < size_; ++r) {
+    for (auto& spec : c.newSpecs[r]) {
       if (const auto* e = cache_.find(spec.name)) {
-        auto h =
-            std::lower_bound(holders.begin(), holders.end(), e->slot,
-                             [](const Held& x, size_t slot) { return x.slot < slot; });
-        if (h != holders.end() && h->slot == e->slot) h->entry = nullptr;
+        auto h = std::lower_bound(
+            c.holders.begin(), c.holders.end(), e->slot,
+            [](const Cycle::Held& x, size_t slot) { return x.slot < slot; });
+        if (h != c.holders.end() && h->slot == e->slot) h->entry = nullptr;
         cache_.erase(spec.name);
       }
       auto& v = sent_[spec.name];
-      if (v.empty()) v.resize(n);
+      if (v.empty()) v.resize(size_);
       v[r] = std::move(spec);
     }
   }
+}
 
-  auto allLiveHave = [&](const uint8_t* has) {
-    bool any = false;
-    for (int r = 0; r < n; ++r) {
-      if (has[r]) any = true;
-      if (live[r] && !has[r]) return false;
-    }
-    return any;
-  };
+bool Negotiator::allLiveHave(const Cycle& c, const uint8_t* has) const {
+  bool any = false;
+  for (int r = 0; r < size_; ++r) {
+    if (has[r]) any = true;
+    if (c.live[r] && !has[r]) return false;
+  }
+  return any;
+}
 
-  // 3. Candidates. Holders that are not candidates are waiting; every
-  // candidate is decided (ready or failed) or held for its group.
-  std::vector<Candidate> candidates;
-  std::vector<Outcome::Waiting> waitingCached;
-  // This rank's operation `name` fails; `held`: a candidate from the slot
-  // bits, whose operation here (if any) is cached_[slot].
-  auto failLocal = [&](const std::string& name, const std::string& message,
-                       const Candidate* held = nullptr) {
-    if (held && held->held && cachedUsed_[held->slot] &&
-        cached_[held->slot].spec.name == name) {
-      out.errors.push_back({cached_[held->slot].id, name, message});
-      releaseCached(held->slot);
-    } else if (auto it = pending_.find(name); it != pending_.end()) {
-      out.errors.push_back({it->second.id, name, message});
-      release(it);
-    }
-    firstSeen_.erase(name);
-  };
-  candidates.reserve(holders.size());
-  for (auto& h : holders) {
+// This rank's operation `name` fails; `held`: a candidate from the slot
+// bits, whose operation here (if any) is cached_[slot].
+void Negotiator::failLocal(Cycle& c, const std::string& name, const std::string& message,
+                           const Candidate* held) {
+  if (held && held->held && cachedUsed_[held->slot] &&
+      cached_[held->slot].spec.name == name) {
+    c.out.errors.push_back({cached_[held->slot].id, name, message});
+    releaseCached(held->slot);
+  } else if (auto it = pending_.find(name); it != pending_.end()) {
+    c.out.errors.push_back({it->second.id, name, message});
+    release(it);
+  }
+  firstSeen_.erase(name);
+}
+
+// 3a. Cached names held by every live rank are candidates; the other
+// holders are waiting.
+void Negotiator::cachedCandidates(Cycle& c) {
+  const int n = size_;
+  c.candidates.reserve(c.holders.size());
+  for (auto& h : c.holders) {
     if (!h.entry) continue;
     const OpSpec& spec = *h.entry->spec;
     const uint8_t* has = bits_.data() + h.bitsAt;
-    if (!allLiveHave(has)) {
-      waitingCached.push_back({spec.name, spec.kind, std::vector<bool>(has, has + n)});
+    if (!allLiveHave(c, has)) {
+      c.waitingCached.push_back({spec.name, spec.kind, std::vector<bool>(has, has + n)});
       continue;
     }
-    Candidate c{h.entry->spec, h.bitsAt, {}, h.slot, true};
+    Candidate cand{h.entry->spec, h.bitsAt, {}, h.slot, true};
     if (firstDimMayDiffer(spec.kind) && !spec.shape.empty()) {
-      c.firstDims.assign(n, 0);
+      cand.firstDims.assign(n, 0);
       for (int r = 0; r < n; ++r) {
         if (has[r] && r < static_cast<int>(h.entry->firstDims.size())) {
-          c.firstDims[r] = h.entry->firstDims[r];
+          cand.firstDims[r] = h.entry->firstDims[r];
         }
       }
     }
-    candidates.push_back(std::move(c));
+    c.candidates.push_back(std::move(cand));
   }
-  holders.clear();  // its entries may be evicted from here on
+}
+
+// 3b. Names of sent_ sent by every live rank are compared: equal ->
+// inserted in the cache (in name order) and candidates; different -> a
+// mismatch error (which also fails the rest of the name's group).
+void Negotiator::sentCandidates(Cycle& c) {
+  const int n = size_;
   for (auto it = sent_.begin(); it != sent_.end();) {
     auto& specs = it->second;
     const size_t at = bits_.size();
     for (int r = 0; r < n; ++r) bits_.push_back(specs[r].has_value());
-    if (!allLiveHave(bits_.data() + at)) {
+    if (!allLiveHave(c, bits_.data() + at)) {
       bits_.resize(at);
       ++it;
       continue;
@@ -440,7 +477,7 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
           failedGroups_[s->group] = {s->groupSize > 0 ? s->groupSize - 1 : 0, message};
         }
       }
-      failLocal(it->first, message);
+      failLocal(c, it->first, message);
       it = sent_.erase(it);
       continue;
     }
@@ -453,27 +490,27 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
     }
     OpSpec spec = std::move(*const_cast<OpSpec*>(ref));
     const auto ins = cache_.insert(std::move(spec), firstDims);
-    candidates.push_back(
+    c.candidates.push_back(
         Candidate{ins.entry->spec, at, std::move(firstDims), ins.slot, false});
     it = sent_.erase(it);
   }
+}
 
-  // 4. Groups: complete ones go, failed ones fail, others wait.
+// 4. Groups: complete ones go, failed ones fail, others wait.
+void Negotiator::resolveGroups(Cycle& c) {
   std::map<uint64_t, uint32_t> groupCount;
-  for (const auto& c : candidates) {
-    if (c.spec->group != 0) ++groupCount[c.spec->group];
+  for (const auto& cand : c.candidates) {
+    if (cand.spec->group != 0) ++groupCount[cand.spec->group];
   }
-  std::vector<Candidate*> ready;
-  std::vector<const Candidate*> heldSeen;
-  ready.reserve(candidates.size());
-  for (auto& c : candidates) {
-    const uint64_t g = c.spec->group;
+  c.ready.reserve(c.candidates.size());
+  for (auto& cand : c.candidates) {
+    const uint64_t g = cand.spec->group;
     if (g != 0) {
       if (auto f = failedGroups_.find(g); f != failedGroups_.end()) {
-        failLocal(c.spec->name,
-                  std::string(toString(c.spec->kind)) + " '" + c.spec->name +
+        failLocal(c, cand.spec->name,
+                  std::string(toString(cand.spec->kind)) + " '" + cand.spec->name +
                       "': another member of its group failed: " + f->second.message,
-                  &c);
+                  &cand);
         if (f->second.remaining <= 1) {
           failedGroups_.erase(f);
         } else {
@@ -481,69 +518,94 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
         }
         continue;
       }
-      if (groupCount[g] < c.spec->groupSize) {  // held: not waiting
-        heldSeen.push_back(&c);
+      if (groupCount[g] < cand.spec->groupSize) {  // held: not waiting
+        c.heldSeen.push_back(&cand);
         continue;
       }
     }
-    ready.push_back(&c);
+    c.ready.push_back(&cand);
   }
+}
 
-  // 5. Order: cached by slot, then new by name (the candidates' order
-  // already), each group gathered at its first member.
+// 5. Order: cached by slot, then new by name (the candidates' order
+// already), each group gathered at its first member. The ready operations'
+// views go into two buffers sized here once.
+void Negotiator::emitReady(Cycle& c) {
+  const int n = size_;
   std::vector<Candidate*> order;
-  order.reserve(ready.size());
+  order.reserve(c.ready.size());
   std::set<uint64_t> placed;
-  for (Candidate* c : ready) {
-    if (c->spec->group == 0) {
-      order.push_back(c);
+  for (Candidate* cand : c.ready) {
+    if (cand->spec->group == 0) {
+      order.push_back(cand);
       continue;
     }
-    if (!placed.insert(c->spec->group).second) continue;
-    for (Candidate* m : ready) {
-      if (m->spec->group == c->spec->group) order.push_back(m);
+    if (!placed.insert(cand->spec->group).second) continue;
+    for (Candidate* m : c.ready) {
+      if (m->spec->group == cand->spec->group) order.push_back(m);
     }
   }
-  // The ready operations' views go into two buffers sized here once.
+  Outcome& out = c.out;
   out.ready.reserve(order.size());
   out.submittedBits.resize(order.size() * n);
   out.arrivalTimes.resize(order.size() * n);
   for (size_t k = 0; k < order.size(); ++k) {
-    Candidate* c = order[k];
+    Candidate* cand = order[k];
     uint8_t* submitted = out.submittedBits.data() + k * n;
     Clock::time_point* arrivals = out.arrivalTimes.data() + k * n;
-    std::memcpy(submitted, bits_.data() + c->bitsAt, n);
-    arrivalsInto(c->spec->name, submitted, arrivals);
+    std::memcpy(submitted, bits_.data() + cand->bitsAt, n);
+    arrivalsInto(c, cand->spec->name, submitted, arrivals);
     ReadyOp op;
-    if (submitted[rank_]) {
-      if (c->held) {
-        // This rank's bit for the slot came from cached_[slot] (prepare).
-        KOLO_CHECK(cachedUsed_[c->slot]);
-        op.localId = cached_[c->slot].id;
-        releaseCached(c->slot);
-      } else {
-        auto it = pending_.find(c->spec->name);
-        KOLO_CHECK(it != pending_.end());
-        op.localId = it->second.id;
-        release(it);
-      }
-    }
+    if (submitted[rank_]) op.localId = takeLocal(*cand);
     // In ready order; an entry that a later insertion of this cycle evicted
     // is no longer in its slot.
-    if (const auto* e = cache_.atSlot(c->slot); e && e->spec == c->spec) {
-      cache_.touch(c->slot);
+    if (const auto* e = cache_.atSlot(cand->slot); e && e->spec == cand->spec) {
+      cache_.touch(cand->slot);
     }
-    op.spec = std::move(c->spec);
-    op.firstDims = std::move(c->firstDims);
+    op.spec = std::move(cand->spec);
+    op.firstDims = std::move(cand->firstDims);
     op.submitted = {submitted, static_cast<size_t>(n)};
     op.arrivals = {arrivals, static_cast<size_t>(n)};
     out.ready.push_back(std::move(op));
   }
+}
 
-  // 6. Pending states follow the cache. First the cached operations whose
-  // entry is gone or changed (evicted, replaced by a new spec, or its slot
-  // reused this cycle) go back to pending_, to be sent; then the operations
-  // of pending_ that now hit the cache move to their slot.
+// This rank's operation of a ready candidate, out of the pending set.
+OpId Negotiator::takeLocal(const Candidate& cand) {
+  if (cand.held) {
+    // This rank's bit for the slot came from cached_[slot] (prepare).
+    KOLO_CHECK(cachedUsed_[cand.slot]);
+    const OpId id = cached_[cand.slot].id;
+    releaseCached(cand.slot);
+    return id;
+  }
+  auto it = pending_.find(cand.spec->name);
+  KOLO_CHECK(it != pending_.end());
+  const OpId id = it->second.id;
+  release(it);
+  return id;
+}
+
+// Per-rank first-seen times (the straggler tracker's input) are kept only
+// for names that stay undecided past a cycle: a name decided in the cycle
+// that first saw a rank's submission gets `now` for that rank.
+void Negotiator::arrivalsInto(const Cycle& c, const std::string& name,
+                              const uint8_t* submitted, Clock::time_point* a) {
+  const auto f = firstSeen_.empty() ? firstSeen_.end() : firstSeen_.find(name);
+  for (int r = 0; r < size_; ++r) {
+    a[r] = !submitted[r] ? Clock::time_point::min()
+           : f != firstSeen_.end() && f->second[r] != Clock::time_point::min()
+               ? f->second[r]
+               : c.now;
+  }
+  if (f != firstSeen_.end()) firstSeen_.erase(f);
+}
+
+// 6. Pending states follow the cache. First the cached operations whose
+// entry is gone or changed (evicted, replaced by a new spec, or its slot
+// reused this cycle) go back to pending_, to be sent; then the operations
+// of pending_ that now hit the cache move to their slot.
+void Negotiator::followCache() {
   for (size_t slot = 0; cachedCount_ > 0 && slot < cachedUsed_.size(); ++slot) {
     if (!cachedUsed_[slot]) continue;
     Local& local = cached_[slot];
@@ -568,9 +630,14 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
     }
     ++it;
   }
+}
 
-  // Waiting: pending somewhere, not ready, not merely held for its group.
-  out.waiting = std::move(waitingCached);
+// Waiting: pending somewhere, not ready, not merely held for its group; and
+// the first-seen times of what still waits (or is held for its group).
+void Negotiator::reportWaiting(Cycle& c) {
+  const int n = size_;
+  Outcome& out = c.out;
+  out.waiting = std::move(c.waitingCached);
   for (const auto& [name, specs] : sent_) {
     Outcome::Waiting w{name, OpKind::kAllreduce, std::vector<bool>(n)};
     for (int r = 0; r < n; ++r) {
@@ -580,20 +647,20 @@ Outcome Negotiator::process(const std::vector<std::vector<uint8_t>>& fixed,
     }
     out.waiting.push_back(std::move(w));
   }
-  // First-seen times of what still waits (or is held for its group).
-  auto keepSeen = [&](const std::string& name, const std::vector<bool>& submitted) {
-    auto& v = firstSeen_[name];
-    if (v.empty()) v.assign(n, Clock::time_point::min());
-    for (int r = 0; r < n; ++r) {
-      if (submitted[r] && v[r] == Clock::time_point::min()) v[r] = now;
-    }
-  };
-  for (const auto& w : out.waiting) keepSeen(w.name, w.submitted);
-  for (const Candidate* c : heldSeen) {
-    const uint8_t* has = bits_.data() + c->bitsAt;
-    keepSeen(c->spec->name, std::vector<bool>(has, has + n));
+  for (const auto& w : out.waiting) keepSeen(c, w.name, w.submitted);
+  for (const Candidate* cand : c.heldSeen) {
+    const uint8_t* has = bits_.data() + cand->bitsAt;
+    keepSeen(c, cand->spec->name, std::vector<bool>(has, has + n));
   }
-  return out;
+}
+
+void Negotiator::keepSeen(const Cycle& c, const std::string& name,
+                          const std::vector<bool>& submitted) {
+  auto& v = firstSeen_[name];
+  if (v.empty()) v.assign(size_, Clock::time_point::min());
+  for (int r = 0; r < size_; ++r) {
+    if (submitted[r] && v[r] == Clock::time_point::min()) v[r] = c.now;
+  }
 }
 
 std::vector<OpId> Negotiator::pendingIds() const {

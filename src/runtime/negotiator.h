@@ -160,6 +160,28 @@ class Negotiator {
     size_t slot = 0;  // kCached
   };
   struct Candidate;
+  // process()'s steps (negotiator.cc names them 1-6), over one cycle's
+  // state.
+  struct Cycle;
+  void readMessages(Cycle& c, const std::vector<std::vector<uint8_t>>& fixed,
+                    const std::vector<std::vector<uint8_t>>& variable);
+  void readVariable(Cycle& c, int r, const std::vector<uint8_t>& part, bool stall);
+  void collectHolders(Cycle& c, const std::vector<std::vector<uint8_t>>& fixed);
+  void readNewSpecs(Cycle& c);
+  void cachedCandidates(Cycle& c);
+  void sentCandidates(Cycle& c);
+  void resolveGroups(Cycle& c);
+  void emitReady(Cycle& c);
+  void followCache();
+  void reportWaiting(Cycle& c);
+  bool allLiveHave(const Cycle& c, const uint8_t* has) const;
+  void failLocal(Cycle& c, const std::string& name, const std::string& message,
+                 const Candidate* held = nullptr);
+  OpId takeLocal(const Candidate& cand);
+  void arrivalsInto(const Cycle& c, const std::string& name, const uint8_t* submitted,
+                    Clock::time_point* a);
+  void keepSeen(const Cycle& c, const std::string& name,
+                const std::vector<bool>& submitted);
   // Per-cycle scratch of process(), kept for its capacity: each holder's or
   // candidate's per-rank bits (1 = has it) at an offset.
   std::vector<uint8_t> bits_;

@@ -118,24 +118,35 @@ class Runtime {
   };
   Op& opAt(OpId id) { return ops_[static_cast<uint32_t>(id)]; }
 
-  // Caller side.
+  // Caller side (runtime_submit.cc).
   // Fails `handle` at once and returns it.
   static HandlePtr failed(HandlePtr handle, const std::exception_ptr& error);
-  void validate(const OpRequest& request) const;  // throws Error
+  void validate(const OpRequest& request) const;        // throws Error
+  void validateRows(const OpRequest& request) const;    // first-dimension kinds
+  void validateSplits(const OpRequest& request) const;  // alltoall
   // The interned id of `name` (guarded by mu_): a name keeps its id while
   // it is pending; names not pending are dropped now and then (sweep).
   uint32_t nameIdLocked(const std::string& name);
+  static std::exception_ptr errorPtr(ErrorCode code, const std::string& message,
+                                     int peer = -1);
 
-  // Background thread.
+  // Background thread: the loop (runtime_loop.cc).
+  // The exchange's buffers, kept across cycles.
+  struct Exchange {
+    std::vector<uint8_t> gathered;
+    std::vector<std::vector<uint8_t>> fixed, variable;  // by rank
+  };
   void loop();
+  // One cycle: false when the loop ends (a shutdown or stall shutdown).
+  bool runCycle(Exchange& exchange);
+  CycleFlags cycleFlags() const;
+  void exchangeMessages(const Message& message, Exchange& exchange);
+  void settleNegotiation(const Outcome& outcome);
+  bool stopIfAnnounced(const Outcome& outcome);
+  void pace(const Outcome& outcome, Clock::time_point cycleStart);
   // The first `count` of `items` (a drained queue): their handles are
   // moved out, their requests left for the queue to reuse.
   void admit(std::vector<Submission>& items, size_t count);
-  void runBucket(const std::vector<size_t>& members, std::vector<ReadyOp>& ready,
-                 size_t bytes, int bucketIndex);
-  void runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes, int bucketIndex);
-  void runOne(ReadyOp& op, int bucketIndex);
-  std::exception_ptr joinedRankError(const ReadyOp& op) const;
   void observe(const Outcome& outcome, Clock::time_point now);
   void inspectStalls(const Outcome& outcome);
   void sampleAutotuner(const Outcome& outcome);
@@ -150,6 +161,27 @@ class Runtime {
   // errorFor(name).
   void stop(const std::exception_ptr& error,
             const std::function<std::exception_ptr(const std::string&)>& errorFor);
+
+  // Background thread: buckets (runtime_buckets.cc).
+  struct AllreduceBucket;
+  void runBucket(const std::vector<size_t>& members, std::vector<ReadyOp>& ready,
+                 size_t bytes, int bucketIndex);
+  void runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes, int bucketIndex);
+  void allreduceInPlace(const AllreduceBucket& bucket);
+  void allreduceSegmented(const AllreduceBucket& bucket);
+  void allreduceFused(const AllreduceBucket& bucket);
+  void runOne(ReadyOp& op, int bucketIndex);
+  std::exception_ptr joinedRankError(const ReadyOp& op) const;
+  // One operation of each kind; `o` null: this rank joined (no data).
+  std::exception_ptr runBroadcast(const ReadyOp& r, Op* o);
+  void runReduceScatter(const ReadyOp& r, Op* o);
+  void runAllgather(const ReadyOp& r, Op* o);
+  void runAlltoall(const ReadyOp& r, Op* o);
+  void alltoallPadded(AlltoallOptions& a, const Op* o, const std::vector<int64_t>& mine,
+                      const std::vector<int64_t>& matrix, size_t rowBytes,
+                      std::vector<uint8_t>& out);
+  void* scratch(size_t bytes);
+
   std::shared_ptr<TimelineWriter> timeline() const;
 
   std::shared_ptr<Communicator> comm_;

@@ -76,6 +76,27 @@ class TimelineWriter {
   int64_t sinceFlush_ = 0;
 };
 
+// A scoped phase of one tensor: begin() when made, end() when it goes out
+// of scope (an exception included). Does nothing with a null writer.
+// `tensor` must outlive the span.
+class TimelineSpan {
+ public:
+  TimelineSpan(TimelineWriter* tl, const std::string& tensor, const char* phase,
+               const std::string& args = "")
+      : tl_(tl), tensor_(&tensor) {
+    if (tl_) tl_->begin(tensor, phase, args);
+  }
+  ~TimelineSpan() {
+    if (tl_) tl_->end(*tensor_);
+  }
+  TimelineSpan(const TimelineSpan&) = delete;
+  TimelineSpan& operator=(const TimelineSpan&) = delete;
+
+ private:
+  TimelineWriter* tl_;
+  const std::string* tensor_;
+};
+
 // JSON string escaping ("\"", "\\", control characters); bytes that are
 // not valid UTF-8 become \u00XX, so any name gives a valid file.
 std::string jsonEscape(const std::string& s);
