@@ -20,8 +20,8 @@
 //   arguments. The fast path runs when: a torch.Tensor (or subclass) that is
 //   on the CPU, strided, contiguous, of a dtype in the table; name a non-empty
 //   str without NUL; average None; op None or an int that is a native reduce
-//   code; prescale/postscale absent or floats; process_set absent or the
-//   global set. Anything else (including a keyword it does not know, or an
+//   code; prescale/postscale absent or floats; process_set absent, None or
+//   the global set. Anything else (including a keyword it does not know, or an
 //   attribute read that fails) calls the Python implementation with the same
 //   arguments, so behaviour and error messages are the Python ones. A
 //   failed submission raises what allreduce_submit raises.
@@ -432,7 +432,7 @@ PyObject* submitFast(const Args& a) {
   const int op = readOp(a.slot[3]);
   if (!isNone(a.slot[1]) || op < 0 || name == nullptr || !PyUnicode_CheckExact(name) ||
       !readScale(a.slot[4], &prescale) || !readScale(a.slot[5], &postscale) ||
-      (a.slot[6] != nullptr && a.slot[6] != gTorch.globalSet)) {
+      (!isNone(a.slot[6]) && a.slot[6] != gTorch.globalSet)) {
     return nullptr;
   }
   Py_ssize_t size = 0;
