@@ -77,11 +77,47 @@ struct TorchConfig {
   unsigned long long emptyPtr = 0;  // address for empty tensors
 };
 TorchConfig gTorch;
+
+// A tensor attribute read. For an instance of exactly torch.Tensor the
+// getter of torch's getset descriptor is called directly (what
+// PyObject_GetAttr ends in, without its generic look-up: a getset is a data
+// descriptor, so neither the instance dict nor a subclass can come first);
+// any other type, or an attribute that is not a getset, takes
+// PyObject_GetAttr.
+struct Attribute {
+  PyObject* name = nullptr;  // interned
+  getter get = nullptr;
+  void* closure = nullptr;
+};
+Attribute gDtype, gIsCpu, gLayout, gShape;
+
+PyObject* readAttr(PyObject* t, const Attribute& a) {
+  if (a.get != nullptr && Py_TYPE(t) == gTorch.tensorType) return a.get(t, a.closure);
+  return PyObject_GetAttr(t, a.name);
+}
+
+// Finds torch's getter of a.name on tensorType (none when it is not a
+// getset, or missing: then the fast path's read fails and the call goes to
+// the Python implementation).
+void findGetter(PyTypeObject* tensorType, Attribute* a) {
+  a->get = nullptr;
+  PyObject* d = PyObject_GetAttr(reinterpret_cast<PyObject*>(tensorType), a->name);
+  if (d == nullptr) {
+    PyErr_Clear();
+    return;
+  }
+  if (Py_IS_TYPE(d, &PyGetSetDescr_Type)) {
+    PyGetSetDef* def = reinterpret_cast<PyGetSetDescrObject*>(d)->d_getset;
+    a->get = def->get;
+    a->closure = def->closure;
+  }
+  Py_DECREF(d);  // the type keeps it
+}
 PyObject* gSynchronizeFallback = nullptr;  // kolo._ops' Python synchronize
 
 // Interned attribute and keyword names.
 struct Names {
-  PyObject *dtype, *isCpu, *layout, *isContiguous, *dataPtr, *shape;
+  PyObject *isContiguous, *dataPtr;
   PyObject* keywords[7];  // allreduce_async_'s parameters, in order
 };
 Names gNames;
@@ -91,14 +127,14 @@ const char* const kParams[7] = {"tensor",          "average",          "name",  
 
 bool internNames() {
   auto in = [](const char* s) { return PyUnicode_InternFromString(s); };
-  gNames.dtype = in("dtype");
-  gNames.isCpu = in("is_cpu");
-  gNames.layout = in("layout");
+  gDtype.name = in("dtype");
+  gIsCpu.name = in("is_cpu");
+  gLayout.name = in("layout");
   gNames.isContiguous = in("is_contiguous");
   gNames.dataPtr = in("data_ptr");
-  gNames.shape = in("shape");
-  bool ok = gNames.dtype && gNames.isCpu && gNames.layout && gNames.isContiguous &&
-            gNames.dataPtr && gNames.shape;
+  gShape.name = in("shape");
+  bool ok = gDtype.name && gIsCpu.name && gLayout.name && gNames.isContiguous &&
+            gNames.dataPtr && gShape.name;
   for (int i = 0; i < 7; ++i) ok = (gNames.keywords[i] = in(kParams[i])) && ok;
   return ok;
 }
@@ -356,8 +392,8 @@ struct TensorView {
 };
 
 // true when attribute `name` of t is `expected` (a read that fails: false).
-bool attrIs(PyObject* t, PyObject* name, PyObject* expected) {
-  PyObject* v = PyObject_GetAttr(t, name);
+bool attrIs(PyObject* t, const Attribute& a, PyObject* expected) {
+  PyObject* v = readAttr(t, a);
   if (v == nullptr) {
     PyErr_Clear();
     return false;
@@ -367,7 +403,7 @@ bool attrIs(PyObject* t, PyObject* name, PyObject* expected) {
 }
 
 bool readShape(PyObject* t, TensorView* out) {
-  PyObject* shape = PyObject_GetAttr(t, gNames.shape);
+  PyObject* shape = readAttr(t, gShape);
   if (shape == nullptr) {
     PyErr_Clear();
     return false;
@@ -388,7 +424,7 @@ bool readShape(PyObject* t, TensorView* out) {
 // Reads a tensor the fast path takes; false (no error set) for anything else.
 bool readTensor(PyObject* t, TensorView* out) {
   if (!PyObject_TypeCheck(t, gTorch.tensorType)) return false;
-  PyObject* dtype = PyObject_GetAttr(t, gNames.dtype);
+  PyObject* dtype = readAttr(t, gDtype);
   if (dtype == nullptr) {
     PyErr_Clear();
     return false;
@@ -398,7 +434,7 @@ bool readTensor(PyObject* t, TensorView* out) {
   while (i < gTorch.ndtypes && gTorch.dtypes[i] != dtype) ++i;
   if (i == gTorch.ndtypes) return false;
   out->dtype = gTorch.codes[i];
-  if (!attrIs(t, gNames.isCpu, Py_True) || !attrIs(t, gNames.layout, gTorch.strided)) {
+  if (!attrIs(t, gIsCpu, Py_True) || !attrIs(t, gLayout, gTorch.strided)) {
     return false;
   }
   PyObject* contiguous = PyObject_CallMethodNoArgs(t, gNames.isContiguous);
@@ -542,6 +578,8 @@ PyObject* setupTorch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   }
   const unsigned long long empty = PyLong_AsUnsignedLongLong(args[7]);
   if (empty == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
+  auto* tensorType = reinterpret_cast<PyTypeObject*>(args[1]);
+  for (Attribute* a : {&gDtype, &gIsCpu, &gLayout, &gShape}) findGetter(tensorType, a);
   TorchConfig c;
   Py_ssize_t pos = 0;
   PyObject *key, *value;
@@ -554,7 +592,7 @@ PyObject* setupTorch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   for (int i = 0; i < c.ndtypes; ++i) Py_INCREF(c.dtypes[i]);  // kept for good
   for (int i : {0, 1, 3, 4, 5, 6}) Py_INCREF(args[i]);
   c.fallback = args[0];
-  c.tensorType = reinterpret_cast<PyTypeObject*>(args[1]);
+  c.tensorType = tensorType;
   c.strided = args[3];
   c.globalSet = args[4];
   c.pyOrphans = args[5];
