@@ -113,6 +113,7 @@ void findGetter(PyTypeObject* tensorType, Attribute* a) {
   }
   Py_DECREF(d);  // the type keeps it
 }
+
 PyObject* gSynchronizeFallback = nullptr;  // kolo._ops' Python synchronize
 
 // Interned attribute and keyword names.
@@ -152,7 +153,8 @@ std::vector<Orphan> gOrphans;
 // state: 0 pending, 1 finished (result: the tensor), 2 failed (result: the
 // exception).
 struct TensorHandle {
-  PyObject_HEAD kolo_handle id;
+  PyObject ob_base;  // PyObject_HEAD
+  kolo_handle id;
   PyObject* name;    // str
   PyObject* keep;    // the tensor while pending
   PyObject* result;  // set when state != 0
