@@ -4,7 +4,7 @@ DistributedOptimizer step issues them, next to kolo-fusion-bench's C++ step
 of the same tensors (bench/python_overhead.sh runs both in one run).
 
     build/bin/kolorun -np 2 /usr/bin/python3 bench/python_overhead.py \\
-        [--mode torch|native|lean] [--windows 5] [--window-time 0.5] [--json]
+        [--mode torch|native|lean|sketch|pyimpl] [--windows 5] [--window-time 0.5] [--json]
 
 (PYTHONPATH=build/python.) A step, like kolo-fusion-bench --workload small:
 an average allreduce of each of the 1,000 tensors (1,024 float32 values,
@@ -20,6 +20,10 @@ then a wait for each in submission order. Modes:
   sketch  a minimal wrapper of the Horovod calls over the lean entry points,
           with the checks kolo.torch makes done the cheap way (see
           make_sketch): what kolo.torch's Python could cost, for comparison
+  pyimpl  kolo.torch's Python implementation of allreduce_async_ and
+          synchronize (collectives._allreduce_async_py, _ops._synchronize_py),
+          which the C fast path replaced in the common case: before and after
+          in one run
 
 Method (as kolo-fusion-bench): --warmup untimed steps, as many more timed to
 pick rank 0's steps per window (about --window-time seconds, broadcast to
@@ -56,7 +60,7 @@ ELEMENTS = 1024
 def parse_args():
     p = argparse.ArgumentParser(
         description="Python step vs the runtime: 1,000 allreduces of 4 KiB")
-    p.add_argument("--mode", choices=("torch", "native", "lean", "sketch"),
+    p.add_argument("--mode", choices=("torch", "native", "lean", "sketch", "pyimpl"),
                    default="torch")
     p.add_argument("--windows", type=int, default=5)
     p.add_argument("--window-time", type=float, default=0.5)
@@ -139,9 +143,14 @@ def make_step(mode, tensors, names, times):
     ns = time.perf_counter_ns
     pairs = list(zip(tensors, names))
 
-    if mode in ("torch", "sketch"):
+    if mode in ("torch", "sketch", "pyimpl"):
         if mode == "torch":
             submit_one, sync_one, poll_one = hvd.allreduce_async_, hvd.synchronize, hvd.poll
+        elif mode == "pyimpl":
+            from kolo import _ops
+            from kolo.torch import collectives
+            submit_one, sync_one = collectives._allreduce_async_py, _ops._synchronize_py
+            poll_one = hvd.poll
         else:
             if not hasattr(_native, "wait_release"):
                 sys.exit("python_overhead.py: --mode sketch needs kolo._native."

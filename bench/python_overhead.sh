@@ -26,6 +26,9 @@
 #                  wait_release
 #   python-sketch  (--modes) a minimal Horovod-style wrapper over the lean
 #                  entry points (python_overhead.py's make_sketch)
+#   python-pyimpl  (--modes) kolo.torch's Python implementation of
+#                  allreduce_async_ and synchronize, which the C fast path
+#                  (python/native/tensor_handles.cc) replaced in the common case
 # Each tool reports the median steps/s of its timed windows (each window's
 # time is the slowest rank's). Per round and peer: ms/step = 1000 / steps/s;
 # ratio = python ms/step / c++ ms/step of the same round; share (us per
@@ -65,7 +68,7 @@ Options:
   --rounds R         rounds, each running every peer once ($ROUNDS)
   --windows N        timed windows per run ($WINDOWS)
   --window-time S    seconds per window ($WINDOW_TIME)
-  --modes M[,M...]   Python peers: torch, native, lean, sketch ($MODES; torch is
+  --modes M[,M...]   Python peers: torch, native, lean, sketch, pyimpl ($MODES; torch is
                      always run)
   --out DIR          keep the raw JSON and logs there (default: a temp dir)
   --from DIR         no runs: the tables from DIR's raw output
@@ -110,8 +113,8 @@ IFS=, read -r -a mode_list <<< "$MODES"
 for m in "${mode_list[@]}"; do
   case "$m" in
     torch) ;;
-    native|lean|sketch) PEERS+=("python-$m") ;;
-    *) die_usage "--modes: '$m': expected torch, native, lean or sketch" ;;
+    native|lean|sketch|pyimpl) PEERS+=("python-$m") ;;
+    *) die_usage "--modes: '$m': expected torch, native, lean, sketch or pyimpl" ;;
   esac
 done
 

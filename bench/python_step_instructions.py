@@ -1,11 +1,13 @@
 """One rank's step of 1,000 in-place allreduces of 4 KiB, for counting
 instructions under callgrind (bench/python_step_instructions.sh runs it).
 
-    python_step_instructions.py torch|lean STEPS
+    python_step_instructions.py torch|lean|pyimpl STEPS
 
 torch: hvd.allreduce_async_(t, name=...) for each tensor, then
 hvd.synchronize(h) for each; lean: the binding's allreduce_submit and
-wait_release on the same tensors. One warm-up step, then, under callgrind
+wait_release on the same tensors; pyimpl: as torch, through kolo.torch's
+Python implementation (collectives._allreduce_async_py,
+_ops._synchronize_py), which the C fast path replaced in the common case. One warm-up step, then, under callgrind
 (the environment variable KOLO_CALLGRIND set), instrumentation is switched
 on for STEPS steps only (callgrind_control -i on/off), so kolo.init, the
 imports and the shutdown are not counted.
@@ -23,12 +25,17 @@ from kolo import _native as n
 
 def main():
     mode, steps = sys.argv[1], int(sys.argv[2])
-    if mode not in ("torch", "lean"):
-        raise SystemExit("mode must be torch or lean, got %r" % mode)
+    if mode not in ("torch", "lean", "pyimpl"):
+        raise SystemExit("mode must be torch, lean or pyimpl, got %r" % mode)
     hvd.init()
     tensors = [torch.ones(1024, dtype=torch.float32) for _ in range(1000)]
     pairs = list(zip(tensors, ["step%04d.weight" % i for i in range(1000)]))
     F, A = n.FLOAT32, n.AVG
+    submit_one, sync_one = hvd.allreduce_async_, hvd.synchronize
+    if mode == "pyimpl":
+        from kolo import _ops
+        from kolo.torch import collectives
+        submit_one, sync_one = collectives._allreduce_async_py, _ops._synchronize_py
 
     def step():
         if mode == "lean":
@@ -37,9 +44,9 @@ def main():
             for h in hs:
                 n.wait_release(h)
         else:
-            hs = [hvd.allreduce_async_(t, name=m) for t, m in pairs]
+            hs = [submit_one(t, name=m) for t, m in pairs]
             for h in hs:
-                hvd.synchronize(h)
+                sync_one(h)
 
     def instrument(on):
         if os.environ.get("KOLO_CALLGRIND"):

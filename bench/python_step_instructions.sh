@@ -2,8 +2,10 @@
 # Instructions per operation of one rank's step (issue 15), counted by
 # callgrind, so the figure does not depend on the machine's load: the
 # calling thread's instructions per allreduce of python-torch
-# (hvd.allreduce_async_ + hvd.synchronize), python-lean (the binding's
-# allreduce_submit + wait_release) and the C++ step (kolo-fusion-bench
+# (hvd.allreduce_async_ + hvd.synchronize), python-pyimpl (the same
+# through kolo.torch's Python implementation, which the C fast path
+# replaced), python-lean (the binding's allreduce_submit + wait_release)
+# and the C++ step (kolo-fusion-bench
 # --workload small: Runtime::enqueue + Handle::wait), and the Python
 # layer's share (python-torch - c++).
 #
@@ -57,10 +59,12 @@ cpp_high=$(cpp_run $((STEPS + 1)))
 cpp=$(( (cpp_high - cpp_low) / (STEPS * 1000) ))
 torch=$(python_count torch)
 lean=$(python_count lean)
+pyimpl=$(python_count pyimpl)
 echo "instructions per operation, calling thread ($STEPS steps of 1,000; raw output in $OUT)"
 echo "| path | instructions/op |"
 echo "| --- | ---: |"
 echo "| c++ (Runtime::enqueue + Handle::wait) | $cpp |"
 echo "| python-lean (allreduce_submit + wait_release) | $lean |"
+echo "| python-pyimpl (kolo.torch's Python implementation) | $pyimpl |"
 echo "| python-torch (allreduce_async_ + synchronize) | $torch |"
 echo "| python-torch - c++ (the Python layer's share) | $(( torch - cpp )) |"

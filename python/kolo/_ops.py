@@ -13,7 +13,9 @@ mismatch by name. A join of the global process set re-aligns the counters:
 every rank continues from the largest count of any rank (a rank that joined
 early skipped the unnamed operations the others issued meanwhile).
 
-Handles: every submission returns a :class:`Handle`. ``synchronize(h)``
+Handles: every submission returns a :class:`Handle` (kolo.torch's in-place
+allreduce, in its common case, a ``kolo._native.TensorHandle``, the same
+contract implemented in C: python/native/tensor_handles.cc). ``synchronize(h)``
 waits, releases the native operation and returns the result (calling it
 again returns the same result, or raises the same error); ``poll(h)`` says
 whether it has finished. A handle keeps the buffers the runtime reads or
@@ -231,10 +233,19 @@ def synchronize(handle):
     return result
 
 
+# The same, in C (kolo._native, python/native/tensor_handles.cc): a
+# TensorHandle (kolo.torch's in-place allreduce) is waited there, any other
+# handle by the function above.
+_native.setup_handles(synchronize)
+_synchronize_py = synchronize
+synchronize = _native.synchronize
+_TensorHandle = _native.TensorHandle
+
+
 def poll(handle):
     """True once ``handle``'s operation has finished; synchronize() then
     returns at once."""
-    if type(handle) is not Handle:
+    if type(handle) is not Handle and type(handle) is not _TensorHandle:
         raise _native.InvalidArgumentError(
             "poll: expected a handle returned by an *_async call, got %r" % (handle,))
     return handle.poll()
@@ -245,5 +256,6 @@ def forget_all():
     handles created before are refused from now on."""
     global _generation
     _generation += 1
+    _native.forget_handles()
     with _orphans_lock:
         _orphans.clear()

@@ -15,7 +15,8 @@
 //
 // Two functions of the hot path, allreduce_submit and wait_release, are
 // plain CPython functions rather than pybind11 ones (their section below
-// says why and how); everything else is pybind11.
+// says why and how), and so is kolo.torch's in-place allreduce with its
+// handle type (tensor_handles.cc); everything else is pybind11.
 #include <kolo/kolo.h>
 #include <kolo/ps.h>
 #include <kolo/runtime.h>
@@ -30,7 +31,11 @@
 #include <string_view>
 #include <vector>
 
+#include "native_common.h"
+
 namespace py = pybind11;
+using kolo_native::setError;
+using kolo_native::WithoutGil;
 
 // data_bindings.cc: ImageFolder, BatchPrefetcher, DistributedSampler, JPEG.
 void bindData(py::module_& m);
@@ -59,9 +64,10 @@ PyObject* classFor(int code) {
   }
 }
 
-// Sets the Python error of a kolo code: the class by code, the message,
-// .code and .code_name. Never throws (the raw CPython functions below call
-// it); when building the exception fails, that failure is the error set.
+}  // namespace
+
+namespace kolo_native {
+
 void setError(int code, std::string_view message) noexcept {
   PyObject* cls = classFor(code);
   PyObject* text = PyUnicode_DecodeUTF8(
@@ -79,6 +85,14 @@ void setError(int code, std::string_view message) noexcept {
   Py_XDECREF(name);
   Py_DECREF(exc);
 }
+
+PyObject* invalidArgumentClass() noexcept {
+  return gErrors.invalidArgument;
+}
+
+}  // namespace kolo_native
+
+namespace {
 
 [[noreturn]] void raise(int code, const std::string& message) {
   setError(code, message);
@@ -172,19 +186,6 @@ PyObject* newError(py::module_& m, const char* name, PyObject* bases, const char
 // message of kolo_last_error); a bad argument is InvalidArgumentError naming
 // the function, the tensor and the argument. Nothing throws across the C
 // boundary: a C++ exception becomes the Python error inside the function.
-
-// Py_BEGIN/END_ALLOW_THREADS as an object, so that no path (an exception
-// included) leaves the GIL released.
-class WithoutGil {
- public:
-  WithoutGil() : state_(PyEval_SaveThread()) {}
-  ~WithoutGil() { PyEval_RestoreThread(state_); }
-  WithoutGil(const WithoutGil&) = delete;
-  WithoutGil& operator=(const WithoutGil&) = delete;
-
- private:
-  PyThreadState* state_;
-};
 
 std::string typeName(PyObject* obj) {
   return Py_TYPE(obj)->tp_name;
@@ -860,6 +861,7 @@ PYBIND11_MODULE(_native, m) {
 
   // ---- the hot path (raw CPython functions, above) ----
   if (PyModule_AddFunctions(m.ptr(), gHotPath) != 0) throw py::error_already_set();
+  if (!kolo_native::addTensorHandles(m.ptr())) throw py::error_already_set();
 
   // ---- process sets ----
   m.def(

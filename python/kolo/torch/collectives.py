@@ -274,6 +274,17 @@ def allreduce_async_(tensor, average=None, name=None, op=None,
     return _submitted((h,), name, (tensor, buf), _copy_back)
 
 
+# The common case of allreduce_async_ runs in C (kolo._native,
+# python/native/tensor_handles.cc: the same checks, no bytecode, a C handle
+# without __del__); it calls the function above, with the same arguments,
+# for every other case, so behaviour and errors are the same.
+_allreduce_async_py = allreduce_async_
+_native.setup_torch_allreduce(_allreduce_async_py, torch.Tensor, _NATIVE_DTYPES,
+                              _STRIDED, global_process_set, _ops._orphans,
+                              _ops.reap_orphans, _EMPTY_PTR)
+allreduce_async_ = _native.torch_allreduce_async_
+
+
 def _grouped_allreduce_submit(srcs, outs, average, name, op, prescale, postscale,
                               process_set, keep, finish):
     what = "grouped_allreduce"
