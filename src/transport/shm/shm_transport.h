@@ -160,6 +160,14 @@ class ShmTransport : public Transport {
 
   explicit ShmTransport(const Options& options);
   void connect(rendezvous::Store& store);
+  // connect()'s steps.
+  std::unique_ptr<Segment> createOwnSegment();
+  std::string publishSegment(rendezvous::Store& store);
+  std::unique_ptr<Segment> mapPeerSegment(int j, const std::string& gen,
+                                          rendezvous::Store& store);
+  void waitAllMapped(const std::string& gen, rendezvous::Store& store);
+  void unlinkAll();
+  void linkRings();
 
   int localIndex(int rank, const char* what) const;
   bool pumpSend(Peer& peer, int me);
