@@ -101,29 +101,6 @@ size_t segmentBytes(size_t count, size_t ringBytes) {
 using shm::futexWait;
 using shm::futexWake;
 
-// True when the process is gone or a zombie (killed, not yet reaped).
-bool processGone(pid_t pid, std::string* how) {
-  if (kill(pid, 0) != 0 && errno == ESRCH) {
-    *how = "its process no longer exists";
-    return true;
-  }
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) {
-    *how = "its process no longer exists";
-    return true;
-  }
-  std::string line;
-  std::getline(stat, line);
-  auto paren = line.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
-  char state = line[paren + 2];
-  if (state == 'Z' || state == 'X') {
-    *how = "its process has exited (zombie, state " + std::string(1, state) + ")";
-    return true;
-  }
-  return false;
-}
-
 // Maps the pages of [offset, offset + bytes) now, in one system call:
 // touching fresh pages one fault at a time costs tens of microseconds per
 // page in some virtual machines. Best effort (needs Linux 5.14).
@@ -442,8 +419,9 @@ RequestPtr ShmTransport::isend(int dst, Tag tag, const void* data, size_t bytes)
                                                 << tag << ") from a null buffer");
   }
   if (broken_) return failedRequest(Request::Kind::kSend, dst, tag, bytes);
-  auto r = std::make_shared<Request>(Request::Kind::kSend, dst, tag, bytes);
   Peer& peer = peers_[j];
+  if (peer.lost) return lostRequest(Request::Kind::kSend, peer, tag, bytes);
+  auto r = std::make_shared<Request>(Request::Kind::kSend, dst, tag, bytes);
   peer.sends.push_back(PendingSend{r, static_cast<const uint8_t*>(data), 0});
   ++pendingSends_;
   if (peer.sends.size() == 1) pumpSend(peer, j);  // eager: small sends finish here
@@ -489,6 +467,9 @@ RequestPtr ShmTransport::irecv(int src, Tag tag, void* data, size_t bytes) {
     giveBuffer(std::move(it->buffer));
     unexpected_.erase(it);
     return r;
+  }
+  if (j != kAnySource && peers_[j].lost) {
+    return lostRequest(Request::Kind::kRecv, peers_[j], tag, bytes);
   }
   posted_.push_back(PostedRecv{r, j, out});
   return r;
@@ -702,6 +683,7 @@ bool ShmTransport::progress() {
   const int n = static_cast<int>(peers_.size());
   for (int j = 0; j < n; ++j) {
     Peer& p = peers_[j];
+    if (p.lost) continue;
     moved |= pumpRecv(p, j);
     if (!p.sends.empty()) moved |= pumpSend(p, j);
   }
@@ -737,45 +719,6 @@ void ShmTransport::idle(std::chrono::microseconds max) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (!anythingReady()) futexWait(&h->doorbell, seq, max);
   h->sleeping.store(0, std::memory_order_relaxed);
-}
-
-// Fails with kPeerLost when an awaited peer's process is gone.
-void ShmTransport::checkPeers() {
-  const pid_t self = getpid();
-  bool anySource = false;
-  std::vector<bool> awaited(peers_.size(), false);
-  for (const auto& r : posted_) {
-    if (r.src == kAnySource)
-      anySource = true;
-    else
-      awaited[r.src] = true;
-  }
-  for (size_t j = 0; j < peers_.size(); ++j) {
-    const Peer& p = peers_[j];
-    if (!(anySource || awaited[j] || !p.sends.empty() || p.request)) continue;
-    if (p.pid == self || p.pid <= 0) continue;
-    std::string how;
-    if (processGone(p.pid, &how)) {
-      std::ostringstream os;
-      os << "rank " << options_.rank << " lost rank " << p.rank << " (pid " << p.pid
-         << " on this host): " << how;
-      breakWith(std::make_exception_ptr(Error(ErrorCode::kPeerLost, os.str(), p.rank)));
-    }
-  }
-}
-
-void ShmTransport::breakWith(std::exception_ptr error) {
-  broken_ = error;
-  for (auto& r : posted_) r.request->fail(error);
-  posted_.clear();
-  for (auto& p : peers_) {
-    for (auto& s : p.sends) s.request->fail(error);
-    p.sends.clear();
-    if (p.request) p.request->fail(error);
-    p.request = nullptr;
-  }
-  pendingSends_ = 0;
-  std::rethrow_exception(error);
 }
 
 }  // namespace kolo::transport

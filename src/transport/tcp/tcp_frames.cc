@@ -138,7 +138,7 @@ bool TcpTransport::Impl::consumeStaging(Peer& p) {
 }
 
 bool TcpTransport::Impl::readPeer(Peer& p) {
-  if (p.closed) return false;
+  if (p.closed || p.fd < 0) return false;
   bool moved = false;
   bool drained = false;
   for (;;) {
@@ -309,6 +309,13 @@ void TcpTransport::Impl::onAbortNotice(Peer& p) {
   auto code = static_cast<ErrorCode>(notice.code);
   if (code != ErrorCode::kTimeout && code != ErrorCode::kPeerLost)
     code = ErrorCode::kPeerLost;
+  if (isolate_) {
+    // Its transport broke: for this rank that is the loss of that peer.
+    dropPeer(p, std::make_exception_ptr(Error(
+                    ErrorCode::kPeerLost,
+                    "rank " + std::to_string(p.rank) + " failed: " + message, p.rank)));
+    throw PeerDropped{};
+  }
   breakWith(std::make_exception_ptr(
       Error(code, message + " (reported by rank " + std::to_string(p.rank) + ")",
             notice.blamed >= 0 ? notice.blamed : p.rank)));

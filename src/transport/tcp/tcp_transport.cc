@@ -87,6 +87,7 @@ RequestPtr TcpTransport::Impl::isend(int dst, Tag tag, const void* data, size_t 
     return request;
   }
   Peer& p = peers_[dst];
+  if (p.lost) return lostRequest(Request::Kind::kSend, p, tag, bytes);
   if (p.goodbye) {
     request->fail(std::make_exception_ptr(
         Error(ErrorCode::kPeerLost,
@@ -104,6 +105,8 @@ RequestPtr TcpTransport::Impl::isend(int dst, Tag tag, const void* data, size_t 
       flushPeer(p);
     } catch (const Error&) {
       // The transport broke; `request` was failed with the error.
+    } catch (const PeerDropped&) {
+      // The peer was dropped; `request` was failed with its loss.
     }
   }
   return request;
@@ -172,6 +175,13 @@ RequestPtr TcpTransport::Impl::irecv(int src, Tag tag, void* data, size_t bytes)
     return request;
   }
 
+  if (src != kAnySource && src != rank_ && peers_[src].lost) {
+    return lostRequest(Request::Kind::kRecv, peers_[src], tag, bytes);
+  }
+  if (src == kAnySource && !isolate_ && firstLoss()) {
+    breakWith(firstLoss());
+    return failedRequest(Request::Kind::kRecv, src, tag, bytes);
+  }
   if (src != kAnySource && src != rank_ && peers_[src].closed) {
     request->fail(std::make_exception_ptr(
         Error(ErrorCode::kPeerLost,
@@ -190,6 +200,15 @@ RequestPtr TcpTransport::Impl::irecv(int src, Tag tag, void* data, size_t bytes)
 bool TcpTransport::Impl::progress() {
   if (error_) std::rethrow_exception(error_);
   if (recvsPending_ == 0 && sendsPending_ == 0) return false;
+  try {
+    return moveAll();
+  } catch (const PeerDropped&) {
+    return true;  // a peer was dropped (its requests failed): look again
+  }
+}
+
+// progress()'s body: writes every queue, reads every peer.
+bool TcpTransport::Impl::moveAll() {
   bool moved = false;
   if (sendsPending_ > 0) {
     for (Peer* p : active_) {
@@ -265,64 +284,6 @@ std::optional<bool> TcpTransport::Impl::silentFor(int peer,
     return std::nullopt;
   }
   return Clock::now() - peers_[peer].lastHeard >= d;
-}
-
-void TcpTransport::Impl::abort(const Error& cause) {
-  if (!error_) breakWith(std::make_exception_ptr(cause));
-  std::string message = cause.what();
-  if (message.size() > kMaxAbortBytes - sizeof(AbortNotice)) {
-    message.resize(kMaxAbortBytes - sizeof(AbortNotice));
-  }
-  std::vector<uint8_t> frame(sizeof(Header) + sizeof(AbortNotice) + message.size());
-  Header h{sizeof(AbortNotice) + message.size(), kAbort};
-  AbortNotice notice{static_cast<int32_t>(cause.code()), cause.peer()};
-  std::memcpy(frame.data(), &h, sizeof(h));
-  std::memcpy(frame.data() + sizeof(h), &notice, sizeof(notice));
-  std::memcpy(frame.data() + sizeof(h) + sizeof(notice), message.data(), message.size());
-  // Bounded: a peer that does not drain its socket is not waited for.
-  const auto deadline = Clock::now() + std::chrono::milliseconds(200);
-  for (Peer* p : active_) {
-    if (p->midFrame || p->goodbye || p->fd < 0) continue;
-    size_t done = 0;
-    while (done < frame.size() && Clock::now() < deadline) {
-      ssize_t n = ::send(p->fd, frame.data() + done, frame.size() - done,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        done += static_cast<size_t>(n);
-        continue;
-      }
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-        pollfd pfd{p->fd, POLLOUT, 0};
-        ::poll(&pfd, 1, 10);
-        continue;
-      }
-      break;  // the peer is gone: nothing to tell it
-    }
-    if (done > 0 && done < frame.size()) p->midFrame = true;
-  }
-}
-
-void TcpTransport::Impl::peerLost(Peer& p, const std::string& why) {
-  breakWith(std::make_exception_ptr(Error(ErrorCode::kPeerLost, why, p.rank)));
-  std::rethrow_exception(error_);
-}
-
-void TcpTransport::Impl::breakWith(std::exception_ptr error) {
-  if (error_) return;
-  error_ = error;
-  for (auto& x : posted_) x.request->fail(error_);
-  posted_.clear();
-  for (Peer& p : peers_) {
-    p.midFrame = !p.sendQueue.empty() && p.sendQueue.front().done > 0;
-    for (auto& item : p.sendQueue) {
-      if (item.request) item.request->fail(error_);
-    }
-    p.sendQueue.clear();
-    if (p.request) p.request->fail(error_);
-    p.request.reset();
-  }
-  recvsPending_ = 0;
-  sendsPending_ = 0;
 }
 
 std::exception_ptr TcpTransport::Impl::mismatch(int source, Tag tag, size_t sent,
@@ -442,6 +403,15 @@ void TcpTransport::idle(std::chrono::microseconds max) {
 }
 std::chrono::milliseconds TcpTransport::timeout() const {
   return impl_->timeout();
+}
+void TcpTransport::setIsolatePeerFailures(bool on) {
+  impl_->setIsolate(on);
+}
+bool TcpTransport::isolatesPeerFailures() const {
+  return impl_->isolates();
+}
+bool TcpTransport::peerLost(int peer) const {
+  return impl_->lost(peer);
 }
 bool TcpTransport::connected(int peer) const {
   return impl_->connected(peer);

@@ -31,7 +31,10 @@
 //   Options::connectTimeout (then Error(kTimeout) naming the missing ranks).
 //   isend/irecv/progress never block; idle() blocks in poll() up to `max`.
 // - Failure: EOF, ECONNRESET or EPIPE on a link is Error(kPeerLost) naming
-//   the rank; it fails every pending request and every later call. A size
+//   the rank; it fails every pending request and every later call (when no
+//   pending request needs that rank, only once one does; with per-peer
+//   isolation only the requests to and from it: transport.h,
+//   tcp_failure.cc). A size
 //   mismatch fails only that receive with Error(kMismatch). isend/irecv to a
 //   rank that is out of range or not selected by Options::connect throws
 //   Error(kInvalidArgument). Sending to oneself is allowed (a memory copy).
@@ -89,6 +92,9 @@ class TcpTransport : public Transport {
   bool blocksInIdle() const override { return true; }
   std::optional<bool> silentFor(int peer, std::chrono::milliseconds d) const override;
   void abort(const Error& cause) override;
+  void setIsolatePeerFailures(bool on) override;
+  bool isolatesPeerFailures() const override;
+  bool peerLost(int peer) const override;
 
   // Whether this rank has a link to `peer` (itself included).
   bool connected(int peer) const;

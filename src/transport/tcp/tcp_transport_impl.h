@@ -67,6 +67,10 @@ constexpr size_t kPoolMaxBytes = size_t{128} << 20;  // unexpected-message buffe
 // greets at once, a stranger that stalls is dropped after this.
 constexpr auto kHandshakeWait = std::chrono::seconds(5);
 
+// Thrown by Impl::peerLost when the lost peer was only dropped (see
+// tcp_failure.cc), to unwind to progress(), which carries on.
+struct PeerDropped {};
+
 // "Message (errno N)".
 std::string errnoText(int e);
 // Milliseconds until `deadline`, clamped to [0, 2^30].
@@ -141,6 +145,12 @@ class TcpTransport::Impl {
     return peer == rank_ || (peer >= 0 && peer < size_ && peers_[peer].linked);
   }
 
+  void setIsolate(bool on) { isolate_ = on; }
+  bool isolates() const { return isolate_; }
+  bool lost(int peer) const {
+    return peer >= 0 && peer < size_ && peers_[peer].lost != nullptr;
+  }
+
   RequestPtr isend(int dst, Tag tag, const void* data, size_t bytes);
   RequestPtr irecv(int src, Tag tag, void* data, size_t bytes);
   bool progress();
@@ -176,9 +186,10 @@ class TcpTransport::Impl {
   struct Peer {
     int rank = -1;
     int fd = -1;
-    bool linked = false;   // selected by Options::connect and connected
-    bool goodbye = false;  // the peer announced an orderly close
-    bool closed = false;   // its socket reached EOF after goodbye
+    bool linked = false;      // selected by Options::connect and connected
+    bool goodbye = false;     // the peer announced an orderly close
+    bool closed = false;      // its socket reached EOF after goodbye
+    std::exception_ptr lost;  // why its link failed, once it was dropped
     // Our stream to it stopped in the middle of a frame when the transport
     // broke: nothing more can be framed on it.
     bool midFrame = false;
@@ -204,6 +215,7 @@ class TcpTransport::Impl {
   RequestPtr failedRequest(Request::Kind kind, int peer, Tag tag, size_t bytes);
   void sendToSelf(const RequestPtr& request, const void* data);
 
+  bool moveAll();
   bool flushPeer(Peer& p);
   bool readPeer(Peer& p);
   bool consumeStaging(Peer& p);
@@ -216,6 +228,10 @@ class TcpTransport::Impl {
 
   [[noreturn]] void peerLost(Peer& p, const std::string& why);
   void breakWith(std::exception_ptr error);
+  bool needed(const Peer& p) const;  // a pending request needs p
+  void dropPeer(Peer& p, std::exception_ptr error);
+  RequestPtr lostRequest(Request::Kind kind, Peer& p, Tag tag, size_t bytes);
+  std::exception_ptr firstLoss() const;  // null when no peer was lost
   std::exception_ptr mismatch(int source, Tag tag, size_t sent, size_t expected) const;
 
   Buffer takeBuffer(size_t bytes);
@@ -236,6 +252,7 @@ class TcpTransport::Impl {
   size_t recvsPending_ = 0;  // receives not yet done
   size_t sendsPending_ = 0;  // frames in send queues
   std::exception_ptr error_;
+  bool isolate_ = false;  // per-peer failure isolation (transport.h)
   Clock::time_point lastHeartbeat_ = Clock::now();
 };
 
