@@ -1,0 +1,52 @@
+#include "api/exit_goodbye.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace kolo::api {
+namespace {
+
+struct Registry {
+  std::mutex mu;  // guards entries and exiting
+  std::vector<std::pair<const void*, std::function<void()>>> entries;
+  bool exiting = false;
+};
+
+// Never destroyed: the handler may run after other static destructors.
+Registry& registry() {
+  static Registry* r = new Registry;
+  return *r;
+}
+
+void sayGoodbyeAtExit() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.exiting = true;
+  // One thread per communicator: communicators of one process may be ranks
+  // of one job (ranks as threads), whose closing steps must meet.
+  std::vector<std::thread> threads;
+  for (auto& e : r.entries) threads.emplace_back(e.second);
+  for (auto& t : threads) t.join();
+  r.entries.clear();
+}
+
+}  // namespace
+
+void enrolForExitGoodbye(const void* owner, std::function<void()> goodbye) {
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(sayGoodbyeAtExit); });
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!r.exiting) r.entries.emplace_back(owner, std::move(goodbye));
+}
+
+void leaveExitGoodbye(const void* owner) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::erase_if(r.entries, [&](const auto& e) { return e.first == owner; });
+}
+
+}  // namespace kolo::api
