@@ -116,7 +116,7 @@ bool TcpTransport::Impl::consumeStaging(Peer& p) {
     const uint8_t* at = p.staging.get() + p.stagingBegin;
     if (!p.inPayload) {
       if (avail < sizeof(Header)) break;
-      std::memcpy(&p.header, at, sizeof(Header));
+      p.header = readHeader(at);
       p.stagingBegin += sizeof(Header);
       onHeader(p);
     } else {
@@ -201,25 +201,24 @@ bool TcpTransport::Impl::readPeer(Peer& p) {
 
 void TcpTransport::Impl::onHeader(Peer& p) {
   const Header& h = p.header;
-  if (h.bytes & kControlBit) {
-    if (h.bytes == kGoodbye) {
-      p.goodbye = true;
-      return;
-    }
-    if (h.bytes == kHeartbeat) return;
-    if (h.bytes == kAbort && h.tag >= sizeof(AbortNotice) && h.tag <= kMaxAbortBytes) {
+  const FrameInfo frame = classifyHeader(h);
+  switch (frame.kind) {
+    case FrameKind::kData: break;
+    case FrameKind::kGoodbye: p.goodbye = true; return;
+    case FrameKind::kHeartbeat: return;
+    case FrameKind::kAbort:
       p.inPayload = true;
       p.offset = 0;
-      p.remaining = h.tag;
+      p.remaining = frame.payloadBytes;
       p.request.reset();
       p.toUnexpected = false;
       p.abortFrame = true;
-      p.abortPayload.assign(h.tag, 0);
+      p.abortPayload.assign(frame.payloadBytes, 0);
       p.target = p.abortPayload.data();
       return;
-    }
-    peerLost(p, "rank " + std::to_string(p.rank) + " sent a malformed frame to rank " +
-                    std::to_string(rank_) + " (corrupt stream)");
+    case FrameKind::kMalformed:
+      peerLost(p, "rank " + std::to_string(p.rank) + " sent a malformed frame to rank " +
+                      std::to_string(rank_) + " (corrupt stream)");
   }
   p.inPayload = true;
   p.offset = 0;
@@ -303,12 +302,9 @@ void TcpTransport::Impl::onAbortNotice(Peer& p) {
   p.abortFrame = false;
   p.inPayload = false;
   p.target = nullptr;
-  AbortNotice notice;
-  std::memcpy(&notice, p.abortPayload.data(), sizeof(notice));
-  std::string message(p.abortPayload.begin() + sizeof(notice), p.abortPayload.end());
-  auto code = static_cast<ErrorCode>(notice.code);
-  if (code != ErrorCode::kTimeout && code != ErrorCode::kPeerLost)
-    code = ErrorCode::kPeerLost;
+  AbortInfo notice =
+      decodeAbortNotice(p.abortPayload.data(), p.abortPayload.size(), p.rank, size_);
+  const std::string& message = notice.message;
   if (isolate_) {
     // Its transport broke: for this rank that is the loss of that peer.
     dropPeer(p, std::make_exception_ptr(Error(
@@ -317,8 +313,8 @@ void TcpTransport::Impl::onAbortNotice(Peer& p) {
     throw PeerDropped{};
   }
   breakWith(std::make_exception_ptr(
-      Error(code, message + " (reported by rank " + std::to_string(p.rank) + ")",
-            notice.blamed >= 0 ? notice.blamed : p.rank)));
+      Error(notice.code, message + " (reported by rank " + std::to_string(p.rank) + ")",
+            notice.blamed)));
   std::rethrow_exception(error_);
 }
 

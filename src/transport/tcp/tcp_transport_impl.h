@@ -31,31 +31,13 @@
 
 #include <poll.h>
 
+#include "transport/tcp/tcp_frame.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace kolo::transport::tcp {
 
 using Clock = std::chrono::steady_clock;
 
-struct Header {
-  uint64_t tag;
-  uint64_t bytes;
-};
-static_assert(sizeof(Header) == 16);
-
-constexpr uint64_t kControlBit = uint64_t{1} << 63;
-constexpr uint64_t kGoodbye = kControlBit | 1;
-// A rank that fails tells its peers why (payload: AbortNotice + message,
-// its length in the header's tag), so they name the rank really lost.
-constexpr uint64_t kAbort = kControlBit | 2;
-// Sent while a rank waits, so peers blocked on it know it is alive.
-constexpr uint64_t kHeartbeat = kControlBit | 3;
-constexpr size_t kMaxAbortBytes = 16 << 10;
-
-struct AbortNotice {
-  int32_t code;
-  int32_t blamed;  // the rank the failure names, -1 for none
-};
 constexpr size_t kStagingBytes = 64 << 10;
 constexpr size_t kDirectReadBytes = 32 << 10;
 constexpr size_t kLookaheadBytes = 4 << 10;
