@@ -1,5 +1,7 @@
 #include "api/exit_goodbye.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <mutex>
 #include <thread>
@@ -9,9 +11,15 @@
 namespace kolo::api {
 namespace {
 
+struct Entry {
+  const void* owner;
+  std::function<void()> goodbye;
+  pid_t pid;  // the process that enrolled it
+};
+
 struct Registry {
   std::mutex mu;  // guards entries and exiting
-  std::vector<std::pair<const void*, std::function<void()>>> entries;
+  std::vector<Entry> entries;
   bool exiting = false;
 };
 
@@ -28,7 +36,10 @@ void sayGoodbyeAtExit() {
   // One thread per communicator: communicators of one process may be ranks
   // of one job (ranks as threads), whose closing steps must meet.
   std::vector<std::thread> threads;
-  for (auto& e : r.entries) threads.emplace_back(e.second);
+  // A forked child that exits must not speak on its parent's links.
+  for (auto& e : r.entries) {
+    if (e.pid == getpid()) threads.emplace_back(e.goodbye);
+  }
   for (auto& t : threads) t.join();
   r.entries.clear();
 }
@@ -40,13 +51,13 @@ void enrolForExitGoodbye(const void* owner, std::function<void()> goodbye) {
   std::call_once(once, [] { std::atexit(sayGoodbyeAtExit); });
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  if (!r.exiting) r.entries.emplace_back(owner, std::move(goodbye));
+  if (!r.exiting) r.entries.push_back(Entry{owner, std::move(goodbye), getpid()});
 }
 
 void leaveExitGoodbye(const void* owner) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  std::erase_if(r.entries, [&](const auto& e) { return e.first == owner; });
+  std::erase_if(r.entries, [&](const Entry& e) { return e.owner == owner; });
 }
 
 }  // namespace kolo::api

@@ -15,7 +15,8 @@
 //   once (a thread each, since communicators of one process may be ranks of
 //   one job whose closing steps must meet), holding the registry's mutex:
 //   a destructor running meanwhile on another thread waits, then finds the
-//   communicator already shut down.
+//   communicator already shut down. A forked child that exits says nothing
+//   on its parent's communicators (they are the parent's links).
 // - Bounded like finalize: at most the communicator's timeout per
 //   communicator when a peer neither answers nor dies. Not run on _exit,
 //   abort or a fatal signal (the peers then see a lost peer, kPeerLost).

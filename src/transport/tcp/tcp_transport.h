@@ -14,7 +14,7 @@
 // Wire format per message: a 16-byte header (tag, byte count; the top bit of
 // the count marks control frames: the goodbye sent on destruction, the
 // heartbeat sent while waiting, the abort notice sent by a failing rank)
-// followed by the payload.
+// followed by the payload; decoded by the pure functions of tcp_frame.h.
 //
 // Liveness: while a rank waits (idle()), it sends a heartbeat to every peer
 // it is not already streaming to, every timeout/4 (50 ms..1 s). A peer is
