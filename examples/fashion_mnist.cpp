@@ -15,6 +15,22 @@
 // <build>/fashion_mnist_1rank.json (or --baseline FILE); a run on more
 // ranks prints its speedup over that record.
 //
+// --mode chooses how the ranks combine their work: allreduce (the
+// default, above), or parameter servers (docs/parameter_server.md) among
+// the ranks of a job started with servers, e.g. 1 server and 3 workers:
+//
+//   build/bin/kolorun --servers 1 -np 4 build/bin/fashion_mnist --mode downpour
+//
+// sync-ps averages the workers' gradients on the servers (--scale linear,
+// as allreduce); downpour applies each worker's gradient as it arrives (at
+// most --staleness-bound versions stale; one worker's batch per update, so
+// its default --scale is none) and easgd steps each worker's own optimizer,
+// exchanging the elastic difference with the center every --easgd-period
+// steps (--scale linear by default: measured better than none on the
+// center's accuracy, docs/performance.md "Parameter servers"). The workers
+// evaluate the servers' parameters (easgd: the center; a worker's own are
+// restored after).
+//
 // --data DIR is either the Fashion-MNIST IDX files (default: Debian's
 // /usr/share/datasets/fashion-mnist) or an image folder with train/ and
 // test/ subfolders of class folders of JPEG files (as fmnist-to-jpeg
@@ -39,6 +55,7 @@
 #include "data/fashion_mnist.h"
 #include "data/image_folder.h"
 #include "data/prefetcher.h"
+#include "fashion_mnist_ps.h"
 #include "frameworks/torch/distributed_optimizer.h"
 #include "frameworks/torch/lars.h"
 #include "train/lr_schedule.h"
@@ -51,8 +68,12 @@ namespace kd = kolo::data;
 struct Flags {
   int epochs = 3;
   int batchSize = 64;
-  double lr = -1;  // -1: the optimizer's default
-  std::string scale = "linear";
+  double lr = -1;     // -1: the optimizer's default
+  std::string scale;  // "": linear, or none for downpour
+  std::string mode = "allreduce";
+  int stalenessBound = 4;
+  double easgdAlpha = 0.5;
+  int easgdPeriod = 4;
   double warmupEpochs = 0;
   std::string decay = "constant";
   std::string optimizer = "adam";
@@ -71,7 +92,9 @@ void usage() {
          "  [--scale linear|sqrt|none] [--warmup-epochs K] [--decay "
          "constant|cosine|step|exp]\n"
          "  [--optimizer sgd|adam|lars] [--data DIR] [--threads N] [--seed S]\n"
-         "  [--json FILE] [--baseline FILE] [--max-steps N] [--no-progress]\n";
+         "  [--json FILE] [--baseline FILE] [--max-steps N] [--no-progress]\n"
+         "  [--mode allreduce|sync-ps|downpour|easgd] [--staleness-bound T]\n"
+         "  [--easgd-alpha A] [--easgd-period P]\n";
 }
 
 Flags parseFlags(int argc, char** argv) {
@@ -111,6 +134,14 @@ Flags parseFlags(int argc, char** argv) {
       f.baseline = value();
     else if (a == "--max-steps")
       f.maxSteps = std::stoll(value());
+    else if (a == "--mode")
+      f.mode = value();
+    else if (a == "--staleness-bound")
+      f.stalenessBound = std::stoi(value());
+    else if (a == "--easgd-alpha")
+      f.easgdAlpha = std::stod(value());
+    else if (a == "--easgd-period")
+      f.easgdPeriod = std::stoi(value());
     else if (a == "--no-progress")
       f.progress = false;
     else if (a == "-h" || a == "--help") {
@@ -126,6 +157,15 @@ Flags parseFlags(int argc, char** argv) {
     std::cerr << "fashion_mnist: --epochs, --batch-size and --threads must be >= 1, "
                  "--max-steps >= 0\n";
     std::exit(2);
+  }
+  if (f.mode != "allreduce" && f.mode != "sync-ps" && f.mode != "downpour" &&
+      f.mode != "easgd") {
+    std::cerr << "fashion_mnist: --mode " << f.mode
+              << ": expected allreduce, sync-ps, downpour or easgd\n";
+    std::exit(2);
+  }
+  if (f.scale.empty()) {
+    f.scale = f.mode == "downpour" ? "none" : "linear";
   }
   return f;
 }
@@ -252,23 +292,94 @@ double jsonNumber(const std::string& text, const std::string& key, double otherw
   return std::strtod(text.c_str() + at + key.size() + 3, nullptr);
 }
 
+// The ranks' cooperation: allreduce (kolo::torch::Context and its
+// DistributedOptimizer) or the parameter servers (fashion_mnist_ps.h).
+class Distributed {
+ public:
+  explicit Distributed(const Flags& f) : f_(f) {
+    if (f.mode == "allreduce") {
+      ctx_ = kolo::torch::Context::fromEnvironment();
+    } else {
+      world_ = std::make_unique<fmnist::PsWorld>();  // servers end here
+    }
+  }
+  int rank() const { return ctx_ ? ctx_->rank() : world_->rank(); }
+  int size() const { return ctx_ ? ctx_->size() : world_->size(); }
+
+  // After the model is made: allreduce broadcasts rank 0's parameters, the
+  // parameter servers seed from worker 0 and every worker pulls.
+  // Takes the optimizer (it must outlive the distributed optimizers).
+  torch::optim::Optimizer& attach(Cnn& model,
+                                  std::unique_ptr<torch::optim::Optimizer> owned) {
+    optimizer_ = std::move(owned);
+    torch::optim::Optimizer& optimizer = *optimizer_;
+    if (ctx_) {
+      kolo::torch::broadcastParameters(*ctx_, model->named_parameters(), 0);
+      dopt_ = std::make_unique<kolo::torch::DistributedOptimizer>(
+          optimizer, model->named_parameters(), ctx_);
+      kolo::torch::broadcastOptimizerState(*ctx_, optimizer, 0);
+      return optimizer;
+    }
+    fmnist::PsSettings s{f_.mode, f_.optimizer, f_.stalenessBound,
+                         static_cast<float>(f_.easgdAlpha), f_.easgdPeriod};
+    popt_ = std::make_unique<fmnist::PsOptimizer>(optimizer, model->parameters(), s);
+    return optimizer;
+  }
+  void zeroGrad() { dopt_ ? dopt_->zeroGrad() : popt_->zeroGrad(); }
+  void step(double lr) { dopt_ ? dopt_->step() : popt_->step(lr); }
+
+  // A metric over the ranks (workers): average, sum or max.
+  double metric(double value, const std::string& name, kolo::ReduceOp op) {
+    if (ctx_) return kolo::torch::allreduceMetric(*ctx_, value, name, op);
+    const double r =
+        world_->allreduce(value, op == kolo::ReduceOp::kMax ? KOLO_MAX : KOLO_SUM);
+    return op == kolo::ReduceOp::kAverage ? r / size() : r;
+  }
+
+  // Around an evaluation: the servers' parameters in the model (every
+  // worker has pushed its epoch); easgd's worker keeps its own after.
+  void beginEvaluation(Cnn& model) {
+    if (!popt_) return;
+    saved_.clear();
+    if (f_.mode == "easgd") {
+      for (auto& p : model->parameters()) saved_.push_back(p.detach().clone());
+    }
+    popt_->pull();
+  }
+  void endEvaluation(Cnn& model) {
+    torch::NoGradGuard noGrad;
+    auto params = model->parameters();
+    for (size_t i = 0; i < saved_.size(); ++i) params[i].copy_(saved_[i]);
+    saved_.clear();
+  }
+  std::string serverStats() const { return popt_ ? popt_->stats() : ""; }
+
+ private:
+  const Flags& f_;
+  std::shared_ptr<kolo::torch::Context> ctx_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<kolo::torch::DistributedOptimizer> dopt_;
+  std::unique_ptr<fmnist::PsWorld> world_;
+  std::unique_ptr<fmnist::PsOptimizer> popt_;
+  std::vector<torch::Tensor> saved_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const Flags f = parseFlags(argc, argv);
   torch::set_num_threads(f.threads);
   try {
-    auto ctx = kolo::torch::Context::fromEnvironment();
-    const int rank = ctx->rank();
-    const int size = ctx->size();
+    // The model first: the optimizers' hooks on its parameters go before it.
+    torch::manual_seed(f.seed);
+    Cnn model(1);
+    Distributed dist(f);
+    const int rank = dist.rank();
+    const int size = dist.size();
     const bool lead = rank == 0;
 
     auto train = Dataset::open(f.data, true);
     auto test = Dataset::open(f.data, false);
-
-    torch::manual_seed(f.seed);
-    Cnn model(1);
-    kolo::torch::broadcastParameters(*ctx, model->named_parameters(), 0);
 
     const double base = f.lr > 0 ? f.lr : defaultLr(f.optimizer);
     kolo::train::LrSchedule schedule;
@@ -281,9 +392,8 @@ int main(int argc, char** argv) {
     schedule.decayInterval = std::max(1.0, f.epochs / 3.0);
     schedule.validate();
 
-    auto optimizer = makeOptimizer(f, model, kolo::train::learningRateAt(schedule, 0));
-    kolo::torch::DistributedOptimizer dopt(*optimizer, model->named_parameters(), ctx);
-    kolo::torch::broadcastOptimizerState(*ctx, *optimizer, 0);
+    torch::optim::Optimizer& optimizer = dist.attach(
+        model, makeOptimizer(f, model, kolo::train::learningRateAt(schedule, 0)));
 
     kd::DistributedSampler sampler(train->size(), rank, size, f.seed);
     const int64_t perRank = sampler.numSamples();
@@ -293,15 +403,17 @@ int main(int argc, char** argv) {
     const int64_t steps = f.maxSteps > 0 ? std::min(batches, f.maxSteps) : batches;
     if (lead) {
       std::printf(
-          "fashion_mnist: %d rank(s), %lld training images (%lld per rank), batch %d per "
-          "rank, %s lr %.5g -> %.5g (%s, warm-up %.3g epochs, %s decay), %d thread(s)\n",
-          size, static_cast<long long>(train->size()), static_cast<long long>(perRank),
+          "fashion_mnist: %d %s, %lld training images (%lld per rank), batch %d per "
+          "rank, %s lr %.5g -> %.5g (%s, warm-up %.3g epochs, %s decay), %d thread(s), "
+          "mode %s\n",
+          size, f.mode == "allreduce" ? "rank(s)" : "worker(s)",
+          static_cast<long long>(train->size()), static_cast<long long>(perRank),
           f.batchSize, f.optimizer.c_str(), base, schedule.peakLr, f.scale.c_str(),
-          f.warmupEpochs, f.decay.c_str(), f.threads);
+          f.warmupEpochs, f.decay.c_str(), f.threads, f.mode.c_str());
       std::fflush(stdout);
     }
 
-    std::vector<double> epochSeconds, epochRates;
+    std::vector<double> epochSeconds, epochRates, epochAccuracy;
     double accuracy = 0, lastLoss = 0;
     for (int epoch = 0; epoch < f.epochs; ++epoch) {
       sampler.setEpoch(epoch);
@@ -324,11 +436,11 @@ int main(int argc, char** argv) {
         auto [x, y] = toTensors(batch);
         const double lr = kolo::train::learningRateAt(
             schedule, kolo::train::epochProgress(epoch, b, batches));
-        for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
-        dopt.zeroGrad();
+        for (auto& group : optimizer.param_groups()) group.options().set_lr(lr);
+        dist.zeroGrad();
         auto loss = torch::cross_entropy_loss(model->forward(x), y);
         loss.backward();
-        dopt.step();
+        dist.step(lr);
         lossSum += loss.item<double>();
         const auto now = Clock::now();
         if (lead && f.progress &&
@@ -343,10 +455,10 @@ int main(int argc, char** argv) {
       if (lead && f.progress) std::fprintf(stderr, "\n");
       // Global figures: the slowest rank's time, every rank's loss and the
       // whole test set's accuracy.
-      seconds = kolo::torch::allreduceMetric(*ctx, seconds, "epoch_seconds",
-                                             kolo::ReduceOp::kMax);
-      lastLoss = kolo::torch::allreduceMetric(*ctx, lossSum / steps, "train_loss");
+      seconds = dist.metric(seconds, "epoch_seconds", kolo::ReduceOp::kMax);
+      lastLoss = dist.metric(lossSum / steps, "train_loss", kolo::ReduceOp::kAverage);
       model->eval();
+      dist.beginEvaluation(model);
       torch::NoGradGuard noGrad;
       const kd::Range mine = kd::evaluationRange(test->size(), rank, size);
       double correct = 0;
@@ -358,9 +470,10 @@ int main(int argc, char** argv) {
         auto [x, y] = toTensors(batch);
         correct += model->forward(x).argmax(1).eq(y).sum().item<double>();
       }
-      correct = kolo::torch::allreduceMetric(*ctx, correct, "test_correct",
-                                             kolo::ReduceOp::kSum);
+      dist.endEvaluation(model);
+      correct = dist.metric(correct, "test_correct", kolo::ReduceOp::kSum);
       accuracy = correct / static_cast<double>(test->size());
+      epochAccuracy.push_back(accuracy);
       const double rate =
           static_cast<double>(std::min(steps * f.batchSize, perRank) * size) / seconds;
       epochSeconds.push_back(seconds);
@@ -373,6 +486,9 @@ int main(int argc, char** argv) {
       }
     }
 
+    if (lead && f.mode != "allreduce") {
+      std::printf("parameter servers: %s\n", dist.serverStats().c_str());
+    }
     // Throughput: the mean over epochs, leaving out the first (warming up
     // caches and the runtime's response cache) when there are several.
     const size_t skip = epochRates.size() > 1 ? 1 : 0;
@@ -389,6 +505,10 @@ int main(int argc, char** argv) {
            << ", \"images_per_second\": " << rate << ", \"epoch_seconds\": [";
       for (size_t i = 0; i < epochSeconds.size(); ++i) {
         json << (i ? ", " : "") << epochSeconds[i];
+      }
+      json << "], \"mode\": \"" << f.mode << "\", \"epoch_accuracy\": [";
+      for (size_t i = 0; i < epochAccuracy.size(); ++i) {
+        json << (i ? ", " : "") << epochAccuracy[i];
       }
       json << "]}\n";
       if (!f.json.empty()) std::ofstream(f.json) << json.str();

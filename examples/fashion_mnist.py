@@ -19,6 +19,25 @@ per second (all ranks, over the slowest rank's time) and the time. A 1-rank
 run records its results as JSON (the scheme of the C++ example) in
 --baseline; a run on more ranks prints its speedup over that record.
 
+--mode chooses how the ranks combine their work (docs/parameter_server.md):
+allreduce (the default, above), or parameter servers: sync-ps, downpour,
+easgd, which need servers among the ranks; with 1 server and 3 workers:
+
+    build/bin/kolorun --servers 1 -np 4 env PYTHONPATH=build/python \\
+        /usr/bin/python3 examples/fashion_mnist.py --mode downpour
+
+sync-ps averages the workers' gradients on the servers (one allreduce step,
+the optimizer's state on the servers; --scale linear as allreduce);
+downpour applies each worker's gradient on its own as it arrives, at most
+--staleness-bound versions stale (one worker's batch per update, so its
+default --scale is none), and easgd steps each worker's own optimizer and
+exchanges the elastic difference with the center every --easgd-period
+steps (--easgd-alpha; --scale linear by default, measured better than none
+on the center's accuracy: docs/performance.md, "Parameter servers"). Before evaluating, the workers
+load the servers' parameters (easgd: the center variable; a worker's own
+parameters are restored after). The JSON record adds each epoch's test
+accuracy, for bench/ps_convergence.sh.
+
 The data are the IDX files of Debian's dataset-fashion-mnist package, read
 with gzip and NumPy (no download), or with --image-folder DIR JPEG files in
 class folders (DIR/<class>/*.jpg, or DIR/train and DIR/test as
@@ -46,10 +65,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import kolo.torch as kolo
+import kolo.torch.ps as ps
 
 DEFAULT_DATA = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530
 DEFAULT_LR = {"sgd": 0.02, "adam": 0.001, "lars": 2.0}
+MODES = {"allreduce": None, "sync-ps": "sync", "downpour": "downpour", "easgd": "easgd"}
 # --decay names (those of the C++ example) -> kolo.lr.LRSchedule's.
 DECAYS = {"constant": "none", "cosine": "cosine", "step": "step",
           "exp": "exponential"}
@@ -62,8 +83,19 @@ def parse_args(argv=None):
     p.add_argument("--batch-size", type=int, default=64, help="images per rank per step")
     p.add_argument("--lr", type=float, default=None,
                    help="the 1-rank learning rate (sgd 0.02, adam 0.001, lars 2.0)")
-    p.add_argument("--scale", choices=["linear", "sqrt", "none"], default="linear",
-                   help="scaling of --lr by the number of ranks")
+    p.add_argument("--mode", choices=list(MODES), default="allreduce",
+                   help="allreduce, or parameter servers (kolorun --servers S): "
+                        "sync-ps, downpour, easgd")
+    p.add_argument("--staleness-bound", type=int, default=4,
+                   help="downpour: a push more than this many versions stale is "
+                        "refused and the worker pulls")
+    p.add_argument("--easgd-alpha", type=float, default=0.5,
+                   help="easgd: the elastic force")
+    p.add_argument("--easgd-period", type=int, default=4,
+                   help="easgd: steps between exchanges with the center")
+    p.add_argument("--scale", choices=["linear", "sqrt", "none"], default=None,
+                   help="scaling of --lr by the number of ranks (default: linear; "
+                        "none for downpour)")
     p.add_argument("--warmup-epochs", type=float, default=0.0,
                    help="linear warm-up from --lr to the scaled rate over K epochs")
     p.add_argument("--decay", choices=sorted(DECAYS), default="constant",
@@ -93,6 +125,8 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if a.epochs < 1 or a.batch_size < 1 or a.threads < 1 or a.max_steps < 0:
         p.error("--epochs, --batch-size and --threads must be >= 1, --max-steps >= 0")
+    if a.scale is None:
+        a.scale = "none" if a.mode == "downpour" else "linear"
     return a
 
 
@@ -280,6 +314,51 @@ def make_optimizer(name, params, lr):
     return kolo.lr.LARS(params, lr=lr, momentum=0.9, weight_decay=5e-4)
 
 
+def distribute(args, optimizer, model):
+    """allreduce: kolo's DistributedOptimizer (gradients averaged across the
+    ranks, then the optimizer steps on every rank); the other modes: the
+    parameter servers' (kolo.torch.ps), which seed from worker 0 and make
+    every worker pull before its first step."""
+    if args.mode == "allreduce":
+        optimizer = kolo.DistributedOptimizer(optimizer,
+                                              named_parameters=model.named_parameters())
+        kolo.broadcast_optimizer_state(optimizer, root_rank=0)
+        return optimizer
+    if args.optimizer == "lars":
+        raise ValueError("--optimizer lars is not supported with --mode %s (the "
+                         "parameter servers take sgd and adam)" % args.mode)
+    return ps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                   mode=MODES[args.mode],
+                                   staleness_bound=args.staleness_bound,
+                                   easgd_alpha=args.easgd_alpha,
+                                   easgd_period=args.easgd_period)
+
+
+class servers_parameters:
+    """Around an evaluation: with parameter servers, the model holds the
+    servers' parameters (every worker has pushed its epoch, so all load the
+    same version); easgd's center replaces the worker's own variables for
+    the evaluation only."""
+
+    def __init__(self, mode, optimizer, model):
+        self.mode, self.optimizer, self.model = mode, optimizer, model
+        self.saved = None
+
+    def __enter__(self):
+        if self.mode == "easgd":
+            self.saved = [p.detach().clone() for p in self.model.parameters()]
+        if self.mode != "allreduce":
+            self.optimizer.pull()
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            with torch.no_grad():
+                for p, v in zip(self.model.parameters(), self.saved):
+                    p.copy_(v)
+        return False
+
+
 # ---------------------------------------------------------------- output
 
 
@@ -352,24 +431,23 @@ def main(argv=None):
     peak = kolo.lr.scale_lr(base, size, args.scale)
 
     optimizer = make_optimizer(args.optimizer, model.parameters(), schedule.lr(base, 0))
-    optimizer = kolo.DistributedOptimizer(optimizer,
-                                          named_parameters=model.named_parameters())
-    kolo.broadcast_optimizer_state(optimizer, root_rank=0)
+    optimizer = distribute(args, optimizer, model)
 
     if lead:
-        print("fashion_mnist.py: %d rank(s), %d training images (%d per rank), batch "
+        print("fashion_mnist.py: %d %s, %d training images (%d per rank), batch "
               "%d per rank, %s lr %.5g -> %.5g (%s, warm-up %.3g epochs, %s decay), "
-              "%d thread(s)%s" % (size, train.size, per_rank, args.batch_size,
-                                  args.optimizer, base, peak, args.scale,
-                                  args.warmup_epochs, args.decay, args.threads,
-                                  ", %d steps per epoch" % steps if steps < batches
-                                  else ""), flush=True)
+              "%d thread(s)%s, mode %s" % (
+                  size, "rank(s)" if args.mode == "allreduce" else "worker(s)",
+                  train.size, per_rank, args.batch_size, args.optimizer, base, peak,
+                  args.scale, args.warmup_epochs, args.decay, args.threads,
+                  ", %d steps per epoch" % steps if steps < batches else "",
+                  args.mode), flush=True)
         if train_root or test_root:
             print("image folders: training %s (%d classes), test %s (%d images)"
                   % (train_root or args.data + " (IDX)", train.classes,
                      test_root or args.data + " (IDX)", test.size), flush=True)
 
-    epoch_seconds, epoch_rates = [], []
+    epoch_seconds, epoch_rates, epoch_accuracy = [], [], []
     accuracy = loss_avg = 0.0
     for epoch in range(args.epochs):
         model.train()
@@ -399,11 +477,12 @@ def main(argv=None):
         model.eval()
         correct = 0
         lo, hi = evaluation_range(test.size, rank, size)
-        with torch.no_grad():
+        with torch.no_grad(), servers_parameters(args.mode, optimizer, model):
             for i in range(lo, hi, 1000):
                 x, y = test.batch(i, min(i + 1000, hi))
                 correct += int((model(x).argmax(1) == y).sum())
         correct = global_value(correct, "test_correct", kolo.Sum)
+        epoch_accuracy.append(correct / test.size)
         accuracy = correct / test.size
         images = min(steps * args.batch_size, per_rank) * size
         rate = images / seconds
@@ -414,6 +493,12 @@ def main(argv=None):
                   % (epoch + 1, args.epochs, loss_avg, 100 * accuracy, rate, seconds),
                   flush=True)
 
+    if lead and args.mode != "allreduce":
+        st = ps.stats()
+        print("parameter servers: %s" % "; ".join(
+            "server %d: version %d, %d updates, %d refused, largest staleness %d"
+            % (i, s["version"], s["updates"], s["rejected"], s["max_staleness"])
+            for i, s in enumerate(st)), flush=True)
     # Throughput: the mean over epochs, leaving out the first (warming up)
     # when there are several.
     rates = epoch_rates[1:] if len(epoch_rates) > 1 else epoch_rates
@@ -423,7 +508,8 @@ def main(argv=None):
                   "threads": args.threads, "optimizer": args.optimizer,
                   "base_lr": base, "peak_lr": peak, "scale": args.scale,
                   "train_loss": loss_avg, "test_accuracy": accuracy,
-                  "images_per_second": rate, "epoch_seconds": epoch_seconds}
+                  "images_per_second": rate, "epoch_seconds": epoch_seconds,
+                  "mode": args.mode, "epoch_accuracy": epoch_accuracy}
         text = json.dumps(record) + "\n"
         if args.json:
             with open(args.json, "w") as f:

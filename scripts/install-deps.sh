@@ -27,8 +27,10 @@ PACKAGES=(
   iproute2
   # bench/fusion.sh's and bench/train_scaling.sh's plots
   python3-matplotlib
-  # bench/synthetic.py --model resnet50
+  # bench/synthetic.py --model resnet50 (and bench/ps_straggler.py's shapes)
   python3-torchvision
+  # bench/ps_shards.sh's single-master baseline (bench/ps_mpilearn.py)
+  python3-mpi4py
 )
 
 # One dpkg-query for all; a package it does not know is simply not listed.

@@ -304,15 +304,6 @@ TEST(HorovodFlagsTest, FlagsThatChangeNothingAreAcceptedWithANote) {
 
 TEST(HorovodFlagsTest, FlagsKolorunCannotHonourAreErrorsNamingThem) {
   const std::pair<std::vector<std::string>, std::string> cases[] = {
-      {{"--min-np", "2"}, "--min-np is not supported yet (elastic training)"},
-      {{"--min-num-proc=2"}, "--min-num-proc is not supported yet (elastic training)"},
-      {{"--max-np", "8"}, "--max-np is not supported yet (elastic training)"},
-      {{"--slots-per-host", "2"}, "--slots-per-host is not supported yet"},
-      {{"--elastic-timeout", "60"}, "--elastic-timeout is not supported yet"},
-      {{"--reset-limit", "3"}, "--reset-limit is not supported yet"},
-      {{"--blacklist-cooldown-range", "1", "2"}, "--blacklist-cooldown-range is not"},
-      {{"--host-discovery-script", "x.sh"},
-       "--host-discovery-script is not supported yet"},
       {{"--config-file", "c.yaml"},
        "--config-file is not supported: kolorun reads no YAML"},
       {{"-cb"}, "-cb is not supported"},
@@ -336,6 +327,20 @@ TEST(HorovodFlagsTest, FlagsKolorunCannotHonourAreErrorsNamingThem) {
 
 TEST(HorovodFlagsTest, BadValuesAndCombinationsAreErrors) {
   const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"--min-np", "3"}, "--min-np 3 is more than -np 2"},
+      {{"--min-num-proc=0"}, "--min-num-proc expects a positive integer"},
+      {{"--max-np", "1"}, "--max-np 1 is less than -np 2"},
+      {{"--min-np", "1", "--servers", "1"}, "--servers cannot be combined with elastic"},
+      {{"--min-np", "1", "--mpi"}, "--mpi cannot be combined with elastic"},
+      {{"--elastic-timeout", "soon"}, "--elastic-timeout expects a non-negative number"},
+      {{"--reset-limit", "-1"}, "--reset-limit expects a non-negative integer"},
+      {{"--min-np", "1", "-H", "a:2", "--host-discovery-script", "d.sh"},
+       "give either --host-discovery-script or -H"},
+      {{"--slots-per-host", "0"}, "--slots-per-host expects a positive integer"},
+      {{"--blacklist-cooldown-range", "10", "soon"},
+       "--blacklist-cooldown-range expects a non-negative number of seconds, got 'soon'"},
+      {{"--blacklist-cooldown-range", "10", "5"},
+       "--blacklist-cooldown-range 10 5: the upper"},
       {{"--fusion-threshold-mb", "-1"}, "--fusion-threshold-mb expects a non-negative"},
       {{"--fusion-threshold-mb", "1.5"}, "got '1.5'"},
       {{"--fusion-threshold-mb", "99999999999999999"}, "too large"},

@@ -460,8 +460,7 @@ TEST(KolorunTest, BadFlagsPrintUsageAndExit2) {
       {{"-np"}, "needs a value"},
       {{"-np", "2", "--timeout", "soon", "true"}, "'soon'"},
       {{"-np", "2", "-x", "1BAD", "true"}, "'1BAD'"},
-      {{"-np", "2", "--min-np", "1", "true"},
-       "kolorun: --min-np is not supported yet (elastic training)"},
+      {{"-np", "2", "--min-np", "3", "true"}, "kolorun: --min-np 3 is more than -np 2"},
       {{"-np", "2", "--fusion-threshold-mb", "lots", "true"}, "'lots'"},
   };
   for (const auto& [args, message] : cases) {

@@ -303,6 +303,31 @@ TEST_F(ShmTransportTest, SizeMismatchNamesSenderTagAndSizes) {
   });
 }
 
+// A rank that fails (abort()) while a peer waits on it: the peer fails at
+// once with the same diagnosis, not after KOLO_TIMEOUT.
+TEST_F(ShmTransportTest, AbortNoticeFailsAWaitingPeerWithTheSameDiagnosis) {
+  std::atomic<bool> done{false};
+  runRanks(2, [&](ShmTransport& t) {
+    if (t.rank() == 0) {
+      std::this_thread::sleep_for(100ms);
+      t.abort(Error(ErrorCode::kPeerLost, "rank 2 closed its connection to rank 0", 2));
+      while (!done) std::this_thread::sleep_for(1ms);  // alive, as a failing rank is
+      return;
+    }
+    uint64_t v = 0;
+    try {
+      t.recv(0, 3, &v, sizeof v);
+      ADD_FAILURE() << "the receive from the aborted rank completed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kPeerLost);
+      EXPECT_EQ(e.peer(), 2);
+      EXPECT_EQ(std::string(e.what()),
+                "rank 2 closed its connection to rank 0 (reported by rank 0)");
+    }
+    done = true;  // (a timeout would have been kTimeout, after 20 s)
+  });
+}
+
 TEST_F(ShmTransportTest, InvalidArguments) {
   runRanks(
       2,

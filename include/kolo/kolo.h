@@ -12,6 +12,7 @@
 #define KOLO_KOLO_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -65,6 +66,17 @@ int kolo_reduce_scatter(const void* send, void* recv, size_t recv_count, kolo_dt
                         kolo_op op);
 int kolo_alltoall(const void* send, void* recv, size_t count_per_rank, kolo_dtype dtype);
 int kolo_barrier(void);
+
+/* Elastic jobs (kolorun --min-np, docs/elastic.md). kolo_elastic_world:
+ * the generation of this process's world (1, 2, ... as the launcher forms
+ * them; 0 outside an elastic job or before kolo_init) and the launcher's
+ * host-update counters when it formed that world. kolo_elastic_host_updates:
+ * the counters now (how many times the discovered hosts changed, and how
+ * many of those changes added a host; one round trip to the launcher's
+ * store, KOLO_ERR_IO when it cannot be reached; 0 and 0 outside an elastic
+ * job). Counters above the world's mean the hosts changed since. */
+int kolo_elastic_world(int64_t* generation, int64_t* updates, int64_t* additions);
+int kolo_elastic_host_updates(int64_t* updates, int64_t* additions);
 
 const char* kolo_last_error(void); /* why the last call on this thread failed */
 const char* kolo_error_name(int code);

@@ -551,6 +551,31 @@ PYBIND11_MODULE(_native, m) {
   m.def("cross_rank", [] { return layoutValue(kolo_cross_rank(), "kolo_cross_rank"); });
   m.def("cross_size", [] { return layoutValue(kolo_cross_size(), "kolo_cross_size"); });
 
+  m.def(
+      "elastic_host_updates",
+      [] {
+        int64_t updates = 0, additions = 0;
+        int rc;
+        {
+          py::gil_scoped_release nogil;
+          rc = kolo_elastic_host_updates(&updates, &additions);
+        }
+        check(rc);
+        return py::make_tuple(updates, additions);
+      },
+      "(updates, additions): how often the elastic launcher's hosts changed, and how "
+      "many of those changes added a host; (0, 0) outside an elastic job.");
+  m.def(
+      "elastic_world",
+      [] {
+        int64_t generation = 0, updates = 0, additions = 0;
+        check(kolo_elastic_world(&generation, &updates, &additions));
+        return py::make_tuple(generation, updates, additions);
+      },
+      "(generation, updates, additions) of this process's elastic world: the launcher's "
+      "host-update counters when it formed the world; generation 0 outside an elastic "
+      "job.");
+
   // Parameter servers (include/kolo/ps.h); tensors as data addresses.
   m.def("ps_servers", [] {
     int n = 0;

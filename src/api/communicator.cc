@@ -14,6 +14,7 @@
 #include "common/backoff.h"
 #include "common/check.h"
 #include "common/logging.h"
+#include "rendezvous/elastic_membership.h"
 #include "rendezvous/environment.h"
 #include "transport/group_transport.h"
 #include "transport/router_transport.h"
@@ -24,6 +25,29 @@
 #endif
 
 namespace kolo {
+namespace {
+
+// An elastic worker's world comes from the launcher: its rank, the size
+// and the generation, whose name keeps each world's keys apart
+// (rendezvous/elastic_membership.h).
+void joinElasticWorld(const rendezvous::JobEnvironment& env, const Settings& settings,
+                      CommunicatorConfig& config) {
+  auto store = rendezvous::openStore(env.rendezvous, false,
+                                     std::chrono::milliseconds(static_cast<int64_t>(
+                                         settings.connectTimeoutSeconds * 1000)),
+                                     settings.resolveJobSecret());
+  // The launcher answers within its elastic timeout once every live worker
+  // asked, and the slowest survivor asks within about KOLO_TIMEOUT.
+  const auto wait = std::chrono::milliseconds(static_cast<int64_t>(
+      (env.elasticTimeoutSeconds + 2 * settings.timeoutSeconds + 10) * 1000));
+  const auto a = rendezvous::elastic::joinGeneration(*store, env.elasticWorker, wait);
+  rendezvous::elastic::setCurrentWorld(a);
+  config.rank = a.rank;
+  config.size = a.size;
+  config.name = rendezvous::elastic::worldName(a.generation);
+}
+
+}  // namespace
 
 std::shared_ptr<Communicator> Communicator::fromEnvironment() {
   Settings settings = Settings::fromEnvironment();
@@ -41,6 +65,7 @@ std::shared_ptr<Communicator> Communicator::fromEnvironment() {
   config.size = env.size;
   config.rendezvous = env.rendezvous;
   config.hostStore = env.hostStore;
+  if (env.elasticWorker >= 0) joinElasticWorld(env, settings, config);
   return std::make_shared<api::CommunicatorImpl>(config, settings);
 }
 

@@ -238,6 +238,14 @@ JobEnvironment detectJobEnvironment() {
                                  "hand use tcp://HOST:PORT or file:///DIRECTORY)");
     }
     job.hostStore = false;  // kolorun (or whoever set KOLO_*) hosts the store
+    if (present("KOLO_ELASTIC_WORKER")) {
+      job.elasticWorker =
+          parseNonNegative("KOLO_ELASTIC_WORKER", env("KOLO_ELASTIC_WORKER"));
+      job.elasticTimeoutSeconds =
+          present("KOLO_ELASTIC_TIMEOUT")
+              ? parseNonNegative("KOLO_ELASTIC_TIMEOUT", env("KOLO_ELASTIC_TIMEOUT"))
+              : 600;
+    }
     return job;
   }
 

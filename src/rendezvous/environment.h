@@ -16,6 +16,7 @@
 // mpirun/srun job uses a file store under /tmp named after the job id.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace kolo::rendezvous {
@@ -28,6 +29,11 @@ struct JobEnvironment {
   int localSize = -1;
   std::string rendezvous;  // store address, may be empty when size == 1
   bool hostStore = false;  // this process must start the store server
+  // Under an elastic kolorun (KOLO_ELASTIC_WORKER, KOLO_ELASTIC_TIMEOUT):
+  // this worker's id, -1 otherwise; rank and size then come from the
+  // launcher through the store (elastic_membership.h), not from KOLO_RANK.
+  int64_t elasticWorker = -1;
+  double elasticTimeoutSeconds = 0;  // how long the launcher may take to answer
 };
 
 // Throws Error(kInvalidArgument) naming the variable for malformed values

@@ -429,7 +429,7 @@ int modeTransport() {
 
 // The last rank stops answering (sleeps) before an allreduce; the others
 // must fail within KOLO_TIMEOUT with an error naming a rank, print it and
-// exit 3 (mpirun then ends the sleeper).
+// exit 3 a few seconds later (mpirun then ends the sleeper).
 int modeStall() {
   auto c = Communicator::fromEnvironment();
   gRank = c->rank();
@@ -452,6 +452,12 @@ int modeStall() {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("stall error after %.1f s: %s: %s\n", s,
                 std::string(kolo::toString(e.code())).c_str(), e.what());
+    std::fflush(stdout);
+    // Every waiting rank times out at about the same moment. mpirun kills
+    // the job when the first rank exits non-zero, so exiting at once would
+    // let the first rank's line stand alone (and that rank may be one that
+    // waited on a healthy peer): linger so that every rank's line is seen.
+    std::this_thread::sleep_for(std::chrono::seconds(4));
     return 3;
   }
 }

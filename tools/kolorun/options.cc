@@ -131,6 +131,55 @@ void servers(Parse& p, const Flag&, const std::string& flag, const std::string& 
   setExport(p, "KOLO_SERVERS", std::to_string(s));
 }
 
+// Elastic training: --min-np, --max-np, --elastic-timeout, --reset-limit.
+void minRanks(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  p.options.elastic.minRanks = parseRankCount(flag, v);
+  p.options.elastic.enabled = true;
+}
+
+void maxRanks(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  p.options.elastic.maxRanks = parseRankCount(flag, v);
+  p.options.elastic.enabled = true;
+}
+
+void elasticTimeout(Parse& p, const Flag&, const std::string& flag,
+                    const std::string& v) {
+  p.options.elastic.timeoutSeconds = parseSeconds(flag, v);
+  p.options.elastic.enabled = true;
+}
+
+void resetLimit(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  const int64_t n = parseCount(flag, v);
+  if (n > (1 << 30)) throw UsageError(flag + " '" + v + "' is too large");
+  p.options.elastic.resetLimit = static_cast<int>(n);
+  p.options.elastic.enabled = true;
+}
+
+void discoveryScript(Parse& p, const Flag&, const std::string& flag,
+                     const std::string& v) {
+  if (v.empty()) throw UsageError(flag + " needs a script");
+  p.options.elastic.discoveryScript = v;
+  p.options.elastic.enabled = true;
+}
+
+void slotsPerHost(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  p.options.elastic.slotsPerHost = parseRankCount(flag, v);
+}
+
+// --blacklist-cooldown-range LO HI (two arguments, joined by the parse).
+void blacklistCooldown(Parse& p, const Flag&, const std::string& flag,
+                       const std::string& v) {
+  const auto space = v.find(' ');
+  if (space == std::string::npos)
+    throw UsageError(flag + " needs two values: LO HI seconds");
+  const double lo = parseSeconds(flag, v.substr(0, space));
+  const double hi = parseSeconds(flag, v.substr(space + 1));
+  if (hi < lo) {
+    throw UsageError(flag + " " + v + ": the upper bound is below the lower one");
+  }
+  p.options.elastic.blacklistCooldown = std::make_pair(lo, hi);
+}
+
 void jobTimeout(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
   p.options.timeoutSeconds = parseSeconds(flag, v);
 }
@@ -312,13 +361,19 @@ void unsupported(Parse&, const Flag& f, const std::string& flag, const std::stri
   throw UsageError(flag + " is not supported" + f.text);
 }
 
-constexpr char kElastic[] = " yet (elastic training)";
 constexpr char kNoTime[] = ": kolo's log lines carry no time";
 
 const Flag kFlags[] = {
     // kolorun's own, with horovodrun's spellings.
     {"-np -n --np --num-proc", true, ranks},
     {"--servers", true, servers},
+    {"--min-np --min-num-proc", true, minRanks},
+    {"--max-np --max-num-proc", true, maxRanks},
+    {"--elastic-timeout", true, elasticTimeout},
+    {"--reset-limit", true, resetLimit},
+    {"--host-discovery-script", true, discoveryScript},
+    {"--slots-per-host", true, slotsPerHost},
+    {"--blacklist-cooldown-range", true, blacklistCooldown},
     {"--timeout", true, jobTimeout},
     {"--output-dir --output-filename", true, outputDir},
     {"--verbose -v", false, verbose},
@@ -377,10 +432,6 @@ const Flag kFlags[] = {
      "under --mpi)"},
     {"--disable-cache", false, noEffect, "kolorun keeps no cache of start-up checks"},
     // Not supported: an error says why.
-    {"--min-np --min-num-proc --max-np --max-num-proc --slots-per-host "
-     "--elastic-timeout --reset-limit --blacklist-cooldown-range "
-     "--host-discovery-script",
-     false, unsupported, kElastic},
     {"--config-file", false, unsupported,
      ": kolorun reads no YAML file; give the flags on the command line"},
     {"-cb --check-build", false, unsupported,
@@ -446,6 +497,30 @@ void checkSlots(const LaunchOptions& options) {
   }
 }
 
+void checkElastic(LaunchOptions& o) {
+  ElasticOptions& e = o.elastic;
+  if (!e.enabled) return;
+  const std::string np = "-np " + std::to_string(o.numRanks);
+  if (e.minRanks == 0) e.minRanks = 1;
+  if (e.maxRanks == 0) e.maxRanks = o.numRanks;
+  if (e.minRanks > o.numRanks) {
+    throw UsageError("--min-np " + std::to_string(e.minRanks) + " is more than " + np +
+                     " (the job starts with -np ranks)");
+  }
+  if (!e.discoveryScript.empty() && !o.hosts.empty()) {
+    throw UsageError("give either --host-discovery-script or -H/--hostfile, not both");
+  }
+  if (e.maxRanks < o.numRanks) {
+    throw UsageError("--max-np " + std::to_string(e.maxRanks) + " is less than " + np);
+  }
+  if (o.servers > 0)
+    throw UsageError("--servers cannot be combined with elastic training");
+  if (o.mpi)
+    throw UsageError(
+        "--mpi cannot be combined with elastic training (mpirun "
+        "ends the job when a rank fails)");
+}
+
 void finish(Parse& p) {
   if (!p.haveRanks) throw UsageError("missing -np N (the number of ranks)");
   if (p.options.command.empty()) throw UsageError("missing the command to run");
@@ -455,6 +530,7 @@ void finish(Parse& p) {
                      ": the servers must be fewer than the ranks (at least one worker)");
   }
   if (p.gloo && p.options.mpi) throw UsageError("give either --gloo or --mpi, not both");
+  checkElastic(p.options);
   if (!p.options.mpiArgs.empty() && !p.options.mpi) {
     throw UsageError("--mpi-args needs --mpi (they are flags of mpirun)");
   }
@@ -477,7 +553,12 @@ LaunchOptions parseArguments(int argc, const char* const* argv) {
     const auto [flag, inlineValue] = splitInline(arg);
     const Flag& spec = findFlag(flag, arg);
     if (spec.apply == unsupported) unsupported(p, spec, flag, "");  // before its value
-    spec.apply(p, spec, flag, valueOf(spec, flag, inlineValue, argc, argv, i));
+    std::string value = valueOf(spec, flag, inlineValue, argc, argv, i);
+    if (spec.apply == blacklistCooldown && !inlineValue) {
+      if (i + 1 >= argc) throw UsageError("option " + flag + " needs two values: LO HI");
+      value += std::string(" ") + argv[++i];  // horovodrun's two arguments
+    }
+    spec.apply(p, spec, flag, value);
     if (p.options.showHelp || p.options.showVersion) return p.options;
   }
   for (; i < argc; ++i) p.options.command.emplace_back(argv[i]);
@@ -511,6 +592,17 @@ std::string usageText() {
          "  --mpi-args ARGS     with --mpi: more flags for mpirun\n"
          "  --gloo              kolo's own launch and transports (the default)\n"
          "  --timeout S         end the job after S seconds (exit 124); 0: no limit\n"
+         "  --min-np A, --max-np B  elastic training (docs/elastic.md): a failed\n"
+         "                      rank does not end the job; the others form a new\n"
+         "                      world while at least A remain\n"
+         "  --elastic-timeout S wait this long for --min-np workers (default 600)\n"
+         "  --reset-limit N     fail the job at the N+1-th re-formed world\n"
+         "  --host-discovery-script S  hosts from S (HOST[:SLOTS] lines), run\n"
+         "                      every second: new hosts get workers (up to\n"
+         "                      --max-np), hosts that vanish lose theirs\n"
+         "  --slots-per-host K  slots of a discovered host without :SLOTS (1)\n"
+         "  --blacklist-cooldown-range LO HI  a failed host is unused for a\n"
+         "                      random LO..HI s (default: for the whole job)\n"
          "  --output-dir DIR    also write each rank's output to\n"
          "                      DIR/rank.R.stdout and DIR/rank.R.stderr\n"
          "  -x NAME[=VALUE]     export NAME (set to VALUE) to every rank\n"

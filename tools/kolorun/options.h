@@ -23,8 +23,10 @@
 // main() prints it with the usage text and exits 2.
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "host_list.h"
@@ -34,6 +36,18 @@ namespace kolo::kolorun {
 class UsageError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// Elastic training (--min-np, --max-np, ...; docs/elastic.md).
+struct ElasticOptions {
+  bool enabled = false;           // any of the flags below was given
+  int minRanks = 0;               // --min-np: fewer live workers fail the job
+  int maxRanks = 0;               // --max-np: 0 = -np
+  double timeoutSeconds = 600;    // --elastic-timeout: wait for --min-np this long
+  std::optional<int> resetLimit;  // --reset-limit: worlds after the first
+  std::string discoveryScript;    // --host-discovery-script: "" = the hosts given
+  int slotsPerHost = 1;           // --slots-per-host: for lines without :SLOTS
+  std::optional<std::pair<double, double>> blacklistCooldown;  // LO HI seconds
 };
 
 struct LaunchOptions {
@@ -59,6 +73,7 @@ struct LaunchOptions {
   std::vector<std::string> mpiArgs;  // --mpi-args ARGS: more mpirun flags
   bool showHelp = false;             // -h / --help: print usage, run nothing
   bool showVersion = false;          // --version
+  ElasticOptions elastic;
 };
 
 // argv[0] is kolorun's own name and is skipped.

@@ -138,6 +138,11 @@ std::vector<std::string> rankEnvironment(const std::vector<std::string>& base,
   if (!placement.host.empty()) setVariable(env, "KOLO_HOST_ID", placement.host);
   if (!job.networkInterface.empty()) setVariable(env, "KOLO_IFACE", job.networkInterface);
   setVariable(env, "KOLO_JOB_ID", job.jobId);
+  if (job.elastic) {
+    setVariable(env, "KOLO_ELASTIC_WORKER", std::to_string(placement.rank));
+    setVariable(env, "KOLO_ELASTIC_TIMEOUT",
+                std::to_string(static_cast<long>(job.elasticTimeoutSeconds + 0.999)));
+  }
   return env;
 }
 

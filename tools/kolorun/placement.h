@@ -37,6 +37,10 @@ struct JobIdentity {
   std::string jobId;             // unique per kolorun invocation
   std::string networkInterface;  // --network-interface, "" = none
   std::string secret;            // ensureJobSecret()
+  // Elastic jobs: each rank gets KOLO_ELASTIC_WORKER (its first rank) and
+  // KOLO_ELASTIC_TIMEOUT; its rank in each world comes through the store.
+  bool elastic = false;
+  double elasticTimeoutSeconds = 0;
 };
 
 // A job id unique on this host and, practically, across hosts:

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -112,16 +113,23 @@ int Supervisor::run() {
 // then the ranks themselves. A failed step notes why, sets the exit code and
 // returns false (nothing started yet, or the started ranks are ended).
 bool Supervisor::launch() {
+  if (!options_.elastic.discoveryScript.empty() && !discoverInitialHosts()) return false;
   const std::vector<Placement> placements = planPlacement(options_);
   const bool anyRemote = classifyHosts(placements);
   JobIdentity job;
   job.jobId = makeJobId();
   job.networkInterface = options_.networkInterface;
-  if (!startStore(anyRemote, job) || (anyRemote && !probeRemoteHosts())) return false;
+  // Discovered hosts may come from anywhere: the store then listens on
+  // every interface, as with remote hosts.
+  if (!startStore(anyRemote || discovery_ != nullptr, job) ||
+      (anyRemote && !probeRemoteHosts())) {
+    return false;
+  }
   raiseDescriptorLimit();
   // Orphaned grandchildren become kolorun's children, so they are reaped
   // (and are still in their rank's process group when the job is ended).
   prctl(PR_SET_CHILD_SUBREAPER, 1);
+  if (options_.elastic.enabled && !startElasticDriver(job)) return false;
   std::map<std::string, std::string> rendezvousOf;
   if (!rendezvousAddresses(placements, job, rendezvousOf)) return false;
   startRanks(placements, job, rendezvousOf);
@@ -231,7 +239,9 @@ bool Supervisor::rendezvousAddresses(const std::vector<Placement>& placements,
 void Supervisor::startRanks(const std::vector<Placement>& placements, JobIdentity job,
                             const std::map<std::string, std::string>& rendezvousOf) {
   exitTimes_.assign(placements.size(), std::nullopt);
-  LaunchContext context;
+  job_ = job;  // for workers started later (elastic host discovery)
+  rendezvousOf_ = rendezvousOf;
+  LaunchContext& context = context_;
   context.base = currentEnvironment();
   for (const auto& e : context.base) {
     if (isForwarded(e)) context.forwarded.push_back(e);
@@ -322,6 +332,7 @@ void Supervisor::loop() {
       if (t && (!next || *t < *next)) next = t;
     };
     if (!killed_) consider(killDeadline_);
+    if (elastic_ && reason_ == EndReason::kNone) consider(elastic_->nextDeadline());
     if (reason_ == EndReason::kNone) consider(jobDeadline_);
     for (size_t r = 0; r < exitTimes_.size(); ++r) {
       if (exitTimes_[r] && output_.rankOpen(static_cast<int>(r))) {
@@ -364,6 +375,9 @@ void Supervisor::loop() {
       abortJob(EndReason::kTimeout, SIGTERM);
     }
     if (!killed_ && killDeadline_ && now >= *killDeadline_) escalate();
+    if (elastic_ && reason_ == EndReason::kNone) pollElastic();
+    if (discovery_ && reason_ == EndReason::kNone && now >= nextDiscovery_)
+      refreshHosts(now);
   }
 }
 
@@ -378,14 +392,34 @@ void Supervisor::reap() {
     rank->markExited(exit);
     exitTimes_[rank->rank()] = Clock::now();
     if (remote_[rank->rank()]) rank->closeControl();
-    if (!exit.success() && reason_ == EndReason::kNone) {
-      // report() describes the failing rank's exit, once, at the end.
-      failedRank_ = rank->rank();
-      abortJob(EndReason::kRankFailed, SIGTERM);
-    } else if (options_.verbose) {
-      output_.note(rankName(rank->rank()) + " (pid " + std::to_string(pid) + ") " +
-                   exit.describe());
+    onRankExit(*rank, exit);
+  }
+}
+
+// The first failure ends a job; in an elastic job the others go on without
+// the failed rank (the elastic driver forms their next world).
+void Supervisor::onRankExit(RankProcess& rank, const ExitStatus& exit) {
+  const int r = rank.rank();
+  if (elastic_ && reason_ == EndReason::kNone) {
+    elastic_->workerExited(r, exit.success());
+    if (exit.success()) {
+      anySucceeded_ = true;
+    } else {
+      lastFailedRank_ = r;
+      output_.note("elastic: " + rankName(r) + " (pid " + std::to_string(rank.pid()) +
+                   ") " + exit.describe() + "; the job goes on with " +
+                   std::to_string(elastic_->liveWorkers()) + " worker(s)");
+      blacklistHostOf(r);
+      return;
     }
+  }
+  if (!exit.success() && reason_ == EndReason::kNone) {
+    // report() describes the failing rank's exit, once, at the end.
+    failedRank_ = r;
+    abortJob(EndReason::kRankFailed, SIGTERM);
+  } else if (options_.verbose) {
+    output_.note(rankName(r) + " (pid " + std::to_string(rank.pid()) + ") " +
+                 exit.describe());
   }
 }
 
@@ -460,7 +494,13 @@ RankProcess* Supervisor::findRank(pid_t pid) {
 
 int Supervisor::exitCode() const {
   switch (reason_) {
-    case EndReason::kNone: return 0;
+    case EndReason::kNone:
+      // An elastic job that lost every worker failed with the last of them.
+      if (elastic_ && !anySucceeded_ && lastFailedRank_ >= 0) {
+        return ranks_[lastFailedRank_]->exitStatus()->shellCode();
+      }
+      return 0;
+    case EndReason::kElastic: return 1;
     case EndReason::kRankFailed: return ranks_[failedRank_]->exitStatus()->shellCode();
     case EndReason::kSignal:
       return 128 + (receivedSignal_ != 0 ? receivedSignal_ : SIGKILL);

@@ -37,9 +37,12 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "elastic_driver.h"
+#include "host_discovery.h"
 #include "options.h"
 #include "output_multiplexer.h"
 #include "placement.h"
@@ -85,7 +88,7 @@ class Supervisor {
  private:
   using Clock = std::chrono::steady_clock;
 
-  enum class EndReason { kNone, kRankFailed, kSignal, kTimeout, kLaunchFailed };
+  enum class EndReason { kNone, kRankFailed, kSignal, kTimeout, kLaunchFailed, kElastic };
 
   // What starting each rank shares: the environment, the directory, the
   // resolved executables.
@@ -114,6 +117,15 @@ class Supervisor {
   std::string rankName(int rank) const;
   void loop();
   void reap();
+  void onRankExit(RankProcess& rank, const ExitStatus& exit);
+  // supervisor_elastic.cc: the elastic driver and host discovery.
+  bool startElasticDriver(JobIdentity& job);
+  void pollElastic();
+  bool discoverInitialHosts();
+  void refreshHosts(Clock::time_point now);
+  void startWorker(const std::string& host);
+  void blacklistHostOf(int rank);
+  int liveOn(const std::string& host) const;
   void onSignal(int sig);
   void abortJob(EndReason reason, int sig);
   void escalate();
@@ -127,6 +139,17 @@ class Supervisor {
   OutputMultiplexer& output_;
   SignalChannel signals_;
   std::unique_ptr<rendezvous::TcpStoreServer> store_;
+  std::unique_ptr<ElasticDriver> elastic_;    // elastic jobs only
+  std::unique_ptr<HostDiscovery> discovery_;  // --host-discovery-script only
+  Clock::time_point nextDiscovery_{};
+  std::string lastDiscoveryError_;  // said once until it changes
+  std::set<int> endedByDiscovery_;  // ranks of hosts the script no longer lists
+  // What starting a rank later needs (workers of discovered hosts).
+  JobIdentity job_;
+  LaunchContext context_;
+  std::map<std::string, std::string> rendezvousOf_;
+  int lastFailedRank_ = -1;  // elastic: the last worker that failed
+  bool anySucceeded_ = false;
   std::vector<std::unique_ptr<RankProcess>> ranks_;
   std::vector<std::string> hostOf_;           // per rank: host as listed, "" = no list
   std::vector<bool> remote_;                  // per rank: started through ssh

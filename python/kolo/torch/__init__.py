@@ -44,6 +44,8 @@ from kolo.torch.process_sets import (ProcessSet, add_process_set,
                                      remove_process_set, global_process_set)
 from kolo.torch.sync_batch_norm import SyncBatchNorm
 from kolo.torch import lr  # noqa: F401  (hvd.lr.LRSchedule, hvd.lr.LARS)
+from kolo.torch import elastic  # noqa: F401,E402  (hvd.elastic.run, TorchState, ...)
+from kolo.torch import checkpoint  # noqa: F401,E402  (save, load)
 
 
 def init(comm=None, process_sets=None):

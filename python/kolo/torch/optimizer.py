@@ -29,6 +29,8 @@ unchanged.
 Construction is collective: the ranks compare their parameter names once
 (an allgather of the name list) and raise MismatchError naming the first
 difference, since names missing on some rank would otherwise never match.
+In an elastic job the check waits for the elastic state's first sync
+instead (a new worker builds its optimizer while the others train).
 Shapes and dtypes are compared by the runtime on every allreduce (its
 MismatchError names the parameter and the ranks with each shape).
 """
@@ -37,6 +39,8 @@ import contextlib
 import warnings
 
 import torch
+
+from kolo import _native
 
 from kolo.torch import collectives as C
 from kolo.torch import errors
@@ -100,9 +104,23 @@ class _DistributedMixin:
         self._synchronized = False
         self._should_synchronize = True
         self._member = process_set.included()
+        self._elastic = _native.elastic_world()[0] > 0
+        self._all_params = all_params
         if self._member:
-            self._check_names_agree(all_params)
+            if not self._elastic:
+                self._check_names_agree(all_params)
+            # An elastic worker may start while the others train: no
+            # collective before the state's sync, which runs the check on
+            # every rank of each new world (check_names_for_sync;
+            # Horovod's elastic rule).
             self._register_hooks()
+
+    def check_names_for_sync(self):
+        """The construction's name check in an elastic job, run by the
+        elastic state's sync (kolo.torch.elastic.TorchState) on every rank
+        of each new world. Does nothing in other jobs."""
+        if self._elastic and self._member:
+            self._check_names_agree(self._all_params)
 
     def _check_names_agree(self, all_params):
         mine = [self._parameter_names[p] for p in all_params if p.requires_grad]

@@ -54,6 +54,12 @@ void ShmTransport::checkPeers() {
   for (size_t j = 0; j < peers_.size(); ++j) {
     Peer& p = peers_[j];
     if (p.lost || !(anySource || awaited[j] || !p.sends.empty() || p.request)) continue;
+    if (auto notice = abortNoticeOf(static_cast<int>(j))) {
+      // Its transport broke; with isolation, that is the loss of that peer.
+      if (!isolate_) breakWith(notice);
+      dropPeer(static_cast<int>(j), notice);
+      continue;
+    }
     if (p.pid == self || p.pid <= 0) continue;
     std::string how;
     if (processGone(p.pid, &how)) {

@@ -36,7 +36,11 @@
 //
 // Liveness: while something is pending, at most every kLivenessPeriod the
 //   pids of the awaited peers are checked (kill(pid, 0) == ESRCH, or state Z
-//   or X in /proc/<pid>/stat: a killed process that nobody reaped yet).
+//   or X in /proc/<pid>/stat: a killed process that nobody reaped yet), and
+//   their abort notices: a rank that fails (abort()) writes its error into
+//   its own segment's header and rings every peer's doorbell, so a peer
+//   waiting on it fails with the same diagnosis instead of waiting for
+//   KOLO_TIMEOUT (the failing rank is alive, then gone for good).
 #include "transport/shm/shm_transport.h"
 
 #include <fcntl.h>
@@ -85,9 +89,15 @@ struct SegmentHeader {
   int64_t ownerRank;
   alignas(128) std::atomic<uint32_t> doorbell;  // futex word
   std::atomic<uint32_t> sleeping;               // owner is (about to be) asleep
+  // The owner's abort notice (abort()): its error code, then the message,
+  // written before `aborted` is set with release order.
+  std::atomic<uint32_t> aborted;
+  uint32_t abortCode;
+  int32_t abortBlamed;  // the rank the error names, -1 when none
+  char abortMessage[476];
 };
 
-constexpr size_t kHeaderArea = 256;
+constexpr size_t kHeaderArea = 640;
 constexpr size_t kCtlBytes = 256;
 static_assert(sizeof(SegmentHeader) <= kHeaderArea);
 
@@ -719,6 +729,37 @@ void ShmTransport::idle(std::chrono::microseconds max) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (!anythingReady()) futexWait(&h->doorbell, seq, max);
   h->sleeping.store(0, std::memory_order_relaxed);
+}
+
+void ShmTransport::abort(const Error& cause) {
+  if (segments_.empty() || !segments_[me_]) return;
+  SegmentHeader* h = segments_[me_]->header();
+  if (h->aborted.load(std::memory_order_relaxed) != 0) return;
+  h->abortCode = static_cast<uint32_t>(cause.code());
+  h->abortBlamed = cause.peer();
+  const std::string_view what(cause.what());
+  const size_t n = std::min(what.size(), sizeof h->abortMessage - 1);
+  std::memcpy(h->abortMessage, what.data(), n);
+  h->abortMessage[n] = '\0';
+  h->aborted.store(1, std::memory_order_release);
+  for (size_t j = 0; j < segments_.size(); ++j) {
+    if (static_cast<int>(j) != me_ && segments_[j]) ringDoorbell(*segments_[j]);
+  }
+}
+
+std::exception_ptr ShmTransport::abortNoticeOf(int j) const {
+  const SegmentHeader* h = segments_[j]->header();
+  if (h->aborted.load(std::memory_order_acquire) == 0) return nullptr;
+  const std::string message(h->abortMessage,
+                            strnlen(h->abortMessage, sizeof h->abortMessage));
+  auto code = static_cast<ErrorCode>(h->abortCode);
+  if (code != ErrorCode::kTimeout && code != ErrorCode::kPeerLost) {
+    code = ErrorCode::kPeerLost;
+  }
+  const int rank = peers_[j].rank;
+  const int blamed = h->abortBlamed >= 0 ? h->abortBlamed : rank;
+  return std::make_exception_ptr(
+      Error(code, message + " (reported by rank " + std::to_string(rank) + ")", blamed));
 }
 
 }  // namespace kolo::transport

@@ -35,7 +35,8 @@
 //   Error(kInvalidArgument) from isend/irecv.
 // - Failure: a local peer whose process died (gone, or a zombie) while we
 //   wait for it is Error(kPeerLost) naming its global rank, detected within
-//   about 100 ms of waiting; after it the transport is broken and every
+//   about 100 ms of waiting; so is a peer that aborted (abort(): its error,
+//   "(reported by rank R)"). After it the transport is broken and every
 //   pending and later request fails with that error. A silent but living
 //   peer is left to Transport::wait's timeout (Error(kTimeout)). With
 //   per-peer isolation (transport.h) only what needs the dead peer fails;
@@ -99,6 +100,7 @@ class ShmTransport : public Transport {
   // Sleeps on this rank's doorbell (a futex that peers ring after giving it
   // data or ring space) for up to `max`.
   void idle(std::chrono::microseconds max) override;
+  void abort(const Error& cause) override;
   void setIsolatePeerFailures(bool on) override;
   bool isolatesPeerFailures() const override { return isolate_; }
   bool peerLost(int peer) const override;
@@ -183,6 +185,8 @@ class ShmTransport : public Transport {
   void ringDoorbell(Segment& segment);
   bool anythingReady();
   void checkPeers();
+  // Local peer j's abort notice (abort()) as its error; null when none.
+  std::exception_ptr abortNoticeOf(int j) const;
   void dropPeer(int j, std::exception_ptr error);
   RequestPtr lostRequest(Request::Kind kind, const Peer& p, Tag tag, size_t bytes);
   [[noreturn]] void breakWith(std::exception_ptr error);
