@@ -41,6 +41,18 @@ int kolo_ps_staleness(uint64_t* out);
  * counts and W pull counts; (4 + 2W) values per server. *written: the count
  * of values; capacity too small is KOLO_ERR_INVALID_ARGUMENT. */
 int kolo_ps_stats(uint64_t* out, size_t capacity, size_t* written);
+/* Checkpoints (docs/parameter_server.md, "Checkpoints"). kolo_ps_save: every
+ * server writes its parameters, optimizer state and version into directory
+ * `path` (created when missing; it must be visible to the servers), each to
+ * a temporary file renamed into place, then this worker writes the manifest
+ * naming the shard map, renamed last. kolo_ps_load: checks the manifest
+ * against this job (an error names every difference), every server reads
+ * and checks its file (a missing or torn file is an error naming it; the
+ * servers are then left as they were), then pulls into params. Called on
+ * one worker while the others wait between steps; after a load the others
+ * pull (kolo_ps_pull) before their next step. */
+int kolo_ps_save(const char* path);
+int kolo_ps_load(const char* path, float* const* params);
 
 #ifdef __cplusplus
 }

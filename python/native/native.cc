@@ -618,6 +618,24 @@ PYBIND11_MODULE(_native, m) {
     check(kolo_ps_staleness(&v));
     return v;
   });
+  m.def("ps_save", [](const std::string& path) {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = kolo_ps_save(path.c_str());
+    }
+    check(rc);
+  });
+  m.def("ps_load", [](const std::string& path, std::vector<uintptr_t> params) {
+    std::vector<float*> p;
+    for (uintptr_t a : params) p.push_back(reinterpret_cast<float*>(a));
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = kolo_ps_load(path.c_str(), p.data());
+    }
+    check(rc);
+  });
   m.def("ps_stats", [] {
     std::vector<uint64_t> out(1 << 16);
     size_t n = 0;

@@ -229,4 +229,15 @@ int kolo_ps_stats(uint64_t* out, size_t capacity, size_t* written) {
   });
 }
 
+int kolo_ps_save(const char* path) {
+  return psCall("kolo_ps_save", true, [&] { gJob->client->save(path ? path : ""); });
+}
+
+int kolo_ps_load(const char* path, float* const* params) {
+  return psCall("kolo_ps_load", true, [&] {
+    gJob->client->load(path ? path : "",
+                       std::vector<float*>(params, params + gJob->client->tensorCount()));
+  });
+}
+
 }  // extern "C"

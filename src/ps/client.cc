@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "common/sha256.h"
 
 namespace kolo::ps {
 
@@ -70,12 +71,13 @@ void Client::sendAll(MessageType type, const std::vector<const uint8_t*>& payloa
                      const std::vector<uint64_t>& bytes,
                      const std::vector<uint64_t>& versions, float lr,
                      std::vector<transport::RequestPtr>& requests,
-                     std::vector<HeaderBytes>& headers) {
+                     std::vector<HeaderBytes>& headers, uint16_t flags) {
   const int servers = static_cast<int>(roles_.servers.size());
   headers.resize(servers);
   for (int s = 0; s < servers; ++s) {
     Header h;
     h.type = type;
+    h.flags = flags;
     h.worker = static_cast<uint32_t>(worker_);
     h.shard = static_cast<uint32_t>(s);
     h.version = versions.empty() ? 0 : versions[s];
@@ -95,6 +97,15 @@ std::vector<Client::Reply> Client::roundTrip(MessageType type,
                                              float lr,
                                              const std::vector<uint64_t>& versions,
                                              MessageType expect) {
+  std::vector<const uint8_t*> bytes;
+  for (const float* p : payloads) bytes.push_back(reinterpret_cast<const uint8_t*>(p));
+  return roundTripBytes(type, bytes, shardBytes_, lr, versions, expect);
+}
+
+std::vector<Client::Reply> Client::roundTripBytes(
+    MessageType type, const std::vector<const uint8_t*>& bytes,
+    const std::vector<uint64_t>& sizes, float lr, const std::vector<uint64_t>& versions,
+    MessageType expect, uint16_t flags) {
   const int servers = static_cast<int>(roles_.servers.size());
   std::vector<Reply> replies(servers);
   try {
@@ -104,10 +115,8 @@ std::vector<Client::Reply> Client::roundTrip(MessageType type,
       requests.push_back(
           t_.irecv(roles_.servers[s], kHeaderTag, in[s].data(), in[s].size()));
     }
-    std::vector<const uint8_t*> bytes;
-    for (const float* p : payloads) bytes.push_back(reinterpret_cast<const uint8_t*>(p));
     std::vector<HeaderBytes> out;
-    sendAll(type, bytes, shardBytes_, versions, lr, requests, out);
+    sendAll(type, bytes, sizes, versions, lr, requests, out, flags);
     t_.waitAll(requests);
     requests.clear();
     for (int s = 0; s < servers; ++s) {
@@ -277,6 +286,72 @@ std::vector<ServerStats> Client::stats() {
         ServerStats::decode(r.payload.data(), r.payload.size(), limits_.workers));
   }
   return out;
+}
+
+Manifest Client::save(const std::string& dir) {
+  makeCheckpointDirectory(dir);
+  const int servers = static_cast<int>(roles_.servers.size());
+  const std::string id = toHex(randomBytes(8).data(), 8);
+  Manifest m;
+  m.mode = config_.mode;
+  m.optimizer =
+      config_.mode == Mode::kEasgd ? "none" : optimizerKindName(config_.optimizer.kind);
+  m.tensorElements = config_.tensorElements;
+  std::vector<std::string> paths;
+  std::vector<const uint8_t*> bytes;
+  std::vector<uint64_t> sizes;
+  for (int s = 0; s < servers; ++s) {
+    ManifestShard sh;
+    sh.file = shardFileName(s, servers, id);
+    sh.elements = map_.shardElements[s];
+    sh.pieces = map_.shards[s];
+    m.shards.push_back(std::move(sh));
+    paths.push_back(dir + "/" + m.shards[s].file);
+  }
+  for (const std::string& p : paths) {
+    bytes.push_back(reinterpret_cast<const uint8_t*>(p.data()));
+    sizes.push_back(p.size());
+  }
+  auto replies =
+      roundTripBytes(MessageType::kSave, bytes, sizes, 0.0f, {}, MessageType::kSaveReply);
+  for (int s = 0; s < servers; ++s) {
+    m.shards[s].version = replies[s].header.version;
+    std::memcpy(m.shards[s].digest.data(), replies[s].payload.data(), kDigestBytes);
+  }
+  writeManifest(dir, m);  // the commit point
+  removeStaleShardFiles(dir, m);
+  return m;
+}
+
+void Client::load(const std::string& dir, const std::vector<float*>& params) {
+  const Manifest m = readManifest(dir);
+  const int servers = static_cast<int>(roles_.servers.size());
+  checkManifest(m, dir, config_, servers);
+  std::vector<std::string> payloads;
+  std::vector<const uint8_t*> bytes;
+  std::vector<uint64_t> sizes;
+  for (int s = 0; s < servers; ++s) {
+    std::string p(reinterpret_cast<const char*>(m.shards[s].digest.data()), kDigestBytes);
+    p += dir + "/" + m.shards[s].file;
+    payloads.push_back(std::move(p));
+  }
+  for (const std::string& p : payloads) {
+    bytes.push_back(reinterpret_cast<const uint8_t*>(p.data()));
+    sizes.push_back(p.size());
+  }
+  // Two phases (server.cc, onLoad): every server checks and stages its
+  // file; only when all have, they apply it.
+  try {
+    roundTripBytes(MessageType::kLoad, bytes, sizes, 0.0f, {}, MessageType::kLoadReply);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout) throw;
+    roundTripBytes(MessageType::kLoad, bytes, sizes, 0.0f, {}, MessageType::kLoadReply,
+                   kFlagLoadAbort);
+    throw;
+  }
+  roundTripBytes(MessageType::kLoad, bytes, sizes, 0.0f, {}, MessageType::kLoadReply,
+                 kFlagLoadCommit);
+  pull(params);
 }
 
 void Client::bye() {

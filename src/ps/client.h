@@ -25,8 +25,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "ps/checkpoint.h"
 #include "ps/roles.h"
 #include "ps/server.h"
 #include "ps/shard_map.h"
@@ -58,6 +60,18 @@ class Client {
   int push(const std::vector<const float*>& grads, float lr);
   // One elastic exchange with every shard: params -= alpha * (params - c).
   void exchange(const std::vector<float*>& params);
+  // Checkpoints (checkpoint.h). save(): every server writes its shard,
+  // version and optimizer state into `dir` (created when missing), then
+  // this worker writes the manifest, the commit point; returns it. load():
+  // checks the manifest against this job (naming every difference), has
+  // every server read and check its file, then pulls into `params`. Both
+  // act on the servers as they are when each request arrives: call them
+  // while the other workers wait (kolo.torch.ps.save/load do, between
+  // steps), and after load() every other worker must pull before its next
+  // step. Errors name the file and what is wrong; a failed load leaves the
+  // servers as they were.
+  Manifest save(const std::string& dir);
+  void load(const std::string& dir, const std::vector<float*>& params);
   // Every server's counters, by server index.
   std::vector<ServerStats> stats();
   // Tells every server this worker is done. Idempotent.
@@ -81,11 +95,17 @@ class Client {
   std::vector<Reply> roundTrip(MessageType type,
                                const std::vector<const float*>& payloads, float lr,
                                const std::vector<uint64_t>& versions, MessageType expect);
+  // The same with payloads of any size: bytes[s] (null: none) of sizes[s].
+  std::vector<Reply> roundTripBytes(MessageType type,
+                                    const std::vector<const uint8_t*>& bytes,
+                                    const std::vector<uint64_t>& sizes, float lr,
+                                    const std::vector<uint64_t>& versions,
+                                    MessageType expect, uint16_t flags = 0);
   // Posts header (and payload) sends to every server, without replies.
   void sendAll(MessageType type, const std::vector<const uint8_t*>& payloads,
                const std::vector<uint64_t>& bytes, const std::vector<uint64_t>& versions,
                float lr, std::vector<transport::RequestPtr>& requests,
-               std::vector<HeaderBytes>& headers);
+               std::vector<HeaderBytes>& headers, uint16_t flags = 0);
   // Rethrows a transport error naming the parameter servers.
   [[noreturn]] void lost(const Error& e) const;
   void gather(int shard, const std::vector<const float*>& tensors, float* out) const;

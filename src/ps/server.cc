@@ -11,6 +11,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "ps/checkpoint.h"
 
 namespace kolo::ps {
 
@@ -149,6 +150,27 @@ void Server::handle(int w, const Header& h, std::vector<uint8_t>& payload) {
       break;
     case MessageType::kPush: onPush(w, h, floats); break;
     case MessageType::kExchange: onExchange(w, floats); break;
+    case MessageType::kSave:
+    case MessageType::kLoad:
+      // A checkpoint that cannot be written or read is this request's
+      // error, not the worker's: it stays served.
+      try {
+        if (h.type == MessageType::kSave) {
+          onSave(w, payload);
+        } else {
+          onLoad(w, h, payload);
+        }
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout) throw;
+        KOLO_LOG(kWarning) << "parameter server " << index_ << ": "
+                           << messageTypeName(h.type) << " for worker " << w
+                           << " failed: " << e.what();
+        std::string text = std::string(e.what()).substr(0, limits().maxErrorBytes);
+        Header r;
+        r.type = MessageType::kError;
+        reply(w, r, text.data(), text.size());
+      }
+      break;
     case MessageType::kStats: {
       std::vector<uint8_t> s = stats_.encode();
       Header r;
@@ -293,6 +315,98 @@ void Server::onExchange(int w, const float* x) {
   r.type = MessageType::kExchangeReply;
   r.version = stats_.version;
   reply(w, r, scratch_.data(), scratch_.size() * sizeof(float));
+}
+
+// Writes the shard, its version and the optimizer's state to the file the
+// worker names (checkpoint.h: temporary file, fsync, rename).
+void Server::onSave(int w, const std::vector<uint8_t>& payload) {
+  if (!seeded_) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, "parameter server "
+                                                << index_ << ": save from worker " << w
+                                                << " before worker 0 seeded the shard");
+  }
+  ShardState s;
+  s.shard = static_cast<uint32_t>(index_);
+  s.shards = static_cast<uint32_t>(roles_.servers.size());
+  s.mode = config_->mode;
+  s.hasRule = rule_ != nullptr;
+  if (rule_) {
+    s.kind = rule_->config().kind;
+    s.rule = rule_->state();
+  }
+  s.version = stats_.version;
+  s.updates = stats_.updates;
+  s.values = values_;
+  const Digest d = writeShardFile(std::string(payload.begin(), payload.end()), s);
+  Header r;
+  r.type = MessageType::kSaveReply;
+  r.version = stats_.version;
+  reply(w, r, d.data(), d.size());
+}
+
+// Loading is two-phase, so a checkpoint that fails on one shard changes
+// none: without flags, the server reads and checks its whole file and
+// keeps it staged; with kFlagLoadCommit it applies the staged state (the
+// same file); with kFlagLoadAbort it drops it. A sync round in progress is
+// dropped on commit: the workers load together, between steps.
+void Server::onLoad(int w, const Header& h, const std::vector<uint8_t>& payload) {
+  if (payload.size() <= kDigestBytes) {
+    KOLO_THROW(ErrorCode::kMismatch, "parameter server " << index_
+                                                         << ": load from worker " << w
+                                                         << " names no file");
+  }
+  Digest digest;
+  std::memcpy(digest.data(), payload.data(), kDigestBytes);
+  const std::string file(payload.begin() + kDigestBytes, payload.end());
+  Header r;
+  r.type = MessageType::kLoadReply;
+  if (h.flags & kFlagLoadAbort) {
+    staged_.reset();
+  } else if (h.flags & kFlagLoadCommit) {
+    commitLoad(w, file, digest);
+  } else {
+    staged_.reset();
+    ShardState s =
+        readShardFile(file, &digest, static_cast<uint32_t>(index_),
+                      static_cast<uint32_t>(roles_.servers.size()), values_.size());
+    const bool sameRule =
+        s.hasRule == (rule_ != nullptr) && (!rule_ || s.kind == rule_->config().kind);
+    if (s.mode != config_->mode || !sameRule) {
+      KOLO_THROW(
+          ErrorCode::kMismatch,
+          "checkpoint shard file '"
+              << file << "' was saved in mode " << modeName(s.mode) << " with "
+              << (s.hasRule ? optimizerKindName(s.kind) : "no optimizer")
+              << "; this job runs " << modeName(config_->mode) << " with "
+              << (rule_ ? optimizerKindName(rule_->config().kind) : "no optimizer"));
+    }
+    if (rule_) UpdateRule(rule_->config(), values_.size()).restore(s.rule);  // sizes
+    staged_ = Staged{file, digest, std::move(s)};
+  }
+  r.version = stats_.version;
+  reply(w, r, nullptr, 0);
+  servePulls();
+}
+
+void Server::commitLoad(int w, const std::string& file, const Digest& digest) {
+  if (!staged_ || staged_->file != file || staged_->digest != digest) {
+    KOLO_THROW(ErrorCode::kMismatch, "parameter server "
+                                         << index_ << ": commit of '" << file
+                                         << "' from worker " << w
+                                         << " without that file checked first");
+  }
+  ShardState s = std::move(staged_->state);
+  staged_.reset();
+  if (rule_) rule_->restore(std::move(s.rule));
+  values_ = std::move(s.values);
+  stats_.version = s.version;
+  stats_.updates = s.updates;
+  std::fill(sum_.begin(), sum_.end(), 0.0f);
+  std::fill(pushedThisRound_.begin(), pushedThisRound_.end(), false);
+  roundCount_ = 0;
+  seeded_ = true;
+  KOLO_LOG(kInfo) << "parameter server " << index_ << ": loaded '" << file
+                  << "' at version " << stats_.version;
 }
 
 void Server::servePulls() {

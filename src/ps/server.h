@@ -10,6 +10,9 @@
 // - A malformed or out-of-order message from a worker (bad header, a config
 //   that differs from the first one, a push before the config) is answered
 //   with kError naming what is wrong; that worker is then no longer served.
+// - kSave / kLoad write or read this shard's checkpoint file (checkpoint.h);
+//   a file that cannot be written, read or does not fit is answered with
+//   kError naming it, and the worker stays served.
 // - A transport failure (a lost peer, a timeout) throws Error naming the
 //   rank; the server stops. (Going on without a dead worker in downpour and
 //   easgd needs transports that survive one peer's loss: not yet built.)
@@ -24,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "ps/checkpoint.h"
 #include "ps/roles.h"
 #include "ps/shard_map.h"
 #include "ps/update_rule.h"
@@ -67,6 +71,9 @@ class Server {
   void checkSame(int w, const PsConfig& c) const;
   void onPush(int w, const Header& h, const float* grad);
   void onExchange(int w, const float* x);
+  void onSave(int w, const std::vector<uint8_t>& payload);
+  void onLoad(int w, const Header& h, const std::vector<uint8_t>& payload);
+  void commitLoad(int w, const std::string& file, const Digest& digest);
   void applySyncRound();
   void servePulls();
   void reply(int w, Header h, const void* data, size_t bytes);
@@ -85,6 +92,13 @@ class Server {
   std::unique_ptr<UpdateRule> rule_;
   bool seeded_ = false;
   std::vector<PendingPull> pending_;
+  // A checkpoint read and checked, waiting for its commit (onLoad).
+  struct Staged {
+    std::string file;
+    Digest digest;
+    ShardState state;
+  };
+  std::optional<Staged> staged_;
   // sync: the sum of this round's gradients and who has pushed.
   std::vector<float> sum_;
   std::vector<bool> pushedThisRound_;

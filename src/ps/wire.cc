@@ -43,6 +43,10 @@ const char* messageTypeName(MessageType t) {
     case MessageType::kConfig: return "config";
     case MessageType::kStats: return "stats";
     case MessageType::kStatsReply: return "stats-reply";
+    case MessageType::kSave: return "save";
+    case MessageType::kSaveReply: return "save-reply";
+    case MessageType::kLoad: return "load";
+    case MessageType::kLoadReply: return "load-reply";
   }
   return "unknown";
 }
@@ -121,6 +125,14 @@ Header decodeHeader(const uint8_t* bytes, size_t size, const WireLimits& limits,
     expected = limits.maxConfigBytes;
   } else if (h.type == MessageType::kStatsReply) {
     expected = statsBytes(limits.workers);
+  } else if (h.type == MessageType::kSave) {
+    exact = false;
+    expected = limits.maxPathBytes;
+  } else if (h.type == MessageType::kLoad) {
+    exact = false;
+    expected = kDigestBytes + limits.maxPathBytes;
+  } else if (h.type == MessageType::kSaveReply) {
+    expected = kDigestBytes;
   }
   if (h.payloadBytes > limits.maxPayloadBytes ||
       (exact ? h.payloadBytes != expected : h.payloadBytes > expected)) {

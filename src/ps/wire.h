@@ -44,11 +44,19 @@ enum class MessageType : uint16_t {
   kConfig = 10,
   kStats = 11,
   kStatsReply = 12,
+  kSave = 13,
+  kSaveReply = 14,
+  kLoad = 15,
+  kLoadReply = 16,
 };
-inline constexpr uint16_t kLastMessageType = 12;
+inline constexpr uint16_t kLastMessageType = 16;
 
 // kPushReply flags bit 0: the push was too stale and was not applied.
 inline constexpr uint16_t kFlagRejectedStale = 1;
+// kLoad flags: none = read, check and stage the file; commit = apply the
+// staged file; abort = drop it (docs/parameter_server.md, "Checkpoints").
+inline constexpr uint16_t kFlagLoadCommit = 1;
+inline constexpr uint16_t kFlagLoadAbort = 2;
 
 const char* messageTypeName(MessageType t);
 
@@ -75,7 +83,12 @@ struct WireLimits {
   uint64_t maxPayloadBytes = uint64_t{1} << 34;  // 16 GiB
   uint64_t maxErrorBytes = 4096;                 // kError text
   uint64_t maxConfigBytes = 1 << 20;             // kConfig
+  uint64_t maxPathBytes = 4096;                  // kSave; kLoad adds a digest
 };
+
+// kSaveReply: the SHA-256 of the shard file written; kLoad: that digest,
+// then the file's path.
+inline constexpr uint64_t kDigestBytes = 32;
 
 inline uint64_t statsBytes(uint32_t workers) {
   return (4 + 2 * uint64_t{workers}) * 8;

@@ -21,7 +21,12 @@ pulls them before its first step. Parameters must be float32 CPU tensors.
 
 import torch
 
+import kolo
 from kolo import _native
+from kolo.torch import functions as _functions
+
+# The job's one parameter-server optimizer (kolo_ps_start makes one per job).
+_current = None
 
 _MODES = ("sync", "downpour", "easgd")
 _OPTIMIZERS = {
@@ -87,6 +92,8 @@ class _PsOptimizer:
         with torch.no_grad():
             _native.ps_start(options, self._addresses(),
                              [p.numel() for p in params])
+        global _current
+        _current = self
 
     def _addresses(self):
         return [p.data_ptr() for p in self._params]
@@ -154,3 +161,49 @@ def stats():
                     "max_staleness": v[3], "pushes": list(v[4:4 + workers]),
                     "pulls": list(v[4 + workers:])})
     return out
+
+
+def _on_worker0(what, fn):
+    """Runs fn on worker 0 while the other workers wait (a broadcast before
+    and after); an error there is raised on every worker, with its text."""
+    _functions.broadcast_object(None, root_rank=0, name="ps.%s.begin" % what)
+    error = None
+    if _native.rank() == 0:
+        try:
+            fn()
+        except kolo.KoloError as e:
+            error = (type(e).__name__, str(e))
+    error = _functions.broadcast_object(error, root_rank=0, name="ps.%s.end" % what)
+    if error is not None:
+        kind = getattr(kolo, error[0], kolo.KoloError)
+        raise kind(error[1] if _native.rank() == 0
+                   else "ps.%s failed on worker 0: %s" % (what, error[1]))
+
+
+def _optimizer(what):
+    if _current is None:
+        raise ValueError("ps.%s needs a ps.DistributedOptimizer first" % what)
+    return _current
+
+
+def save(path):
+    """Checkpoints the servers' parameters, optimizer state and version into
+    directory `path` (docs/parameter_server.md, "Checkpoints"). Every worker
+    calls it, between steps; worker 0 asks the servers while the others
+    wait. The servers write their shard files (temporary file, then rename),
+    worker 0 the manifest, renamed last: an interrupted save leaves the
+    previous checkpoint whole."""
+    _optimizer("save")
+    _on_worker0("save", lambda: _native.ps_save(str(path)))
+
+
+def load(path):
+    """Loads a checkpoint written by save(): every worker calls it, between
+    steps. The manifest must fit this job (mode, optimizer, servers, tensor
+    sizes; an error names every difference); a missing or torn shard file is
+    an error naming it, and the servers are then left as they were. Every
+    worker ends with the loaded parameters in its model."""
+    opt = _optimizer("load")
+    with torch.no_grad():
+        _on_worker0("load", lambda: _native.ps_load(str(path), opt._addresses()))
+        opt.pull()
