@@ -27,6 +27,9 @@ typedef struct kolo_ps_options {
   int staleness_bound, backup_workers;
   float easgd_alpha;
   int push_period, pull_period, easgd_period;
+  /* Workers that push: with groups (kolo.torch.ps group_size), the number of
+   * group leaders, the only workers that push; 0: every worker. */
+  int pushers;
 } kolo_ps_options;
 
 /* Number of servers of this job (0: none). */
@@ -36,6 +39,10 @@ int kolo_ps_start(const kolo_ps_options* options, size_t tensors, float* const* 
 /* The mode's step once grads hold this step's gradients; lr: this step's. */
 int kolo_ps_step(float* const* params, const float* const* grads, float lr);
 int kolo_ps_pull(float* const* params);
+/* easgd: one elastic exchange of params with the center now, whatever
+ * easgd_period says (params -= alpha * (params - center); the center moves
+ * by as much). A group leader exchanges its group center this way. */
+int kolo_ps_exchange(float* const* params);
 int kolo_ps_staleness(uint64_t* out);
 /* Per server s: version, updates, rejected, max staleness, then W push
  * counts and W pull counts; (4 + 2W) values per server. *written: the count

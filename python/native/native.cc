@@ -581,6 +581,7 @@ PYBIND11_MODULE(_native, m) {
     c.push_period = i("push_period");
     c.pull_period = i("pull_period");
     c.easgd_period = i("easgd_period");
+    c.pushers = o.contains("pushers") ? i("pushers") : 0;
     std::vector<float*> p;
     for (uintptr_t a : params) p.push_back(reinterpret_cast<float*>(a));
     int rc;
@@ -610,6 +611,16 @@ PYBIND11_MODULE(_native, m) {
     {
       py::gil_scoped_release nogil;
       rc = kolo_ps_pull(p.data());
+    }
+    check(rc);
+  });
+  m.def("ps_exchange", [](std::vector<uintptr_t> params) {
+    std::vector<float*> p;
+    for (uintptr_t a : params) p.push_back(reinterpret_cast<float*>(a));
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = kolo_ps_exchange(p.data());
     }
     check(rc);
   });

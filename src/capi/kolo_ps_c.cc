@@ -161,6 +161,7 @@ kolo::ps::PsConfig toConfig(const kolo_ps_options& o, size_t tensors,
   c.stalenessBound = o.staleness_bound;
   c.backupWorkers = o.backup_workers;
   c.easgdAlpha = o.easgd_alpha;
+  c.pushers = o.pushers;
   c.tensorElements.assign(counts, counts + tensors);
   return c;
 }
@@ -205,6 +206,13 @@ int kolo_ps_step(float* const* params, const float* const* grads, float lr) {
 int kolo_ps_pull(float* const* params) {
   return psCall("kolo_ps_pull", true, [&] {
     gJob->client->pull(std::vector<float*>(params, params + gJob->client->tensorCount()));
+  });
+}
+
+int kolo_ps_exchange(float* const* params) {
+  return psCall("kolo_ps_exchange", true, [&] {
+    gJob->client->exchange(
+        std::vector<float*>(params, params + gJob->client->tensorCount()));
   });
 }
 

@@ -221,6 +221,11 @@ int Client::push(const std::vector<const float*>& grads, float lr) {
 }
 
 void Client::exchange(const std::vector<float*>& params) {
+  if (config_.mode != Mode::kEasgd) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "worker " << worker_ << ": an elastic exchange in "
+                         << modeName(config_.mode) << " mode (only easgd exchanges)");
+  }
   std::vector<const float*> in(params.begin(), params.end());
   std::vector<const float*> payloads;
   for (size_t s = 0; s < buffers_.size(); ++s) {

@@ -272,7 +272,8 @@ void Server::onPush(int w, const Header& h, const float* grad) {
     roundLr_ = h.lr;
     r.version = stats_.version;
     reply(w, r, nullptr, 0);
-    if (++roundCount_ >= workers_ - c.backupWorkers) applySyncRound();
+    const int pushers = c.pushers == 0 ? workers_ : c.pushers;
+    if (++roundCount_ >= pushers - c.backupWorkers) applySyncRound();
     return;
   }
   rule_->apply(values_.data(), grad, h.lr);

@@ -175,10 +175,18 @@ void validate(const PsConfig& c, int workers) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
                "staleness_bound=" << c.stalenessBound << " (expected a value >= 0)");
   }
-  if (c.backupWorkers < 0 || c.backupWorkers >= workers) {
+  if (c.pushers < 0 || c.pushers > workers) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "parameter-server groups: " << c.pushers << " pushing leaders for "
+                                           << workers << " workers");
+  }
+  const int pushers = c.pushers == 0 ? workers : c.pushers;
+  if (c.backupWorkers < 0 || c.backupWorkers >= pushers) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
                "backup_workers=" << c.backupWorkers << " (expected 0 <= value < "
-                                 << workers << ", the number of workers)");
+                                 << pushers
+                                 << (c.pushers == 0 ? ", the number of workers)"
+                                                    : ", the number of groups)"));
   }
   if (!(c.easgdAlpha > 0.0f && c.easgdAlpha <= 1.0f)) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
@@ -189,13 +197,14 @@ void validate(const PsConfig& c, int workers) {
 
 namespace {
 
-constexpr size_t kConfigFixedBytes = 52;
+constexpr size_t kConfigFixedBytes = 56;
 
 }  // namespace
 
 // Layout: u8 mode, u8 optimizer kind, u8 nesterov, u8 centered, i32 bound,
 // i32 backup, f32 alpha, f32 x8 (lr, weight decay, momentum, dampening,
-// beta1, beta2, eps, rmsprop alpha), u32 tensor count, u64 x count sizes.
+// beta1, beta2, eps, rmsprop alpha), u32 tensor count, i32 pushers, u64 x
+// count sizes.
 std::vector<uint8_t> encodeConfig(const PsConfig& c) {
   std::vector<uint8_t> b(kConfigFixedBytes + 8 * c.tensorElements.size());
   const OptimizerConfig& o = c.optimizer;
@@ -213,6 +222,7 @@ std::vector<uint8_t> encodeConfig(const PsConfig& c) {
     put<uint32_t>(&b[12 + 4 * i], bits);
   }
   put<uint32_t>(&b[48], static_cast<uint32_t>(c.tensorElements.size()));
+  put<uint32_t>(&b[52], static_cast<uint32_t>(c.pushers));
   for (size_t i = 0; i < c.tensorElements.size(); ++i) {
     put<uint64_t>(&b[kConfigFixedBytes + 8 * i], c.tensorElements[i]);
   }
@@ -249,6 +259,7 @@ PsConfig decodeConfig(const uint8_t* b, size_t size, int from, uint32_t maxTenso
   o.centered = b[3] == 1;
   c.stalenessBound = static_cast<int32_t>(get<uint32_t>(b + 4));
   c.backupWorkers = static_cast<int32_t>(get<uint32_t>(b + 8));
+  c.pushers = static_cast<int32_t>(get<uint32_t>(b + 52));
   float* floats[] = {&c.easgdAlpha, &o.lr,    &o.weightDecay, &o.momentum, &o.dampening,
                      &o.beta1,      &o.beta2, &o.eps,         &o.alpha};
   for (size_t i = 0; i < 9; ++i) {

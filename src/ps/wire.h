@@ -117,14 +117,19 @@ struct PsConfig {
   int32_t stalenessBound = 0;  // downpour
   int32_t backupWorkers = 0;   // sync
   float easgdAlpha = 0.5f;     // easgd
-  OptimizerConfig optimizer;   // sync, downpour
+  // Workers that push (with groups, the group leaders: docs/
+  // parameter_server.md, "Groups"); 0: every worker. A sync round applies
+  // once pushers - backupWorkers have pushed.
+  int32_t pushers = 0;
+  OptimizerConfig optimizer;  // sync, downpour
   std::vector<uint64_t> tensorElements;
 
   bool operator==(const PsConfig& o) const;
 };
 
 // Throws Error(kInvalidArgument) naming the value and what is accepted:
-// negative staleness bound, backup workers outside [0, workers), alpha
+// negative staleness bound, pushers outside [0, workers], backup workers
+// outside [0, pushers) (pushers 0 counting as workers), alpha
 // outside (0, 1], an optimizer torch would reject.
 void validate(const PsConfig& c, int workers);
 

@@ -24,6 +24,7 @@ import torch
 import kolo
 from kolo import _native
 from kolo.torch import functions as _functions
+from kolo.torch import ps_groups as _groups
 
 # The job's one parameter-server optimizer (kolo_ps_start makes one per job).
 _current = None
@@ -76,9 +77,10 @@ def _options(optimizer, mode, staleness_bound, push_period, pull_period, easgd_a
 class _PsOptimizer:
     """Wraps a torch optimizer; step() runs the parameter-server mode."""
 
-    def __init__(self, optimizer, named_parameters, options):
+    def __init__(self, optimizer, named_parameters, options, group=None):
         self._opt = optimizer
         self._mode = options["mode"]
+        self._group = group
         params = [p for g in optimizer.param_groups for p in g["params"]]
         if named_parameters is not None:
             named = [p for _, p in named_parameters]
@@ -92,6 +94,8 @@ class _PsOptimizer:
         with torch.no_grad():
             _native.ps_start(options, self._addresses(),
                              [p.numel() for p in params])
+            if group is not None:
+                group.start(params)
         global _current
         _current = self
 
@@ -109,6 +113,8 @@ class _PsOptimizer:
         easgd: the wrapped optimizer steps, then the elastic exchange."""
         loss = closure() if closure is not None else None
         lr = float(self._opt.param_groups[0]["lr"])
+        if self._group is not None:
+            return self._group_step(lr, loss)
         if self._mode == "easgd":
             self._opt.step()
             grads = self._addresses()  # unused by easgd
@@ -124,27 +130,55 @@ class _PsOptimizer:
             _native.ps_step(self._addresses(), grads, lr)
         return loss
 
+    def _group_step(self, lr, loss):
+        """With group_size (ps_groups.py): the group's collectives, and the
+        leader's traffic with the servers."""
+        with torch.no_grad():
+            if self._mode == "easgd":
+                self._opt.step()
+                self._group.step_easgd(self._params)
+                return loss
+            grads = []
+            for p in self._params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                if not p.grad.is_contiguous():
+                    p.grad = p.grad.contiguous()
+                grads.append(p.grad)
+            self._group.step_push(self._params, grads, lr)
+        return loss
+
     def pull(self):
         """Loads the servers' parameters (easgd: the center) into the model."""
         with torch.no_grad():
             _native.ps_pull(self._addresses())
 
     def staleness(self):
-        """The largest staleness of the last push's applied updates."""
+        """The largest staleness of the last push's applied updates (with
+        groups: the leader's last push)."""
+        if self._group is not None:
+            return self._group.staleness
         return _native.ps_staleness()
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, mode="sync", staleness_bound=0,
                          push_period=1, pull_period=1, easgd_alpha=0.5, easgd_period=1,
-                         backup_workers=0):
+                         backup_workers=0, group_size=None):
     """See the module's documentation; bad arguments raise ValueError naming
-    the value and what is supported."""
+    the value and what is supported. group_size: None (no groups), an
+    integer G (groups of G consecutive workers, G dividing the workers) or
+    "host" (one host's workers); see ps_groups.py. Collective over the
+    workers when group_size is given (the groups' process sets are made)."""
     options = _options(optimizer, mode, staleness_bound, push_period, pull_period,
                        easgd_alpha, easgd_period, backup_workers)
     if _native.ps_servers() == 0:
         raise ValueError("kolo.torch.ps needs parameter servers: start the job with "
                          "kolorun --servers S (or KOLO_SERVERS=S)")
-    return _PsOptimizer(optimizer, named_parameters, options)
+    group = None
+    if group_size is not None:
+        group = _groups.Group(group_size, options)
+        options["pushers"] = len(group.groups)
+    return _PsOptimizer(optimizer, named_parameters, options, group)
 
 
 def stats():
