@@ -59,6 +59,15 @@ int kolo_ps_stats(uint64_t* out, size_t capacity, size_t* written);
  * one worker while the others wait between steps; after a load the others
  * pull (kolo_ps_pull) before their next step. */
 int kolo_ps_save(const char* path);
+/* Validation (docs/parameter_server.md, "Validation"). kolo_ps_request_stop:
+ * asks the servers to stop the training; from then on (sync: from the next
+ * version, so every worker stops after the same step) their replies say so
+ * and kolo_ps_stop_requested gives 1 on every worker after its next step.
+ * kolo_ps_version: the version of this worker's parameters (the smallest
+ * over the shards). */
+int kolo_ps_request_stop(void);
+int kolo_ps_stop_requested(int* out);
+int kolo_ps_version(uint64_t* out);
 int kolo_ps_load(const char* path, float* const* params);
 
 #ifdef __cplusplus

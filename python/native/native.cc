@@ -624,6 +624,24 @@ PYBIND11_MODULE(_native, m) {
     }
     check(rc);
   });
+  m.def("ps_request_stop", [] {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = kolo_ps_request_stop();
+    }
+    check(rc);
+  });
+  m.def("ps_stop_requested", [] {
+    int v = 0;
+    check(kolo_ps_stop_requested(&v));
+    return v != 0;
+  });
+  m.def("ps_version", [] {
+    uint64_t v = 0;
+    check(kolo_ps_version(&v));
+    return v;
+  });
   m.def("ps_staleness", [] {
     uint64_t v = 0;
     check(kolo_ps_staleness(&v));

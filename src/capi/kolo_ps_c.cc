@@ -216,6 +216,19 @@ int kolo_ps_exchange(float* const* params) {
   });
 }
 
+int kolo_ps_request_stop(void) {
+  return psCall("kolo_ps_request_stop", true, [&] { gJob->client->requestStop(); });
+}
+
+int kolo_ps_stop_requested(int* out) {
+  return psCall("kolo_ps_stop_requested", true,
+                [&] { *out = gJob->client->stopRequested() ? 1 : 0; });
+}
+
+int kolo_ps_version(uint64_t* out) {
+  return psCall("kolo_ps_version", true, [&] { *out = gJob->client->version(); });
+}
+
 int kolo_ps_staleness(uint64_t* out) {
   return psCall("kolo_ps_staleness", true, [&] { *out = gJob->client->staleness(); });
 }

@@ -122,6 +122,7 @@ std::vector<Client::Reply> Client::roundTripBytes(
     for (int s = 0; s < servers; ++s) {
       replies[s].header =
           decodeHeader(in[s].data(), in[s].size(), limits_, roles_.servers[s]);
+      if (replies[s].header.flags & kFlagStop) stopRequested_ = true;
       replies[s].payload.resize(replies[s].header.payloadBytes);
       if (!replies[s].payload.empty()) {
         requests.push_back(t_.irecv(roles_.servers[s], kPayloadTag,
@@ -357,6 +358,14 @@ void Client::load(const std::string& dir, const std::vector<float*>& params) {
   roundTripBytes(MessageType::kLoad, bytes, sizes, 0.0f, {}, MessageType::kLoadReply,
                  kFlagLoadCommit);
   pull(params);
+}
+
+void Client::requestStop() {
+  roundTripBytes(MessageType::kStop, {}, {}, 0.0f, {}, MessageType::kStopReply);
+}
+
+uint64_t Client::version() const {
+  return *std::min_element(versions_.begin(), versions_.end());
 }
 
 void Client::bye() {

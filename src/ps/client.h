@@ -72,6 +72,15 @@ class Client {
   // servers as they were.
   Manifest save(const std::string& dir);
   void load(const std::string& dir, const std::vector<float*>& params);
+  // Asks every server to stop the training (a validator's decision): from
+  // then on (sync: from the next version, so every worker stops after the
+  // same step) the servers' replies carry kFlagStop, and stopRequested()
+  // turns true on every worker at its next exchange with them.
+  void requestStop();
+  bool stopRequested() const { return stopRequested_; }
+  // The smallest of the versions of this worker's parameters over the
+  // shards (the version they have all reached).
+  uint64_t version() const;
   // Every server's counters, by server index.
   std::vector<ServerStats> stats();
   // Tells every server this worker is done. Idempotent.
@@ -128,6 +137,7 @@ class Client {
   uint64_t staleness_ = 0;
   bool mustPull_ = false;
   bool saidBye_ = false;
+  bool stopRequested_ = false;
 };
 
 }  // namespace kolo::ps

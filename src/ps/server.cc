@@ -150,6 +150,20 @@ void Server::handle(int w, const Header& h, std::vector<uint8_t>& payload) {
       break;
     case MessageType::kPush: onPush(w, h, floats); break;
     case MessageType::kExchange: onExchange(w, floats); break;
+    case MessageType::kStop: {
+      // sync: from the next version on, which every worker pulls in the
+      // same round, so all stop after the same step; the other modes: now.
+      if (!stopAt_) {
+        stopAt_ = stats_.version + (config_->mode == Mode::kSync ? 1 : 0);
+        KOLO_LOG(kInfo) << "parameter server " << index_ << ": worker " << w
+                        << " asks to stop training at version " << *stopAt_;
+      }
+      Header r;
+      r.type = MessageType::kStopReply;
+      r.version = stats_.version;
+      reply(w, r, nullptr, 0);
+      break;
+    }
     case MessageType::kSave:
     case MessageType::kLoad:
       // A checkpoint that cannot be written or read is this request's
@@ -429,6 +443,7 @@ void Server::servePulls() {
 }
 
 void Server::reply(int w, Header h, const void* data, size_t bytes) {
+  if (stopAt_ && stats_.version >= *stopAt_) h.flags |= kFlagStop;
   h.worker = static_cast<uint32_t>(w);
   h.shard = static_cast<uint32_t>(index_);
   h.payloadBytes = bytes;

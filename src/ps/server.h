@@ -99,6 +99,8 @@ class Server {
     ShardState state;
   };
   std::optional<Staged> staged_;
+  // Set by the first kStop: replies carry kFlagStop from this version on.
+  std::optional<uint64_t> stopAt_;
   // sync: the sum of this round's gradients and who has pushed.
   std::vector<float> sum_;
   std::vector<bool> pushedThisRound_;

@@ -47,6 +47,8 @@ const char* messageTypeName(MessageType t) {
     case MessageType::kSaveReply: return "save-reply";
     case MessageType::kLoad: return "load";
     case MessageType::kLoadReply: return "load-reply";
+    case MessageType::kStop: return "stop";
+    case MessageType::kStopReply: return "stop-reply";
   }
   return "unknown";
 }

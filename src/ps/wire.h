@@ -48,8 +48,10 @@ enum class MessageType : uint16_t {
   kSaveReply = 14,
   kLoad = 15,
   kLoadReply = 16,
+  kStop = 17,
+  kStopReply = 18,
 };
-inline constexpr uint16_t kLastMessageType = 16;
+inline constexpr uint16_t kLastMessageType = 18;
 
 // kPushReply flags bit 0: the push was too stale and was not applied.
 inline constexpr uint16_t kFlagRejectedStale = 1;
@@ -57,6 +59,10 @@ inline constexpr uint16_t kFlagRejectedStale = 1;
 // staged file; abort = drop it (docs/parameter_server.md, "Checkpoints").
 inline constexpr uint16_t kFlagLoadCommit = 1;
 inline constexpr uint16_t kFlagLoadAbort = 2;
+// Any server reply: a worker asked the job to stop training (kStop) and the
+// shard has reached the version where it stops (docs/parameter_server.md,
+// "Validation").
+inline constexpr uint16_t kFlagStop = 0x8000;
 
 const char* messageTypeName(MessageType t);
 

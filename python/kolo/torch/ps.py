@@ -25,6 +25,7 @@ import kolo
 from kolo import _native
 from kolo.torch import functions as _functions
 from kolo.torch import ps_groups as _groups
+from kolo.torch import ps_validator as _validator
 
 # The job's one parameter-server optimizer (kolo_ps_start makes one per job).
 _current = None
@@ -81,6 +82,7 @@ class _PsOptimizer:
         self._opt = optimizer
         self._mode = options["mode"]
         self._group = group
+        self._validators = []
         params = [p for g in optimizer.param_groups for p in g["params"]]
         if named_parameters is not None:
             named = [p for _, p in named_parameters]
@@ -114,7 +116,14 @@ class _PsOptimizer:
         loss = closure() if closure is not None else None
         lr = float(self._opt.param_groups[0]["lr"])
         if self._group is not None:
-            return self._group_step(lr, loss)
+            self._group_step(lr)
+        else:
+            self._plain_step(lr)
+        for v in self._validators:
+            v.after_step()
+        return loss
+
+    def _plain_step(self, lr):
         if self._mode == "easgd":
             self._opt.step()
             grads = self._addresses()  # unused by easgd
@@ -128,16 +137,15 @@ class _PsOptimizer:
             grads = [g.data_ptr() for g in grad_tensors]
         with torch.no_grad():
             _native.ps_step(self._addresses(), grads, lr)
-        return loss
 
-    def _group_step(self, lr, loss):
+    def _group_step(self, lr):
         """With group_size (ps_groups.py): the group's collectives, and the
         leader's traffic with the servers."""
         with torch.no_grad():
             if self._mode == "easgd":
                 self._opt.step()
                 self._group.step_easgd(self._params)
-                return loss
+                return
             grads = []
             for p in self._params:
                 if p.grad is None:
@@ -146,7 +154,6 @@ class _PsOptimizer:
                     p.grad = p.grad.contiguous()
                 grads.append(p.grad)
             self._group.step_push(self._params, grads, lr)
-        return loss
 
     def pull(self):
         """Loads the servers' parameters (easgd: the center) into the model."""
@@ -241,3 +248,28 @@ def load(path):
     with torch.no_grad():
         _on_worker0("load", lambda: _native.ps_load(str(path), opt._addresses()))
         opt.pull()
+
+
+def Validator(fn, every_s, model=None, target=None, higher_is_better=True, patience=None,
+              min_delta=0.0):
+    """Evaluates a snapshot of the parameters in a background thread of this
+    worker every ``every_s`` seconds, without stopping the training; records
+    (seconds, version, metric) in ``.history``; with ``target`` or
+    ``patience`` it stops the training of every worker (ps.should_stop()).
+    ``fn(model_copy)`` when ``model`` is given, else ``fn(list of tensors)``,
+    returns the metric. See ps_validator.py."""
+    opt = _optimizer("Validator")
+    v = _validator.Validator(fn, every_s, opt, model=model, target=target,
+                             higher_is_better=higher_is_better, patience=patience,
+                             min_delta=min_delta)
+    opt._validators.append(v)
+    return v
+
+
+def should_stop():
+    """True once a Validator (on any worker) has stopped the training; every
+    worker sees it at its next step (sync: all after the same step)."""
+    opt = _optimizer("should_stop")
+    if opt._group is not None and opt._group.stop:
+        return True
+    return _native.ps_stop_requested()

@@ -74,6 +74,7 @@ class Group:
         self.scale = len(self.groups) * len(self.members) / float(workers)
         self.steps = 0
         self.staleness = 0
+        self.stop = False  # the leader saw the servers' stop flag
         self.center = None  # easgd: c_g
 
     def _broadcast(self, tensors, name):
@@ -90,7 +91,7 @@ class Group:
         if self.set is not None:
             D.grouped_allreduce_(grads, op=C.Average, process_set=self.set,
                                  name="ps.group.grads")
-        stale = torch.zeros(1, dtype=torch.float64)
+        stale = torch.zeros(2, dtype=torch.float64)  # staleness, stop requested
         if self.is_leader:
             if self.mode == "sync" and self.scale != 1.0:
                 for g in grads:
@@ -98,8 +99,10 @@ class Group:
             _native.ps_step([p.data_ptr() for p in params], [g.data_ptr() for g in grads],
                             lr)
             stale[0] = _native.ps_staleness()
+            stale[1] = float(_native.ps_stop_requested())
         self._broadcast([p.data for p in params] + [stale], "ps.group.params")
         self.staleness = int(stale[0])
+        self.stop = self.stop or bool(stale[1])
 
     def start(self, params):
         """After the servers' start: every worker holds the center; easgd's
@@ -122,6 +125,9 @@ class Group:
                                  name="ps.group.easgd")
         for c, d in zip(self.center, diffs):
             c.add_(d)
+        stop = torch.zeros(1, dtype=torch.float64)
         if self.is_leader:
             _native.ps_exchange([c.data_ptr() for c in self.center])
-        self._broadcast(self.center, "ps.group.center")
+            stop[0] = float(_native.ps_stop_requested())
+        self._broadcast(self.center + [stop], "ps.group.center")
+        self.stop = self.stop or bool(stop[0])
