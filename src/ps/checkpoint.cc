@@ -263,7 +263,13 @@ Digest parseDigest(const std::string& text,
 
 Manifest readManifest(const std::string& dir) {
   const std::string path = manifestPath(dir);
-  std::istringstream in(readWhole(path, "checkpoint manifest"));
+  const std::string text = readWhole(path, "checkpoint manifest");
+  if (text.size() < 4 || text.compare(text.size() - 4, 4, "end\n") != 0) {
+    KOLO_THROW(ErrorCode::kMismatch, "checkpoint manifest '"
+                                         << path << "' is torn: " << text.size()
+                                         << " bytes without the closing 'end' line");
+  }
+  std::istringstream in(text);
   std::string line;
   int number = 0;
   auto bad = [&](const std::string& what) {
