@@ -30,6 +30,9 @@ typedef struct kolo_ps_options {
   /* Workers that push: with groups (kolo.torch.ps group_size), the number of
    * group leaders, the only workers that push; 0: every worker. */
   int pushers;
+  /* Validating workers, the last ones (kolo_ps_validators gives the job's
+   * count, from kolorun --validators V / KOLO_VALIDATORS); 0: none. */
+  int validators;
 } kolo_ps_options;
 
 /* Number of servers of this job (0: none). */
@@ -68,6 +71,16 @@ int kolo_ps_save(const char* path);
 int kolo_ps_request_stop(void);
 int kolo_ps_stop_requested(int* out);
 int kolo_ps_version(uint64_t* out);
+/* Validator ranks (kolorun --validators V, KOLO_VALIDATORS=V): the last V
+ * workers validate instead of training. kolo_ps_validators: V (0 when
+ * unset; a value that is not an integer in [0, workers) is an error naming
+ * it). kolo_ps_training_over: 1 once every trainer has finished (seen at the
+ * last exchange with the servers). kolo_ps_finish: this worker is done with
+ * the servers (the goodbye kolo_finalize would send, sent now): trainers
+ * call it at the end of training so the validators can end theirs. */
+int kolo_ps_validators(int* out);
+int kolo_ps_training_over(int* out);
+int kolo_ps_finish(void);
 int kolo_ps_load(const char* path, float* const* params);
 
 #ifdef __cplusplus

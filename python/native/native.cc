@@ -582,6 +582,7 @@ PYBIND11_MODULE(_native, m) {
     c.pull_period = i("pull_period");
     c.easgd_period = i("easgd_period");
     c.pushers = o.contains("pushers") ? i("pushers") : 0;
+    c.validators = o.contains("validators") ? i("validators") : 0;
     std::vector<float*> p;
     for (uintptr_t a : params) p.push_back(reinterpret_cast<float*>(a));
     int rc;
@@ -641,6 +642,24 @@ PYBIND11_MODULE(_native, m) {
     uint64_t v = 0;
     check(kolo_ps_version(&v));
     return v;
+  });
+  m.def("ps_validators", [] {
+    int v = 0;
+    check(kolo_ps_validators(&v));
+    return v;
+  });
+  m.def("ps_training_over", [] {
+    int v = 0;
+    check(kolo_ps_training_over(&v));
+    return v != 0;
+  });
+  m.def("ps_finish", [] {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = kolo_ps_finish();
+    }
+    check(rc);
   });
   m.def("ps_staleness", [] {
     uint64_t v = 0;

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -162,6 +163,7 @@ kolo::ps::PsConfig toConfig(const kolo_ps_options& o, size_t tensors,
   c.backupWorkers = o.backup_workers;
   c.easgdAlpha = o.easgd_alpha;
   c.pushers = o.pushers;
+  c.validators = o.validators;
   c.tensorElements.assign(counts, counts + tensors);
   return c;
 }
@@ -227,6 +229,33 @@ int kolo_ps_stop_requested(int* out) {
 
 int kolo_ps_version(uint64_t* out) {
   return psCall("kolo_ps_version", true, [&] { *out = gJob->client->version(); });
+}
+
+int kolo_ps_validators(int* out) {
+  return psCall("kolo_ps_validators", false, [&] {
+    const char* env = std::getenv("KOLO_VALIDATORS");
+    const int workers = static_cast<int>(gJob->roles.workers.size());
+    *out = 0;
+    if (env == nullptr || *env == '\0') return;
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (*end != '\0' || v < 0 || v >= workers) {
+      KOLO_THROW(kolo::ErrorCode::kInvalidArgument,
+                 "KOLO_VALIDATORS='" << env << "' with " << workers
+                                     << " workers (expected an integer in [0, " << workers
+                                     << "): at least one worker trains)");
+    }
+    *out = static_cast<int>(v);
+  });
+}
+
+int kolo_ps_training_over(int* out) {
+  return psCall("kolo_ps_training_over", true,
+                [&] { *out = gJob->client->trainingOver() ? 1 : 0; });
+}
+
+int kolo_ps_finish(void) {
+  return psCall("kolo_ps_finish", true, [&] { gJob->client->bye(); });
 }
 
 int kolo_ps_staleness(uint64_t* out) {

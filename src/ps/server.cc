@@ -96,7 +96,19 @@ void Server::run() {
         continue;
       }
       payload.resize(h.payloadBytes);
-      if (h.payloadBytes > 0) t_.recv(from, kPayloadTag, payload.data(), payload.size());
+      if (isShardPayload(h.type)) {
+        // The decoder has checked the size against the shard's: segments_
+        // exist and cover it.
+        std::vector<transport::RequestPtr> parts;
+        for (const Segment& g : segments_) {
+          parts.push_back(t_.irecv(from, kPayloadTag,
+                                   payload.data() + g.shardOffset * sizeof(float),
+                                   g.count * sizeof(float)));
+        }
+        t_.waitAll(parts);
+      } else if (h.payloadBytes > 0) {
+        t_.recv(from, kPayloadTag, payload.data(), payload.size());
+      }
       if (h.type == MessageType::kBye) {
         done_[w] = true;
         --open_;
@@ -216,6 +228,7 @@ void Server::onConfig(int w, const std::vector<uint8_t>& payload) {
   ShardMap map =
       ShardMap::build(c.tensorElements, static_cast<int>(roles_.servers.size()));
   for (uint64_t n : map.shardElements) shardBytes_.push_back(n * sizeof(float));
+  segments_ = segmentsOf(map.shards[index_]);
   const size_t n = map.shardElements[index_];
   values_.assign(n, 0.0f);
   sum_.assign(c.mode == Mode::kSync ? n : 0, 0.0f);
@@ -262,6 +275,11 @@ void Server::onPush(int w, const Header& h, const float* grad) {
                                    << " for version " << h.version
                                    << ", but the shard is at version " << stats_.version);
   }
+  if (w >= workers_ - c.validators) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "parameter server " << index_ << ": push from worker " << w
+                                   << ", a validator (validators push nothing)");
+  }
   ++stats_.pushes[w];
   Header r;
   r.type = MessageType::kPushReply;
@@ -286,8 +304,7 @@ void Server::onPush(int w, const Header& h, const float* grad) {
     roundLr_ = h.lr;
     r.version = stats_.version;
     reply(w, r, nullptr, 0);
-    const int pushers = c.pushers == 0 ? workers_ : c.pushers;
-    if (++roundCount_ >= pushers - c.backupWorkers) applySyncRound();
+    if (++roundCount_ >= trainers(c, workers_) - c.backupWorkers) applySyncRound();
     return;
   }
   rule_->apply(values_.data(), grad, h.lr);
@@ -424,6 +441,14 @@ void Server::commitLoad(int w, const std::string& file, const Digest& digest) {
                   << "' at version " << stats_.version;
 }
 
+bool Server::trainingOver() const {
+  if (!config_ || config_->validators == 0) return false;
+  for (int w = 0; w < workers_ - config_->validators; ++w) {
+    if (!done_[w]) return false;
+  }
+  return true;
+}
+
 void Server::servePulls() {
   if (!seeded_) return;
   auto ready = [&](const PendingPull& p) { return p.minVersion <= stats_.version; };
@@ -444,13 +469,24 @@ void Server::servePulls() {
 
 void Server::reply(int w, Header h, const void* data, size_t bytes) {
   if (stopAt_ && stats_.version >= *stopAt_) h.flags |= kFlagStop;
+  if (trainingOver()) h.flags |= kFlagTrainingOver;
   h.worker = static_cast<uint32_t>(w);
   h.shard = static_cast<uint32_t>(index_);
   h.payloadBytes = bytes;
   const HeaderBytes b = encodeHeader(h);
   const int to = roles_.workers[w];
   t_.send(to, kHeaderTag, b.data(), b.size());
-  if (bytes > 0) t_.send(to, kPayloadTag, data, bytes);
+  if (isShardPayload(h.type)) {
+    std::vector<transport::RequestPtr> parts;
+    const auto* floats = static_cast<const float*>(data);
+    for (const Segment& g : segments_) {
+      parts.push_back(
+          t_.isend(to, kPayloadTag, floats + g.shardOffset, g.count * sizeof(float)));
+    }
+    t_.waitAll(parts);
+  } else if (bytes > 0) {
+    t_.send(to, kPayloadTag, data, bytes);
+  }
 }
 
 void Server::refuse(int w, const std::string& why) {

@@ -29,6 +29,7 @@
 
 #include "ps/checkpoint.h"
 #include "ps/roles.h"
+#include "ps/segments.h"
 #include "ps/shard_map.h"
 #include "ps/update_rule.h"
 #include "ps/wire.h"
@@ -76,6 +77,8 @@ class Server {
   void commitLoad(int w, const std::string& file, const Digest& digest);
   void applySyncRound();
   void servePulls();
+  // Validators exist and every trainer has finished (kFlagTrainingOver).
+  bool trainingOver() const;
   void reply(int w, Header h, const void* data, size_t bytes);
   void refuse(int w, const std::string& why);
 
@@ -88,6 +91,7 @@ class Server {
   std::string cannotServe_;  // set when worker 0 was refused before seeding
   int open_ = 0;             // workers neither finished nor refused
   std::vector<uint64_t> shardBytes_;
+  std::vector<Segment> segments_;  // how this shard's payloads travel
   std::vector<float> values_;
   std::unique_ptr<UpdateRule> rule_;
   bool seeded_ = false;

@@ -63,8 +63,15 @@ inline constexpr uint16_t kFlagLoadAbort = 2;
 // shard has reached the version where it stops (docs/parameter_server.md,
 // "Validation").
 inline constexpr uint16_t kFlagStop = 0x8000;
+// Any server reply: every trainer (a worker that is not a validator) has
+// finished; validators end their loop.
+inline constexpr uint16_t kFlagTrainingOver = 0x4000;
 
 const char* messageTypeName(MessageType t);
+
+// kSeed, kPush, kPullReply, kExchange, kExchangeReply: the payload is the
+// shard's floats, sent as its segments (segments.h).
+bool isShardPayload(MessageType t);
 
 struct Header {
   MessageType type = MessageType::kPull;
@@ -127,6 +134,10 @@ struct PsConfig {
   // parameter_server.md, "Groups"); 0: every worker. A sync round applies
   // once pushers - backupWorkers have pushed.
   int32_t pushers = 0;
+  // Validating workers (kolorun --validators V): the last V worker indices.
+  // They pull and never push; the others are the trainers, and a sync
+  // round applies once trainers - backupWorkers have pushed. Not with groups.
+  int32_t validators = 0;
   OptimizerConfig optimizer;  // sync, downpour
   std::vector<uint64_t> tensorElements;
 
@@ -138,6 +149,10 @@ struct PsConfig {
 // outside [0, pushers) (pushers 0 counting as workers), alpha
 // outside (0, 1], an optimizer torch would reject.
 void validate(const PsConfig& c, int workers);
+
+// The workers that push: the group leaders, or the workers less the
+// validators.
+int trainers(const PsConfig& c, int workers);
 
 std::vector<uint8_t> encodeConfig(const PsConfig& c);
 // Checks the size against the tensor count it states (at most maxTensors)

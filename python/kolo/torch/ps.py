@@ -181,6 +181,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, mode="sync", stalenes
     if _native.ps_servers() == 0:
         raise ValueError("kolo.torch.ps needs parameter servers: start the job with "
                          "kolorun --servers S (or KOLO_SERVERS=S)")
+    options["validators"] = _native.ps_validators()
     group = None
     if group_size is not None:
         group = _groups.Group(group_size, options)
@@ -257,13 +258,38 @@ def Validator(fn, every_s, model=None, target=None, higher_is_better=True, patie
     (seconds, version, metric) in ``.history``; with ``target`` or
     ``patience`` it stops the training of every worker (ps.should_stop()).
     ``fn(model_copy)`` when ``model`` is given, else ``fn(list of tensors)``,
-    returns the metric. See ps_validator.py."""
+    returns the metric. See ps_validator.py.
+
+    On a validator rank (kolorun --validators V; is_validator()) it does not
+    return until every trainer has called ps.finish(): it pulls and
+    evaluates every ``every_s`` seconds in this thread, the last time on
+    the final parameters, and returns the Validator with its history."""
     opt = _optimizer("Validator")
     v = _validator.Validator(fn, every_s, opt, model=model, target=target,
                              higher_is_better=higher_is_better, patience=patience,
                              min_delta=min_delta)
+    if is_validator():
+        v.serve()
+        return v
     opt._validators.append(v)
     return v
+
+
+def is_validator():
+    """True on the workers that validate instead of training: the last V
+    workers of a job started with kolorun --validators V (KOLO_VALIDATORS)."""
+    v = _native.ps_validators()
+    return v > 0 and _native.rank() >= _native.size() - v
+
+
+def finish():
+    """This worker is done with the servers (the goodbye hvd.shutdown would
+    send, sent now). With validator ranks, every trainer calls it at the
+    end of training, before hvd.shutdown: the validators end their loop
+    when all trainers have (hvd.shutdown waits for every worker, validators
+    included)."""
+    _optimizer("finish")
+    _native.ps_finish()
 
 
 def should_stop():

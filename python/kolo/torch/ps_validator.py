@@ -129,6 +129,35 @@ class Validator:
             self._wake.notify_all()
         self._thread.join()
 
+    # ---- a dedicated validator rank (kolorun --validators V) ------------------
+
+    def serve(self):
+        """On a validator rank: pull, evaluate, record, every ``every_s``
+        seconds, until the servers say every trainer has finished; the last
+        evaluation is of the final parameters. Asks the servers to stop the
+        training when the target or the patience says so."""
+        self.close()  # no background thread here: this thread evaluates
+        while True:
+            began = time.monotonic()
+            self._opt.pull()
+            over = _native.ps_training_over()
+            version = _native.ps_version()
+            if self._live is not None:
+                self._live.eval()
+                with torch.no_grad():
+                    metric = float(self._fn(self._live))
+            else:
+                metric = float(self._fn([p.detach() for p in self._opt._params]))
+            self.history.append((time.monotonic() - self._t0, version, metric))
+            if self._decided is None:
+                self._judge(metric)
+            if self._decided is not None and not self._requested:
+                self._requested = True
+                _native.ps_request_stop()
+            if over:
+                return
+            time.sleep(max(0.0, self._every - (time.monotonic() - began)))
+
     # ---- the background thread -----------------------------------------------
 
     def _run(self):
