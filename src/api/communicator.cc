@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "api/communicator_impl.h"
+#include "api/exit_goodbye.h"
 #include "api/mpi_engine.h"
 #include "api/network_address.h"
 #include "collectives/reduce.h"
@@ -169,6 +170,7 @@ CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
                                    const Settings& settings, EngineOptions engine)
     : settings_(settings) {
   setUp(config, engine.mpi, std::move(engine.store), /*team=*/false);
+  enrolForExitGoodbye(this, [this] { close(/*atExit=*/true); });
 }
 
 CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
@@ -176,6 +178,7 @@ CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
                                    std::shared_ptr<rendezvous::Store> store)
     : settings_(settings) {
   setUp(config, /*engineMpi=*/false, std::move(store), /*team=*/true);
+  enrolForExitGoodbye(this, [this] { close(/*atExit=*/true); });
 }
 
 void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
@@ -348,10 +351,15 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
+  leaveExitGoodbye(this);
   shutdown();
 }
 
 void CommunicatorImpl::shutdown() {
+  close(/*atExit=*/false);
+}
+
+void CommunicatorImpl::close(bool atExit) {
   std::lock_guard<std::mutex> lock(shutdownMu_);
   if (shut_) return;
   shut_ = true;
@@ -365,6 +373,7 @@ void CommunicatorImpl::shutdown() {
       guarded([&] {
         OpDescriptor d;
         d.kind = CollectiveKind::kFinalize;
+        if (atExit) d.extra = collectives::kFinalizeAtExit;
         agree(nextContext(), d, nullptr);
       });
     });

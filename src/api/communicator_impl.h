@@ -71,7 +71,8 @@ class CommunicatorImpl : public Communicator {
                                       const std::string& name) override;
 
   // A barrier with every rank, then teardown; errors are logged, not thrown
-  // from the destructor. Idempotent.
+  // from the destructor. Idempotent. A communicator still open when the
+  // process exits runs it from an atexit handler (exit_goodbye.h).
   void shutdown();
 
   // The job's point-to-point transport, for the parameter servers
@@ -85,6 +86,9 @@ class CommunicatorImpl : public Communicator {
   // else hier under KOLO_HIERARCHICAL_ALLREDUCE=1 where hier can run; empty:
   // the selection table decides.
   std::string_view forcedAllreduce(const collectives::Context& ctx) const;
+  // shutdown()'s body; `atExit`: the process exits without finalize (the
+  // closing descriptor says so).
+  void close(bool atExit);
   // The constructors' common body; `team`: built by split().
   void setUp(const CommunicatorConfig& config, bool engineMpi,
              std::shared_ptr<rendezvous::Store> store, bool team);

@@ -43,15 +43,19 @@ std::string describe(const OpDescriptor& d) {
 }
 
 bool same(const OpDescriptor& a, const OpDescriptor& b) {
+  // Ranks that all leave agree, however each of them leaves.
+  if (a.kind == CollectiveKind::kFinalize && b.kind == CollectiveKind::kFinalize) {
+    return true;
+  }
   return a.kind == b.kind && a.dtype == b.dtype && a.op == b.op && a.root == b.root &&
          a.count == b.count && a.extra == b.extra;
 }
 
 // A rank whose descriptor is the closing step left the job while others
 // wait in a collective: every rank (the leaving one too) throws the same
-// error, built from the whole list, naming the lowest such rank and the
-// collective of the lowest waiting rank.
-constexpr std::string_view kLeftTheJob = " left the job (finalized) while rank ";
+// error, built from the whole list, naming the lowest such rank, how it
+// left, and the collective of the lowest waiting rank.
+constexpr std::string_view kLeftTheJob = " left the job (";
 
 void checkDeparture(std::span<const OpDescriptor> all) {
   int left = -1;
@@ -62,10 +66,13 @@ void checkDeparture(std::span<const OpDescriptor> all) {
     if (!leaving && waiting < 0) waiting = static_cast<int>(r);
   }
   if (left < 0 || waiting < 0) return;
-  KOLO_THROW_PEER(ErrorCode::kPeerLost, left,
-                  "rank " << left << kLeftTheJob << waiting << " waited in "
-                          << describe(all[waiting]) << " (collective #"
-                          << all[waiting].sequence << ")");
+  KOLO_THROW_PEER(
+      ErrorCode::kPeerLost, left,
+      "rank " << left << kLeftTheJob
+              << (all[left].extra == kFinalizeAtExit ? "exited without finalize"
+                                                     : "finalized")
+              << ") while rank " << waiting << " waited in " << describe(all[waiting])
+              << " (collective #" << all[waiting].sequence << ")");
 }
 
 }  // namespace

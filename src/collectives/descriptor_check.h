@@ -56,6 +56,10 @@ struct OpDescriptor {
 };
 static_assert(sizeof(OpDescriptor) == 32);
 
+// OpDescriptor::extra of a kFinalize descriptor: how the rank leaves
+// (0: it finalized, i.e. destroyed its communicator).
+inline constexpr uint64_t kFinalizeAtExit = 1;  // the process exits without finalize
+
 // Throws Error(kMismatch) when any descriptor differs from ranks[0]'s, or
 // Error(kInvalidArgument) naming a rank that flagged invalid arguments.
 // `self` is this rank; it is not needed for the verdict (all ranks reach the

@@ -108,6 +108,10 @@ void GroupTransport::abort(const Error& cause) {
   parent_.abort(cause);
 }
 
+bool GroupTransport::peerLost(int peer) const {
+  return peer >= 0 && peer < size() && parent_.peerLost(members_[peer]);
+}
+
 int GroupTransport::globalRank(int r) const {
   if (r < 0 || r >= size()) return r;
   return parent_.globalRank(members_[r]);

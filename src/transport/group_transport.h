@@ -50,6 +50,11 @@ class GroupTransport : public Transport {
   int globalRank(int r) const override;
   std::optional<bool> silentFor(int peer, std::chrono::milliseconds d) const override;
   void abort(const Error& cause) override;
+  // Isolation is the parent's (a group and its parent are one transport):
+  // setting it here sets it on the parent.
+  void setIsolatePeerFailures(bool on) override { parent_.setIsolatePeerFailures(on); }
+  bool isolatesPeerFailures() const override { return parent_.isolatesPeerFailures(); }
+  bool peerLost(int peer) const override;
 
   const std::vector<int>& members() const { return members_; }
   Transport& parent() const { return parent_; }

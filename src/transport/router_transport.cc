@@ -90,6 +90,21 @@ void RouterTransport::abort(const Error& cause) {
   }
 }
 
+void RouterTransport::setIsolatePeerFailures(bool on) {
+  for (auto& p : parts_) p->setIsolatePeerFailures(on);
+}
+
+bool RouterTransport::isolatesPeerFailures() const {
+  return !parts_.empty() && std::all_of(parts_.begin(), parts_.end(), [](const auto& p) {
+    return p->isolatesPeerFailures();
+  });
+}
+
+bool RouterTransport::peerLost(int peer) const {
+  if (parts_.empty() || peer < 0 || peer >= size_) return false;
+  return parts_[routes_[peer]]->peerLost(peer);
+}
+
 std::chrono::milliseconds RouterTransport::timeout() const {
   auto t = timeout_;
   for (auto& p : parts_) t = std::min(t, p->timeout());

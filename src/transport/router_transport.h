@@ -35,6 +35,11 @@ class RouterTransport : public Transport {
   }
   std::optional<bool> silentFor(int peer, std::chrono::milliseconds d) const override;
   void abort(const Error& cause) override;
+  // Isolation is set on every part (each must support it); a rank's loss
+  // is its part's.
+  void setIsolatePeerFailures(bool on) override;
+  bool isolatesPeerFailures() const override;
+  bool peerLost(int peer) const override;
 
  private:
   Transport& partFor(int peer);

@@ -10,6 +10,22 @@ void Transport::idle(std::chrono::microseconds max) {
   std::this_thread::sleep_for(max);
 }
 
+void Transport::setIsolatePeerFailures(bool on) {
+  if (!on) return;
+  KOLO_THROW(ErrorCode::kInvalidArgument,
+             "rank " << globalRank(rank())
+                     << ": this transport cannot isolate peer failures (the loss of "
+                        "any peer breaks it)");
+}
+
+std::vector<int> Transport::lostPeers() const {
+  std::vector<int> lost;
+  for (int r = 0; r < size(); ++r) {
+    if (peerLost(r)) lost.push_back(r);
+  }
+  return lost;
+}
+
 void Transport::wait(Request& request) {
   Backoff backoff(spin_, blocksInIdle() ? std::chrono::microseconds(0)
                                         : std::chrono::microseconds(2000));

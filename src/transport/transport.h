@@ -19,7 +19,18 @@
 //   Error(kPeerLost) naming it, raised from progress()/wait() within about
 //   2 s. A peer that stays silent while we wait for it longer than
 //   timeout() is an Error(kTimeout) naming it. After a failure the transport
-//   is broken: every pending and later request fails with that error.
+//   is broken: every pending and later request fails with that error. A
+//   lost peer that no pending request needs (its messages all delivered)
+//   may break the transport only when a later request needs it.
+// - Per-peer failure isolation (opt-in, setIsolatePeerFailures(true)): a
+//   lost peer fails only the requests to and from it, pending and later,
+//   with Error(kPeerLost) naming it; receives from kAnySource that are
+//   pending when it is lost fail with that error too (the caller's notice
+//   of the loss; later ones match the remaining peers). progress() does
+//   not throw for it, and every other peer goes on. A peer whose transport
+//   aborted (abort()) counts as lost. For point-to-point users such as the
+//   parameter servers; collectives keep the default (any loss breaks the
+//   communicator). Timeouts are unchanged: wait() throws Error(kTimeout).
 // - Thread safety: one thread at a time uses a transport (the caller
 //   serialises); it need not be the same thread every time.
 #pragma once
@@ -33,6 +44,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <kolo/error.h>
 
@@ -110,6 +122,19 @@ class Transport {
   // (naming the rank really lost) rather than only seeing this rank go. The
   // transport is broken afterwards. Default: nothing to tell.
   virtual void abort(const Error& cause) {}
+
+  // Switches per-peer failure isolation (above) on or off; call it before
+  // traffic starts or between operations. Throws Error(kInvalidArgument)
+  // when the transport cannot isolate (the default; the mpi transport).
+  virtual void setIsolatePeerFailures(bool on);
+  virtual bool isolatesPeerFailures() const { return false; }
+
+  // Whether `peer`'s link failed (its process died, it closed without a
+  // goodbye, it aborted, or it closed while a request still needed it).
+  // An orderly goodbye is not a loss. False for out-of-range ranks.
+  virtual bool peerLost(int peer) const { return false; }
+  // Every lost peer, ascending.
+  std::vector<int> lostPeers() const;
 
   // The job-wide rank of `rank` (a rank of this transport), used when an
   // error names a rank. Identity unless the transport is a view of a subset

@@ -458,9 +458,9 @@ int modeStall() {
 
 // ---------------------------------------------------------------- no finalize
 
-// Through the C API, without kolo_finalize: at exit kolo finalizes MPI
-// (its atexit handler) and the communicator, destroyed later, must not hang
-// or crash.
+// Through the C API, without kolo_finalize: at exit the communicator says
+// goodbye (its closing step, exit_goodbye.h) before kolo finalizes MPI (its
+// atexit handler, registered earlier, runs later); nothing hangs or crashes.
 int modeNoFinalize() {
   if (kolo_init() != KOLO_OK) {
     fail(std::string("kolo_init: ") + kolo_last_error());

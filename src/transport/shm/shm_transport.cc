@@ -101,29 +101,6 @@ size_t segmentBytes(size_t count, size_t ringBytes) {
 using shm::futexWait;
 using shm::futexWake;
 
-// True when the process is gone or a zombie (killed, not yet reaped).
-bool processGone(pid_t pid, std::string* how) {
-  if (kill(pid, 0) != 0 && errno == ESRCH) {
-    *how = "its process no longer exists";
-    return true;
-  }
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) {
-    *how = "its process no longer exists";
-    return true;
-  }
-  std::string line;
-  std::getline(stat, line);
-  auto paren = line.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
-  char state = line[paren + 2];
-  if (state == 'Z' || state == 'X') {
-    *how = "its process has exited (zombie, state " + std::string(1, state) + ")";
-    return true;
-  }
-  return false;
-}
-
 // Maps the pages of [offset, offset + bytes) now, in one system call:
 // touching fresh pages one fault at a time costs tens of microseconds per
 // page in some virtual machines. Best effort (needs Linux 5.14).
@@ -226,15 +203,42 @@ ShmTransport::ShmTransport(const Options& options) : options_(options) {
 
 ShmTransport::~ShmTransport() = default;
 
-// Set-up: create our segment, publish it, map the peers', barrier, unlink.
+// Set-up, in named steps: create our segment, publish it, map the peers',
+// barrier, unlink every segment, link the rings.
 void ShmTransport::connect(rendezvous::Store& store) {
-  const auto& local = options_.localRanks;
-  const size_t n = local.size();
-  const std::string& prefix = options_.keyPrefix;
+  const size_t n = options_.localRanks.size();
   segments_.resize(n);
   peers_.resize(n);
+  segments_[me_] = createOwnSegment();
+  try {
+    const std::string gen = publishSegment(store);
+    for (size_t j = 0; j < n; ++j) {
+      peers_[j].rank = options_.localRanks[j];
+      if (static_cast<int>(j) == me_) {
+        peers_[j].pid = getpid();
+        continue;
+      }
+      segments_[j] = mapPeerSegment(static_cast<int>(j), gen, store);
+    }
+    waitAllMapped(gen, store);
+  } catch (...) {
+    unlinkAll();
+    throw;
+  }
+  unlinkAll();
+  linkRings();
+}
 
-  // Our segment.
+void ShmTransport::unlinkAll() {
+  for (auto& s : segments_)
+    if (s) s->unlink();
+}
+
+// Step 1: our segment (our inbound rings), created, sized, mapped, touched
+// and initialised; the magic is written last.
+std::unique_ptr<ShmTransport::Segment> ShmTransport::createOwnSegment() {
+  const size_t n = options_.localRanks.size();
+  const std::string& prefix = options_.keyPrefix;
   static std::atomic<uint64_t> counter{0};
   std::random_device rd;
   std::ostringstream name;
@@ -276,100 +280,104 @@ void ShmTransport::connect(rendezvous::Store& store) {
   }
   std::atomic_thread_fence(std::memory_order_release);
   hdr->magic = kMagic;
-  segments_[me_] = std::move(own);
+  return own;
+}
 
-  auto unlinkAll = [&] {
-    for (auto& s : segments_)
-      if (s) s->unlink();
-  };
-  try {
-    // Keys of the n-th transport a rank creates under this prefix carry
-    // generation n, so a job may create its transports again (re-init) on a
-    // store that still holds the previous generation's keys.
-    const std::string gen =
-        prefix + "/g" +
-        std::to_string(
-            store.add(prefix + "/generation/" + std::to_string(options_.rank), 1));
-    store.setString(gen + "/seg/" + std::to_string(options_.rank),
-                    std::to_string(getpid()) + " " + segments_[me_]->name);
+// Step 2: publish "<pid> <name>" under this transport's generation.
+// Keys of the n-th transport a rank creates under this prefix carry
+// generation n, so a job may create its transports again (re-init) on a
+// store that still holds the previous generation's keys.
+std::string ShmTransport::publishSegment(rendezvous::Store& store) {
+  const std::string& prefix = options_.keyPrefix;
+  const std::string gen =
+      prefix + "/g" +
+      std::to_string(
+          store.add(prefix + "/generation/" + std::to_string(options_.rank), 1));
+  store.setString(gen + "/seg/" + std::to_string(options_.rank),
+                  std::to_string(getpid()) + " " + segments_[me_]->name);
 
-    // Map every peer's segment.
-    for (size_t j = 0; j < n; ++j) {
-      peers_[j].rank = local[j];
-      if (static_cast<int>(j) == me_) {
-        peers_[j].pid = getpid();
-        continue;
-      }
-      std::string value = store.getString(gen + "/seg/" + std::to_string(local[j]),
-                                          options_.connectTimeout);
-      std::istringstream is(value);
-      long pid = 0;
-      auto seg = std::make_unique<Segment>();
-      if (!(is >> pid >> seg->name)) {
-        KOLO_THROW(ErrorCode::kInvalidArgument,
-                   "shm transport rank " << options_.rank << ": bad segment entry '"
-                                         << value << "' published by rank " << local[j]);
-      }
-      peers_[j].pid = static_cast<pid_t>(pid);
-      int pfd = shm_open(seg->name.c_str(), O_RDWR, 0);
-      KOLO_SYSCHECK(pfd, "shm transport rank " << options_.rank << ": opening segment "
-                                               << seg->name << " of rank " << local[j]);
-      struct stat st;
-      if (fstat(pfd, &st) != 0 || static_cast<size_t>(st.st_size) < kHeaderArea) {
-        close(pfd);
-        KOLO_THROW(ErrorCode::kIo, "shm transport rank " << options_.rank << ": segment "
-                                                         << seg->name << " of rank "
-                                                         << local[j] << " is too small");
-      }
-      seg->bytes = static_cast<size_t>(st.st_size);
-      void* pbase = mmap(nullptr, seg->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
-      close(pfd);
-      if (pbase == MAP_FAILED) {
-        KOLO_SYSCHECK(-1, "shm transport rank " << options_.rank << ": mapping segment "
-                                                << seg->name << " of rank " << local[j]);
-      }
-      seg->base = pbase;
-      auto* ph = seg->header();
-      if (ph->magic != kMagic || ph->count != n || ph->ringBytes < kMinRing ||
-          (ph->ringBytes & (ph->ringBytes - 1)) != 0 ||
-          seg->bytes < segmentBytes(n, ph->ringBytes) || ph->ownerRank != local[j]) {
-        KOLO_THROW(ErrorCode::kInvalidArgument,
-                   "shm transport rank "
-                       << options_.rank << ": segment " << seg->name << " of rank "
-                       << local[j] << " does not match: it has " << ph->count
-                       << " rings for owner rank " << ph->ownerRank << ", expected " << n
-                       << " for rank " << local[j]
-                       << " (do all ranks pass the same localRanks?)");
-      }
-      // Our ring in the peer's segment, the only part we write.
-      populate(pbase, 0, dataOffset(n));
-      populate(pbase, dataOffset(n) + me_ * ph->ringBytes, ph->ringBytes);
-      segments_[j] = std::move(seg);
-    }
+  return gen;
+}
 
-    // Barrier: once every local rank mapped every segment, all can go.
-    const std::string counterKey = gen + "/mapped/" + std::to_string(local.front());
-    const std::string doneKey = gen + "/mapped-all/" + std::to_string(local.front());
-    int64_t arrived = store.add(counterKey, 1);
-    if (arrived == static_cast<int64_t>(n)) store.setString(doneKey, "1");
-    try {
-      store.get(doneKey, options_.connectTimeout);
-    } catch (const Error& e) {
-      if (e.code() != ErrorCode::kTimeout) throw;
-      KOLO_THROW(ErrorCode::kTimeout, "shm transport rank "
-                                          << options_.rank << ": only "
-                                          << store.add(counterKey, 0) << " of " << n
-                                          << " local ranks [" << joinRanks(local)
-                                          << "] mapped the shared-memory segments within "
-                                          << options_.connectTimeout.count() / 1000.0
-                                          << " s (KOLO_CONNECT_TIMEOUT)");
-    }
-  } catch (...) {
-    unlinkAll();
-    throw;
+// Step 3: map local peer j's segment and check that it matches ours.
+std::unique_ptr<ShmTransport::Segment> ShmTransport::mapPeerSegment(
+    int j, const std::string& gen, rendezvous::Store& store) {
+  const auto& local = options_.localRanks;
+  const size_t n = local.size();
+  std::string value =
+      store.getString(gen + "/seg/" + std::to_string(local[j]), options_.connectTimeout);
+  std::istringstream is(value);
+  long pid = 0;
+  auto seg = std::make_unique<Segment>();
+  if (!(is >> pid >> seg->name)) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "shm transport rank " << options_.rank << ": bad segment entry '" << value
+                                     << "' published by rank " << local[j]);
   }
-  unlinkAll();
+  peers_[j].pid = static_cast<pid_t>(pid);
+  int pfd = shm_open(seg->name.c_str(), O_RDWR, 0);
+  KOLO_SYSCHECK(pfd, "shm transport rank " << options_.rank << ": opening segment "
+                                           << seg->name << " of rank " << local[j]);
+  struct stat st;
+  if (fstat(pfd, &st) != 0 || static_cast<size_t>(st.st_size) < kHeaderArea) {
+    close(pfd);
+    KOLO_THROW(ErrorCode::kIo, "shm transport rank " << options_.rank << ": segment "
+                                                     << seg->name << " of rank "
+                                                     << local[j] << " is too small");
+  }
+  seg->bytes = static_cast<size_t>(st.st_size);
+  void* pbase = mmap(nullptr, seg->bytes, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0);
+  close(pfd);
+  if (pbase == MAP_FAILED) {
+    KOLO_SYSCHECK(-1, "shm transport rank " << options_.rank << ": mapping segment "
+                                            << seg->name << " of rank " << local[j]);
+  }
+  seg->base = pbase;
+  auto* ph = seg->header();
+  if (ph->magic != kMagic || ph->count != n || ph->ringBytes < kMinRing ||
+      (ph->ringBytes & (ph->ringBytes - 1)) != 0 ||
+      seg->bytes < segmentBytes(n, ph->ringBytes) || ph->ownerRank != local[j]) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "shm transport rank "
+                   << options_.rank << ": segment " << seg->name << " of rank "
+                   << local[j] << " does not match: it has " << ph->count
+                   << " rings for owner rank " << ph->ownerRank << ", expected " << n
+                   << " for rank " << local[j]
+                   << " (do all ranks pass the same localRanks?)");
+  }
+  // Our ring in the peer's segment, the only part we write.
+  populate(pbase, 0, dataOffset(n));
+  populate(pbase, dataOffset(n) + me_ * ph->ringBytes, ph->ringBytes);
+  return seg;
+}
 
+// Step 4: barrier. Once every local rank mapped every segment, all can go
+// (and the segments can be unlinked).
+void ShmTransport::waitAllMapped(const std::string& gen, rendezvous::Store& store) {
+  const auto& local = options_.localRanks;
+  const size_t n = local.size();
+  const std::string counterKey = gen + "/mapped/" + std::to_string(local.front());
+  const std::string doneKey = gen + "/mapped-all/" + std::to_string(local.front());
+  int64_t arrived = store.add(counterKey, 1);
+  if (arrived == static_cast<int64_t>(n)) store.setString(doneKey, "1");
+  try {
+    store.get(doneKey, options_.connectTimeout);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kTimeout) throw;
+    KOLO_THROW(ErrorCode::kTimeout, "shm transport rank "
+                                        << options_.rank << ": only "
+                                        << store.add(counterKey, 0) << " of " << n
+                                        << " local ranks [" << joinRanks(local)
+                                        << "] mapped the shared-memory segments within "
+                                        << options_.connectTimeout.count() / 1000.0
+                                        << " s (KOLO_CONNECT_TIMEOUT)");
+  }
+}
+
+// Step 5: our inbound ring from each peer is in our segment; our outbound
+// ring to it is in its segment.
+void ShmTransport::linkRings() {
+  const size_t n = options_.localRanks.size();
   for (size_t j = 0; j < n; ++j) {
     Peer& p = peers_[j];
     p.in = Ring{segments_[me_]->ctl(j), segments_[me_]->ring(j), ringBytes_ - 1};
@@ -411,8 +419,9 @@ RequestPtr ShmTransport::isend(int dst, Tag tag, const void* data, size_t bytes)
                                                 << tag << ") from a null buffer");
   }
   if (broken_) return failedRequest(Request::Kind::kSend, dst, tag, bytes);
-  auto r = std::make_shared<Request>(Request::Kind::kSend, dst, tag, bytes);
   Peer& peer = peers_[j];
+  if (peer.lost) return lostRequest(Request::Kind::kSend, peer, tag, bytes);
+  auto r = std::make_shared<Request>(Request::Kind::kSend, dst, tag, bytes);
   peer.sends.push_back(PendingSend{r, static_cast<const uint8_t*>(data), 0});
   ++pendingSends_;
   if (peer.sends.size() == 1) pumpSend(peer, j);  // eager: small sends finish here
@@ -458,6 +467,9 @@ RequestPtr ShmTransport::irecv(int src, Tag tag, void* data, size_t bytes) {
     giveBuffer(std::move(it->buffer));
     unexpected_.erase(it);
     return r;
+  }
+  if (j != kAnySource && peers_[j].lost) {
+    return lostRequest(Request::Kind::kRecv, peers_[j], tag, bytes);
   }
   posted_.push_back(PostedRecv{r, j, out});
   return r;
@@ -671,6 +683,7 @@ bool ShmTransport::progress() {
   const int n = static_cast<int>(peers_.size());
   for (int j = 0; j < n; ++j) {
     Peer& p = peers_[j];
+    if (p.lost) continue;
     moved |= pumpRecv(p, j);
     if (!p.sends.empty()) moved |= pumpSend(p, j);
   }
@@ -706,45 +719,6 @@ void ShmTransport::idle(std::chrono::microseconds max) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (!anythingReady()) futexWait(&h->doorbell, seq, max);
   h->sleeping.store(0, std::memory_order_relaxed);
-}
-
-// Fails with kPeerLost when an awaited peer's process is gone.
-void ShmTransport::checkPeers() {
-  const pid_t self = getpid();
-  bool anySource = false;
-  std::vector<bool> awaited(peers_.size(), false);
-  for (const auto& r : posted_) {
-    if (r.src == kAnySource)
-      anySource = true;
-    else
-      awaited[r.src] = true;
-  }
-  for (size_t j = 0; j < peers_.size(); ++j) {
-    const Peer& p = peers_[j];
-    if (!(anySource || awaited[j] || !p.sends.empty() || p.request)) continue;
-    if (p.pid == self || p.pid <= 0) continue;
-    std::string how;
-    if (processGone(p.pid, &how)) {
-      std::ostringstream os;
-      os << "rank " << options_.rank << " lost rank " << p.rank << " (pid " << p.pid
-         << " on this host): " << how;
-      breakWith(std::make_exception_ptr(Error(ErrorCode::kPeerLost, os.str(), p.rank)));
-    }
-  }
-}
-
-void ShmTransport::breakWith(std::exception_ptr error) {
-  broken_ = error;
-  for (auto& r : posted_) r.request->fail(error);
-  posted_.clear();
-  for (auto& p : peers_) {
-    for (auto& s : p.sends) s.request->fail(error);
-    p.sends.clear();
-    if (p.request) p.request->fail(error);
-    p.request = nullptr;
-  }
-  pendingSends_ = 0;
-  std::rethrow_exception(error);
 }
 
 }  // namespace kolo::transport

@@ -37,7 +37,9 @@
 //   wait for it is Error(kPeerLost) naming its global rank, detected within
 //   about 100 ms of waiting; after it the transport is broken and every
 //   pending and later request fails with that error. A silent but living
-//   peer is left to Transport::wait's timeout (Error(kTimeout)).
+//   peer is left to Transport::wait's timeout (Error(kTimeout)). With
+//   per-peer isolation (transport.h) only what needs the dead peer fails;
+//   a send to a peer not yet known dead may still complete into its ring.
 // - Thread safety: one thread at a time per ShmTransport (Transport's rule).
 //   Distinct ShmTransports (e.g. ranks as threads of one process) are
 //   independent.
@@ -97,6 +99,9 @@ class ShmTransport : public Transport {
   // Sleeps on this rank's doorbell (a futex that peers ring after giving it
   // data or ring space) for up to `max`.
   void idle(std::chrono::microseconds max) override;
+  void setIsolatePeerFailures(bool on) override;
+  bool isolatesPeerFailures() const override { return isolate_; }
+  bool peerLost(int peer) const override;
 
   // Capacity of each ring in bytes (options.ringBytes rounded up).
   size_t ringBytes() const { return ringBytes_; }
@@ -156,10 +161,19 @@ class ShmTransport : public Transport {
     uint8_t* dst = nullptr;            // user buffer, unexpected buffer or null (discard)
     RequestPtr request;                // the matched receive, if any
     Unexpected* unexpected = nullptr;  // the buffering entry, if any
+    std::exception_ptr lost;           // isolation: why it was dropped
   };
 
   explicit ShmTransport(const Options& options);
   void connect(rendezvous::Store& store);
+  // connect()'s steps.
+  std::unique_ptr<Segment> createOwnSegment();
+  std::string publishSegment(rendezvous::Store& store);
+  std::unique_ptr<Segment> mapPeerSegment(int j, const std::string& gen,
+                                          rendezvous::Store& store);
+  void waitAllMapped(const std::string& gen, rendezvous::Store& store);
+  void unlinkAll();
+  void linkRings();
 
   int localIndex(int rank, const char* what) const;
   bool pumpSend(Peer& peer, int me);
@@ -169,6 +183,8 @@ class ShmTransport : public Transport {
   void ringDoorbell(Segment& segment);
   bool anythingReady();
   void checkPeers();
+  void dropPeer(int j, std::exception_ptr error);
+  RequestPtr lostRequest(Request::Kind kind, const Peer& p, Tag tag, size_t bytes);
   [[noreturn]] void breakWith(std::exception_ptr error);
   Buffer takeBuffer(size_t bytes);
   void giveBuffer(Buffer buffer);
@@ -184,6 +200,7 @@ class ShmTransport : public Transport {
   std::vector<Buffer> spareBuffers_;
   size_t spareBytes_ = 0;
   std::exception_ptr broken_;
+  bool isolate_ = false;  // per-peer failure isolation (transport.h)
   size_t pendingSends_ = 0;
   uint32_t progressCalls_ = 0;
   std::chrono::steady_clock::time_point lastLivenessCheck_;

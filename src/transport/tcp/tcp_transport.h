@@ -14,7 +14,7 @@
 // Wire format per message: a 16-byte header (tag, byte count; the top bit of
 // the count marks control frames: the goodbye sent on destruction, the
 // heartbeat sent while waiting, the abort notice sent by a failing rank)
-// followed by the payload.
+// followed by the payload; decoded by the pure functions of tcp_frame.h.
 //
 // Liveness: while a rank waits (idle()), it sends a heartbeat to every peer
 // it is not already streaming to, every timeout/4 (50 ms..1 s). A peer is
@@ -31,7 +31,10 @@
 //   Options::connectTimeout (then Error(kTimeout) naming the missing ranks).
 //   isend/irecv/progress never block; idle() blocks in poll() up to `max`.
 // - Failure: EOF, ECONNRESET or EPIPE on a link is Error(kPeerLost) naming
-//   the rank; it fails every pending request and every later call. A size
+//   the rank; it fails every pending request and every later call (when no
+//   pending request needs that rank, only once one does; with per-peer
+//   isolation only the requests to and from it: transport.h,
+//   tcp_failure.cc). A size
 //   mismatch fails only that receive with Error(kMismatch). isend/irecv to a
 //   rank that is out of range or not selected by Options::connect throws
 //   Error(kInvalidArgument). Sending to oneself is allowed (a memory copy).
@@ -89,6 +92,9 @@ class TcpTransport : public Transport {
   bool blocksInIdle() const override { return true; }
   std::optional<bool> silentFor(int peer, std::chrono::milliseconds d) const override;
   void abort(const Error& cause) override;
+  void setIsolatePeerFailures(bool on) override;
+  bool isolatesPeerFailures() const override;
+  bool peerLost(int peer) const override;
 
   // Whether this rank has a link to `peer` (itself included).
   bool connected(int peer) const;
