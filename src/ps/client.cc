@@ -201,9 +201,11 @@ std::vector<Client::Reply> Client::roundTripBytes(
     const Header& h = replies[s].header;
     if (h.type == MessageType::kError) {
       std::string text(replies[s].payload.begin(), replies[s].payload.end());
-      KOLO_THROW(ErrorCode::kInvalidArgument,
-                 "parameter server " << s << " (rank " << roles_.servers[s]
-                                     << ") refused worker " << worker_ << ": " << text);
+      const ErrorCode code = (h.flags & kFlagErrorPeerLost) ? ErrorCode::kPeerLost
+                                                            : ErrorCode::kInvalidArgument;
+      KOLO_THROW(code, "parameter server " << s << " (rank " << roles_.servers[s]
+                                           << ") refused worker " << worker_ << ": "
+                                           << text);
     }
     if (h.type != expect) {
       KOLO_THROW(ErrorCode::kMismatch, "parameter server "

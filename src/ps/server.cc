@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 #include <string>
 
 #include "common/check.h"
@@ -70,6 +71,15 @@ void Server::postHeader(int w) {
 }
 
 void Server::run() {
+  // A worker's death must not break the transport for the others: with
+  // isolation it fails only the requests to and from that worker.
+  try {
+    t_.setIsolatePeerFailures(true);
+  } catch (const Error& e) {
+    KOLO_LOG(kInfo) << "parameter server " << index_
+                    << ": the transport cannot isolate a lost worker (" << e.what()
+                    << "); a worker's death stops this server";
+  }
   for (int w = 0; w < workers_; ++w) postHeader(w);
   open_ = workers_;
   std::vector<uint8_t> payload;
@@ -77,56 +87,119 @@ void Server::run() {
     bool moved = false;
     for (int w = 0; w < workers_; ++w) {
       if (done_[w] || !requests_[w]->done()) continue;
-      if (requests_[w]->error) std::rethrow_exception(requests_[w]->error);
       moved = true;
-      const int from = roles_.workers[w];
-      Header h;
       try {
-        h = decodeHeader(headers_[w].data(), headers_[w].size(), limits(), from);
-        if (h.worker != static_cast<uint32_t>(w) ||
-            h.shard != static_cast<uint32_t>(index_)) {
-          KOLO_THROW(ErrorCode::kMismatch,
-                     "parameter-server " << messageTypeName(h.type) << " from rank "
-                                         << from << " says worker " << h.worker
-                                         << ", shard " << h.shard << "; expected worker "
-                                         << w << ", shard " << index_);
-        }
+        if (requests_[w]->error) std::rethrow_exception(requests_[w]->error);
+        serveOne(w, payload);
       } catch (const Error& e) {
-        refuse(w, e.what());
-        continue;
+        if (e.code() != ErrorCode::kPeerLost || !noticeLostWorkers(e.what())) throw;
       }
-      payload.resize(h.payloadBytes);
-      if (isShardPayload(h.type)) {
-        // The decoder has checked the size against the shard's: segments_
-        // exist and cover it.
-        std::vector<transport::RequestPtr> parts;
-        for (const Segment& g : segments_) {
-          parts.push_back(t_.irecv(from, kPayloadTag,
-                                   payload.data() + g.shardOffset * sizeof(float),
-                                   g.count * sizeof(float)));
-        }
-        t_.waitAll(parts);
-      } else if (h.payloadBytes > 0) {
-        t_.recv(from, kPayloadTag, payload.data(), payload.size());
-      }
-      if (h.type == MessageType::kBye) {
-        done_[w] = true;
-        --open_;
-        continue;
-      }
-      try {
-        handle(w, h, payload);
-      } catch (const Error& e) {
-        if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout) throw;
-        refuse(w, e.what());
-        continue;
-      }
-      if (!done_[w]) postHeader(w);
     }
     if (!moved && !t_.progress()) t_.idle(std::chrono::microseconds(1000));
   }
   KOLO_LOG(kInfo) << "parameter server " << index_ << ": every worker finished after "
                   << stats_.version << " updates";
+}
+
+// Worker w's header has arrived: check it, read its payload, handle it.
+// A transport error propagates (run() tells a lost worker from the rest);
+// any other error refuses the worker.
+void Server::serveOne(int w, std::vector<uint8_t>& payload) {
+  const int from = roles_.workers[w];
+  Header h;
+  try {
+    h = decodeHeader(headers_[w].data(), headers_[w].size(), limits(), from);
+    if (h.worker != static_cast<uint32_t>(w) ||
+        h.shard != static_cast<uint32_t>(index_)) {
+      KOLO_THROW(ErrorCode::kMismatch,
+                 "parameter-server " << messageTypeName(h.type) << " from rank " << from
+                                     << " says worker " << h.worker << ", shard "
+                                     << h.shard << "; expected worker " << w << ", shard "
+                                     << index_);
+    }
+  } catch (const Error& e) {
+    refuse(w, e.what());
+    return;
+  }
+  payload.resize(h.payloadBytes);
+  if (isShardPayload(h.type)) {
+    // The decoder has checked the size against the shard's: segments_
+    // exist and cover it.
+    std::vector<transport::RequestPtr> parts;
+    for (const Segment& g : segments_) {
+      parts.push_back(t_.irecv(from, kPayloadTag,
+                               payload.data() + g.shardOffset * sizeof(float),
+                               g.count * sizeof(float)));
+    }
+    t_.waitAll(parts);
+  } else if (h.payloadBytes > 0) {
+    t_.recv(from, kPayloadTag, payload.data(), payload.size());
+  }
+  if (h.type == MessageType::kBye) {
+    done_[w] = true;
+    --open_;
+    return;
+  }
+  try {
+    handle(w, h, payload);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout) throw;
+    refuse(w, e.what());
+    return;
+  }
+  if (!done_[w]) postHeader(w);
+}
+
+// A kPeerLost: which workers' links failed? Each newly lost one is dropped
+// (loseWorker); false when the loss is not a worker's (then the caller
+// rethrows: a server cannot go on without its transport).
+bool Server::noticeLostWorkers(const std::string& why) {
+  bool any = false;
+  for (int w = 0; w < workers_; ++w) {
+    if (t_.peerLost(roles_.workers[w])) {
+      any = true;
+      loseWorker(w, why);
+    }
+  }
+  return any;
+}
+
+// Logs the loss once. downpour, easgd, and sync while at most
+// backup_workers are lost: the server goes on (the worker's pending pulls
+// are dropped by servePulls; a sync round needs workers - backup_workers
+// pushes, which the others still give). Plain sync, or more losses than
+// backup workers, or worker 0 before it seeded: every other worker gets a
+// kError flagged kFlagErrorPeerLost naming the dead worker.
+void Server::loseWorker(int w, const std::string& why) {
+  if (done_[w]) return;  // finished, refused or already lost
+  done_[w] = true;
+  --open_;
+  ++lost_;
+  const int rank = roles_.workers[w];
+  const bool survivable =
+      (w != 0 || seeded_) &&
+      (!config_ || config_->mode != Mode::kSync || lost_ <= config_->backupWorkers);
+  std::ostringstream what;
+  what << "parameter server " << index_ << ": worker " << w << " (rank " << rank
+       << ") was lost (" << why << ")";
+  if (survivable) {
+    KOLO_LOG(kWarning) << what.str() << "; going on without it";
+    return;
+  }
+  what << "; " << (config_ ? modeName(config_->mode) : "the")
+       << " mode with backup_workers=" << (config_ ? config_->backupWorkers : 0)
+       << " cannot go on without it";
+  KOLO_LOG(kError) << what.str() << "; failing every worker";
+  const std::string text = what.str().substr(0, limits().maxErrorBytes);
+  for (int other = 0; other < workers_; ++other) {
+    if (done_[other]) continue;
+    done_[other] = true;
+    --open_;
+    Header r;
+    r.type = MessageType::kError;
+    r.flags = kFlagErrorPeerLost;
+    reply(other, r, text.data(), text.size());
+  }
 }
 
 void Server::handle(int w, const Header& h, std::vector<uint8_t>& payload) {
@@ -475,6 +548,18 @@ void Server::reply(int w, Header h, const void* data, size_t bytes) {
   h.payloadBytes = bytes;
   const HeaderBytes b = encodeHeader(h);
   const int to = roles_.workers[w];
+  try {
+    send(to, h, b, data, bytes);
+  } catch (const Error& e) {
+    // A worker that died before its answer: dropped (loseWorker), not a
+    // failure of this server.
+    if (e.code() != ErrorCode::kPeerLost || !t_.peerLost(to)) throw;
+    loseWorker(w, e.what());
+  }
+}
+
+void Server::send(int to, const Header& h, const HeaderBytes& b, const void* data,
+                  size_t bytes) {
   t_.send(to, kHeaderTag, b.data(), b.size());
   if (isShardPayload(h.type)) {
     std::vector<transport::RequestPtr> parts;

@@ -13,9 +13,13 @@
 // - kSave / kLoad write or read this shard's checkpoint file (checkpoint.h);
 //   a file that cannot be written, read or does not fit is answered with
 //   kError naming it, and the worker stays served.
-// - A transport failure (a lost peer, a timeout) throws Error naming the
-//   rank; the server stops. (Going on without a dead worker in downpour and
-//   easgd needs transports that survive one peer's loss: not yet built.)
+// - A worker that dies (its link fails): with a transport that isolates
+//   peer failures (shm, tcp; run() switches it on), the server logs it once
+//   and, in downpour, easgd, and sync with at most backup_workers lost,
+//   goes on without it; in plain sync it answers every other worker with
+//   kError flagged kFlagErrorPeerLost naming the dead worker, and ends.
+//   Any other transport failure (a timeout, or a loss the transport cannot
+//   isolate) throws Error naming the rank; the server stops.
 // - Not thread-safe: one thread runs it, and nothing else uses the
 //   transport meanwhile.
 #pragma once
@@ -80,6 +84,11 @@ class Server {
   // Validators exist and every trainer has finished (kFlagTrainingOver).
   bool trainingOver() const;
   void reply(int w, Header h, const void* data, size_t bytes);
+  void send(int to, const Header& h, const HeaderBytes& b, const void* data,
+            size_t bytes);
+  void serveOne(int w, std::vector<uint8_t>& payload);
+  bool noticeLostWorkers(const std::string& why);
+  void loseWorker(int w, const std::string& why);
   void refuse(int w, const std::string& why);
 
   transport::Transport& t_;
@@ -90,6 +99,7 @@ class Server {
   std::vector<std::pair<int, PsConfig>> early_;  // others' that came before it
   std::string cannotServe_;  // set when worker 0 was refused before seeding
   int open_ = 0;             // workers neither finished nor refused
+  int lost_ = 0;             // workers whose links failed
   std::vector<uint64_t> shardBytes_;
   std::vector<Segment> segments_;  // how this shard's payloads travel
   std::vector<float> values_;

@@ -66,6 +66,9 @@ inline constexpr uint16_t kFlagStop = 0x8000;
 // Any server reply: every trainer (a worker that is not a validator) has
 // finished; validators end their loop.
 inline constexpr uint16_t kFlagTrainingOver = 0x4000;
+// kError: the server stopped serving because a worker was lost (the text
+// names it); the worker's error is kPeerLost.
+inline constexpr uint16_t kFlagErrorPeerLost = 1;
 
 const char* messageTypeName(MessageType t);
 
