@@ -235,41 +235,9 @@ void Server::handle(int w, const Header& h, std::vector<uint8_t>& payload) {
       break;
     case MessageType::kPush: onPush(w, h, floats); break;
     case MessageType::kExchange: onExchange(w, floats); break;
-    case MessageType::kStop: {
-      // sync: from the next version on, which every worker pulls in the
-      // same round, so all stop after the same step; the other modes: now.
-      if (!stopAt_) {
-        stopAt_ = stats_.version + (config_->mode == Mode::kSync ? 1 : 0);
-        KOLO_LOG(kInfo) << "parameter server " << index_ << ": worker " << w
-                        << " asks to stop training at version " << *stopAt_;
-      }
-      Header r;
-      r.type = MessageType::kStopReply;
-      r.version = stats_.version;
-      reply(w, r, nullptr, 0);
-      break;
-    }
+    case MessageType::kStop: onStop(w); break;
     case MessageType::kSave:
-    case MessageType::kLoad:
-      // A checkpoint that cannot be written or read is this request's
-      // error, not the worker's: it stays served.
-      try {
-        if (h.type == MessageType::kSave) {
-          onSave(w, payload);
-        } else {
-          onLoad(w, h, payload);
-        }
-      } catch (const Error& e) {
-        if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout) throw;
-        KOLO_LOG(kWarning) << "parameter server " << index_ << ": "
-                           << messageTypeName(h.type) << " for worker " << w
-                           << " failed: " << e.what();
-        std::string text = std::string(e.what()).substr(0, limits().maxErrorBytes);
-        Header r;
-        r.type = MessageType::kError;
-        reply(w, r, text.data(), text.size());
-      }
-      break;
+    case MessageType::kLoad: onCheckpoint(w, h, payload); break;
     case MessageType::kStats: {
       std::vector<uint8_t> s = stats_.encode();
       Header r;
@@ -420,6 +388,40 @@ void Server::onExchange(int w, const float* x) {
   r.type = MessageType::kExchangeReply;
   r.version = stats_.version;
   reply(w, r, scratch_.data(), scratch_.size() * sizeof(float));
+}
+
+// sync: from the next version, which every worker pulls in the same round,
+// so all stop after the same step; the other modes: now.
+void Server::onStop(int w) {
+  if (!stopAt_) {
+    stopAt_ = stats_.version + (config_->mode == Mode::kSync ? 1 : 0);
+    KOLO_LOG(kInfo) << "parameter server " << index_ << ": worker " << w
+                    << " asks to stop training at version " << *stopAt_;
+  }
+  Header r;
+  r.type = MessageType::kStopReply;
+  r.version = stats_.version;
+  reply(w, r, nullptr, 0);
+}
+
+// A checkpoint that cannot be written or read is this request's error, not
+// the worker's: it stays served.
+void Server::onCheckpoint(int w, const Header& h, const std::vector<uint8_t>& payload) {
+  try {
+    if (h.type == MessageType::kSave) {
+      onSave(w, payload);
+    } else {
+      onLoad(w, h, payload);
+    }
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout) throw;
+    KOLO_LOG(kWarning) << "parameter server " << index_ << ": " << messageTypeName(h.type)
+                       << " for worker " << w << " failed: " << e.what();
+    std::string text = std::string(e.what()).substr(0, limits().maxErrorBytes);
+    Header r;
+    r.type = MessageType::kError;
+    reply(w, r, text.data(), text.size());
+  }
 }
 
 // Writes the shard, its version and the optimizer's state to the file the

@@ -76,6 +76,8 @@ class Server {
   void checkSame(int w, const PsConfig& c) const;
   void onPush(int w, const Header& h, const float* grad);
   void onExchange(int w, const float* x);
+  void onStop(int w);
+  void onCheckpoint(int w, const Header& h, const std::vector<uint8_t>& payload);
   void onSave(int w, const std::vector<uint8_t>& payload);
   void onLoad(int w, const Header& h, const std::vector<uint8_t>& payload);
   void commitLoad(int w, const std::string& file, const Digest& digest);
