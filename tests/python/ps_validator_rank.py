@@ -41,6 +41,11 @@ if ps.is_validator():
     assert final["pushes"][0] == final["pushes"][1] == final["version"], final
     result = "validated %d times, versions %d..%d" % (len(h), h[0][1], h[-1][1])
 else:
+    try:
+        ps.save("/nonexistent-kolo-ckpt")
+        raise AssertionError("ps.save with validator ranks accepted")
+    except ValueError as e:
+        assert "not supported with validator ranks" in str(e), str(e)
     steps = 0
     for step in range(3000):
         gen = torch.Generator().manual_seed(1000 * me + step)

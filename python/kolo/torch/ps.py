@@ -228,6 +228,14 @@ def _optimizer(what):
     return _current
 
 
+def _no_validator_ranks(what):
+    v = _native.ps_validators()
+    if v > 0:
+        raise ValueError("ps.%s is collective over every worker and the %d validator "
+                         "rank(s) (kolorun --validators) do not take part: not supported "
+                         "with validator ranks" % (what, v))
+
+
 def save(path):
     """Checkpoints the servers' parameters, optimizer state and version into
     directory `path` (docs/parameter_server.md, "Checkpoints"). Every worker
@@ -236,6 +244,7 @@ def save(path):
     worker 0 the manifest, renamed last: an interrupted save leaves the
     previous checkpoint whole."""
     _optimizer("save")
+    _no_validator_ranks("save")
     _on_worker0("save", lambda: _native.ps_save(str(path)))
 
 
@@ -246,6 +255,7 @@ def load(path):
     an error naming it, and the servers are then left as they were. Every
     worker ends with the loaded parameters in its model."""
     opt = _optimizer("load")
+    _no_validator_ranks("load")
     with torch.no_grad():
         _on_worker0("load", lambda: _native.ps_load(str(path), opt._addresses()))
         opt.pull()
