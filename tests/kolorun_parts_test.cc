@@ -587,4 +587,18 @@ TEST(OptionsTest, ServersSetKoloServersAndMustLeaveAWorker) {
             std::string::npos);
 }
 
+TEST(OptionsTest, ValidatorsSetKoloValidatorsAndMustLeaveATrainer) {
+  LaunchOptions o = parse({"--servers", "1", "--validators", "1", "-np", "4", "prog"});
+  EXPECT_EQ(o.validators, 1);
+  EXPECT_NE(std::find(o.exports.begin(), o.exports.end(), "KOLO_VALIDATORS=1"),
+            o.exports.end());
+  EXPECT_NE(usageErrorOf({"--validators", "1", "-np", "3", "prog"})
+                .find("--validators 1 needs --servers S"),
+            std::string::npos);
+  EXPECT_NE(usageErrorOf({"--servers", "1", "--validators", "2", "-np", "3", "prog"})
+                .find("--validators 2 with -np 3 and --servers 1: at least one worker "
+                      "must train"),
+            std::string::npos);
+}
+
 }  // namespace kolo::kolorun

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ps/client.h"
+#include "ps/segments.h"
 #include "ps/server.h"
 #include "support/thread_world.h"
 
@@ -186,6 +187,56 @@ TEST(PsServer, EasgdExchangeIsTheFormula) {
       EXPECT_EQ(center[k][i], c0[k][i] + diff) << k << "," << i;
     }
   }
+}
+
+// Tensors above kDirectBytes travel straight from and into their memory,
+// small ones packed (segments.h): 2 servers, a mix of both, one sync step
+// of plain SGD; every element must come back right, on every worker.
+TEST(PsServer, LargeTensorsTravelDirectAndSmallOnesPacked) {
+  PsConfig config;
+  config.mode = Mode::kSync;
+  config.optimizer.lr = 0.5f;
+  config.tensorElements = {150000, 5, 140000, 3, 7};
+  const auto& sizes = config.tensorElements;
+  const ShardMap map = ShardMap::build(sizes, 2);
+  int direct = 0, packed = 0;
+  for (const auto& shard : map.shards) {
+    for (const Segment& g : segmentsOf(shard)) (g.direct ? direct : packed)++;
+  }
+  ASSERT_GE(direct, 2) << "the test needs direct segments";
+  ASSERT_GE(packed, 1) << "the test needs packed segments";
+  auto value = [](size_t t, size_t i) { return 0.001f * float(i % 997) - float(t); };
+  std::vector<int> wrong(2, -1);
+  runJob(4, 2, [&](int w, transport::Transport& t, const Roles& roles) {
+    std::vector<std::vector<float>> params;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      params.emplace_back(sizes[k], 9.0f);
+      if (w == 0) {
+        for (size_t i = 0; i < sizes[k]; ++i) params[k][i] = value(k, i);
+      }
+    }
+    Client client(t, roles, w, config);
+    client.start(pointers(params));
+    int bad = 0;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      for (size_t i = 0; i < sizes[k]; ++i) bad += params[k][i] != value(k, i);
+    }
+    // Worker w's gradient is w + 1 everywhere: the mean is 1.5.
+    std::vector<std::vector<float>> grads;
+    std::vector<const float*> g;
+    for (size_t k = 0; k < sizes.size(); ++k) grads.emplace_back(sizes[k], float(w + 1));
+    for (auto& v : grads) g.push_back(v.data());
+    client.step(pointers(params), g, 0.5f);
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      for (size_t i = 0; i < sizes[k]; ++i) {
+        bad += params[k][i] != value(k, i) + -0.5f * 1.5f;
+      }
+    }
+    wrong[w] = bad;
+    client.bye();
+  });
+  EXPECT_EQ(wrong[0], 0);
+  EXPECT_EQ(wrong[1], 0);
 }
 
 TEST(PsServer, WorkersThatDisagreeGetAClearError) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "ps/segments.h"
 #include "ps/shard_map.h"
 #include "ps/update_rule.h"
 #include "ps/wire.h"
@@ -296,6 +297,36 @@ TEST(PsEasgd, ExchangeIsTheFormulaExactly) {
   EXPECT_EQ(center, x);
   EXPECT_THROW(easgdExchange(center.data(), x.data(), diff.data(), 3, 0.0f), Error);
   EXPECT_THROW(easgdExchange(center.data(), x.data(), diff.data(), 3, 1.5f), Error);
+}
+
+TEST(PsSegments, LargePiecesAreDirectAndSmallRunsPacked) {
+  // Pieces in shard order: small, small, large, small, large, large.
+  const uint64_t big = kDirectBytes / sizeof(float);
+  std::vector<Piece> pieces;
+  uint64_t at = 0;
+  size_t tensor = 0;
+  for (uint64_t n : {uint64_t{3}, uint64_t{4}, big, uint64_t{5}, big + 1, big}) {
+    pieces.push_back({tensor++, 0, n, at});
+    at += n;
+  }
+  const auto g = segmentsOf(pieces);
+  ASSERT_EQ(g.size(), 5u);
+  EXPECT_FALSE(g[0].direct);
+  EXPECT_EQ(g[0].count, 7u);
+  EXPECT_EQ(g[0].pieces, 2u);
+  EXPECT_TRUE(g[1].direct);
+  EXPECT_EQ(g[1].shardOffset, 7u);
+  EXPECT_EQ(g[1].firstPiece, 2u);
+  EXPECT_FALSE(g[2].direct);
+  EXPECT_EQ(g[2].count, 5u);
+  EXPECT_TRUE(g[3].direct);
+  EXPECT_TRUE(g[4].direct);
+  uint64_t covered = 0;
+  for (const Segment& s : g) {
+    EXPECT_EQ(s.shardOffset, covered);
+    covered += s.count;
+  }
+  EXPECT_EQ(covered, at);
 }
 
 }  // namespace

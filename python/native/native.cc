@@ -607,6 +607,8 @@ PYBIND11_MODULE(_native, m) {
     c.push_period = i("push_period");
     c.pull_period = i("pull_period");
     c.easgd_period = i("easgd_period");
+    c.pushers = o.contains("pushers") ? i("pushers") : 0;
+    c.validators = o.contains("validators") ? i("validators") : 0;
     std::vector<float*> p;
     for (uintptr_t a : params) p.push_back(reinterpret_cast<float*>(a));
     int rc;
@@ -639,10 +641,74 @@ PYBIND11_MODULE(_native, m) {
     }
     check(rc);
   });
+  m.def("ps_exchange", [](std::vector<uintptr_t> params) {
+    std::vector<float*> p;
+    for (uintptr_t a : params) p.push_back(reinterpret_cast<float*>(a));
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = kolo_ps_exchange(p.data());
+    }
+    check(rc);
+  });
+  m.def("ps_request_stop", [] {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = kolo_ps_request_stop();
+    }
+    check(rc);
+  });
+  m.def("ps_stop_requested", [] {
+    int v = 0;
+    check(kolo_ps_stop_requested(&v));
+    return v != 0;
+  });
+  m.def("ps_version", [] {
+    uint64_t v = 0;
+    check(kolo_ps_version(&v));
+    return v;
+  });
+  m.def("ps_validators", [] {
+    int v = 0;
+    check(kolo_ps_validators(&v));
+    return v;
+  });
+  m.def("ps_training_over", [] {
+    int v = 0;
+    check(kolo_ps_training_over(&v));
+    return v != 0;
+  });
+  m.def("ps_finish", [] {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = kolo_ps_finish();
+    }
+    check(rc);
+  });
   m.def("ps_staleness", [] {
     uint64_t v = 0;
     check(kolo_ps_staleness(&v));
     return v;
+  });
+  m.def("ps_save", [](const std::string& path) {
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = kolo_ps_save(path.c_str());
+    }
+    check(rc);
+  });
+  m.def("ps_load", [](const std::string& path, std::vector<uintptr_t> params) {
+    std::vector<float*> p;
+    for (uintptr_t a : params) p.push_back(reinterpret_cast<float*>(a));
+    int rc;
+    {
+      py::gil_scoped_release nogil;
+      rc = kolo_ps_load(path.c_str(), p.data());
+    }
+    check(rc);
   });
   m.def("ps_stats", [] {
     std::vector<uint64_t> out(1 << 16);

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -161,6 +162,8 @@ kolo::ps::PsConfig toConfig(const kolo_ps_options& o, size_t tensors,
   c.stalenessBound = o.staleness_bound;
   c.backupWorkers = o.backup_workers;
   c.easgdAlpha = o.easgd_alpha;
+  c.pushers = o.pushers;
+  c.validators = o.validators;
   c.tensorElements.assign(counts, counts + tensors);
   return c;
 }
@@ -208,6 +211,53 @@ int kolo_ps_pull(float* const* params) {
   });
 }
 
+int kolo_ps_exchange(float* const* params) {
+  return psCall("kolo_ps_exchange", true, [&] {
+    gJob->client->exchange(
+        std::vector<float*>(params, params + gJob->client->tensorCount()));
+  });
+}
+
+int kolo_ps_request_stop(void) {
+  return psCall("kolo_ps_request_stop", true, [&] { gJob->client->requestStop(); });
+}
+
+int kolo_ps_stop_requested(int* out) {
+  return psCall("kolo_ps_stop_requested", true,
+                [&] { *out = gJob->client->stopRequested() ? 1 : 0; });
+}
+
+int kolo_ps_version(uint64_t* out) {
+  return psCall("kolo_ps_version", true, [&] { *out = gJob->client->version(); });
+}
+
+int kolo_ps_validators(int* out) {
+  return psCall("kolo_ps_validators", false, [&] {
+    const char* env = std::getenv("KOLO_VALIDATORS");
+    const int workers = static_cast<int>(gJob->roles.workers.size());
+    *out = 0;
+    if (env == nullptr || *env == '\0') return;
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    if (*end != '\0' || v < 0 || v >= workers) {
+      KOLO_THROW(kolo::ErrorCode::kInvalidArgument,
+                 "KOLO_VALIDATORS='" << env << "' with " << workers
+                                     << " workers (expected an integer in [0, " << workers
+                                     << "): at least one worker trains)");
+    }
+    *out = static_cast<int>(v);
+  });
+}
+
+int kolo_ps_training_over(int* out) {
+  return psCall("kolo_ps_training_over", true,
+                [&] { *out = gJob->client->trainingOver() ? 1 : 0; });
+}
+
+int kolo_ps_finish(void) {
+  return psCall("kolo_ps_finish", true, [&] { gJob->client->bye(); });
+}
+
 int kolo_ps_staleness(uint64_t* out) {
   return psCall("kolo_ps_staleness", true, [&] { *out = gJob->client->staleness(); });
 }
@@ -226,6 +276,17 @@ int kolo_ps_stats(uint64_t* out, size_t capacity, size_t* written) {
                  "kolo_ps_stats: " << all.size() << " values, capacity " << capacity);
     }
     std::copy(all.begin(), all.end(), out);
+  });
+}
+
+int kolo_ps_save(const char* path) {
+  return psCall("kolo_ps_save", true, [&] { gJob->client->save(path ? path : ""); });
+}
+
+int kolo_ps_load(const char* path, float* const* params) {
+  return psCall("kolo_ps_load", true, [&] {
+    gJob->client->load(path ? path : "",
+                       std::vector<float*>(params, params + gJob->client->tensorCount()));
   });
 }
 

@@ -1,4 +1,6 @@
-// The worker's side. Every exchange posts, for each server, the reply's
+// The worker's side. A shard's payload travels as segments (segments.h):
+// large tensors straight from and into their memory, small ones packed.
+// Every exchange posts, for each server, the reply's
 // header receive first, then the sends; waits on all; then posts the
 // replies' payload receives (their sizes are known from the headers, which
 // the decoder has checked) and waits on those. So the shards are served in
@@ -9,6 +11,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "common/sha256.h"
 
 namespace kolo::ps {
 
@@ -33,9 +36,11 @@ Client::Client(transport::Transport& t, Roles roles, int workerIndex, PsConfig c
   KOLO_CHECK_EQ(roles_.workers.at(worker_), t_.rank());
   const int servers = static_cast<int>(roles_.servers.size());
   map_ = ShardMap::build(config_.tensorElements, servers);
-  for (uint64_t n : map_.shardElements) {
+  for (int sh = 0; sh < servers; ++sh) {
+    const uint64_t n = map_.shardElements[sh];
     shardBytes_.push_back(n * sizeof(float));
     buffers_.emplace_back(n);
+    segments_.push_back(segmentsOf(map_.shards[sh]));
   }
   limits_.workers = static_cast<uint32_t>(workers);
   limits_.shards = static_cast<uint32_t>(servers);
@@ -50,32 +55,18 @@ void Client::lost(const Error& e) const {
                                  << ranks << "): " << e.what());
 }
 
-void Client::gather(int shard, const std::vector<const float*>& tensors,
-                    float* out) const {
-  for (const Piece& p : map_.shards[shard]) {
-    std::memcpy(out + p.shardOffset, tensors[p.tensor] + p.offset,
-                p.count * sizeof(float));
-  }
-}
-
-void Client::scatter(int shard, const float* in,
-                     const std::vector<float*>& tensors) const {
-  for (const Piece& p : map_.shards[shard]) {
-    std::memcpy(tensors[p.tensor] + p.offset, in + p.shardOffset,
-                p.count * sizeof(float));
-  }
-}
-
 void Client::sendAll(MessageType type, const std::vector<const uint8_t*>& payloads,
                      const std::vector<uint64_t>& bytes,
                      const std::vector<uint64_t>& versions, float lr,
                      std::vector<transport::RequestPtr>& requests,
-                     std::vector<HeaderBytes>& headers) {
+                     std::vector<HeaderBytes>& headers, uint16_t flags,
+                     bool headersOnly) {
   const int servers = static_cast<int>(roles_.servers.size());
   headers.resize(servers);
   for (int s = 0; s < servers; ++s) {
     Header h;
     h.type = type;
+    h.flags = flags;
     h.worker = static_cast<uint32_t>(worker_);
     h.shard = static_cast<uint32_t>(s);
     h.version = versions.empty() ? 0 : versions[s];
@@ -84,17 +75,84 @@ void Client::sendAll(MessageType type, const std::vector<const uint8_t*>& payloa
     headers[s] = encodeHeader(h);
     const int to = roles_.servers[s];
     requests.push_back(t_.isend(to, kHeaderTag, headers[s].data(), headers[s].size()));
-    if (h.payloadBytes > 0) {
+    if (h.payloadBytes > 0 && !headersOnly) {
       requests.push_back(t_.isend(to, kPayloadTag, payloads[s], h.payloadBytes));
     }
   }
 }
 
 std::vector<Client::Reply> Client::roundTrip(MessageType type,
-                                             const std::vector<const float*>& payloads,
+                                             const std::vector<const float*>& tensors,
                                              float lr,
                                              const std::vector<uint64_t>& versions,
-                                             MessageType expect) {
+                                             MessageType expect,
+                                             const std::vector<float*>* into) {
+  return roundTripBytes(type, {}, {}, lr, versions, expect, 0,
+                        tensors.empty() ? nullptr : &tensors, into);
+}
+
+// A shard's payload as its segments (segments.h): direct ones straight
+// from the tensors, packed ones gathered into the shard's buffer first.
+void Client::postShardSends(int s, const std::vector<const float*>& tensors,
+                            std::vector<transport::RequestPtr>& requests) {
+  const int to = roles_.servers[s];
+  const auto& pieces = map_.shards[s];
+  for (const Segment& g : segments_[s]) {
+    const float* from;
+    if (g.direct) {
+      const Piece& p = pieces[g.firstPiece];
+      from = tensors[p.tensor] + p.offset;
+    } else {
+      for (size_t k = g.firstPiece; k < g.firstPiece + g.pieces; ++k) {
+        const Piece& p = pieces[k];
+        std::memcpy(buffers_[s].data() + p.shardOffset, tensors[p.tensor] + p.offset,
+                    p.count * sizeof(float));
+      }
+      from = buffers_[s].data() + g.shardOffset;
+    }
+    requests.push_back(t_.isend(to, kPayloadTag, from, g.count * sizeof(float)));
+  }
+}
+
+// Receives a shard's payload: with `into`, direct segments land in the
+// tensors and packed ones in the buffer (scatterPacked moves them);
+// without, all of it lands in the buffer.
+void Client::postShardRecvs(int s, const std::vector<float*>* into,
+                            std::vector<transport::RequestPtr>& requests) {
+  const int from = roles_.servers[s];
+  for (const Segment& g : segments_[s]) {
+    float* to = buffers_[s].data() + g.shardOffset;
+    if (into != nullptr && g.direct) {
+      const Piece& p = map_.shards[s][g.firstPiece];
+      to = (*into)[p.tensor] + p.offset;
+    }
+    requests.push_back(t_.irecv(from, kPayloadTag, to, g.count * sizeof(float)));
+  }
+}
+
+void Client::scatterPacked(int s, const std::vector<float*>& into) const {
+  const auto& pieces = map_.shards[s];
+  for (const Segment& g : segments_[s]) {
+    if (g.direct) continue;
+    for (size_t k = g.firstPiece; k < g.firstPiece + g.pieces; ++k) {
+      const Piece& p = pieces[k];
+      std::memcpy(into[p.tensor] + p.offset, buffers_[s].data() + p.shardOffset,
+                  p.count * sizeof(float));
+    }
+  }
+}
+
+std::vector<Client::Reply> Client::roundTripBytes(
+    MessageType type, const std::vector<const uint8_t*>& bytes,
+    const std::vector<uint64_t>& sizes, float lr, const std::vector<uint64_t>& versions,
+    MessageType expect, uint16_t flags, const std::vector<const float*>* tensors,
+    const std::vector<float*>* into) {
+  if (saidBye_) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "worker " << worker_ << ": " << messageTypeName(type)
+                         << " after this worker said goodbye to the parameter servers "
+                            "(kolo_ps_finish, ps.finish)");
+  }
   const int servers = static_cast<int>(roles_.servers.size());
   std::vector<Reply> replies(servers);
   try {
@@ -104,16 +162,30 @@ std::vector<Client::Reply> Client::roundTrip(MessageType type,
       requests.push_back(
           t_.irecv(roles_.servers[s], kHeaderTag, in[s].data(), in[s].size()));
     }
-    std::vector<const uint8_t*> bytes;
-    for (const float* p : payloads) bytes.push_back(reinterpret_cast<const uint8_t*>(p));
     std::vector<HeaderBytes> out;
-    sendAll(type, bytes, shardBytes_, versions, lr, requests, out);
+    if (tensors != nullptr) {
+      std::vector<const uint8_t*> marks(servers, nullptr);
+      for (int s = 0; s < servers; ++s) {
+        if (shardBytes_[s] > 0) marks[s] = reinterpret_cast<const uint8_t*>(this);
+      }
+      sendAll(type, marks, shardBytes_, versions, lr, requests, out, flags,
+              /*headersOnly=*/true);
+      for (int s = 0; s < servers; ++s) postShardSends(s, *tensors, requests);
+    } else {
+      sendAll(type, bytes, sizes, versions, lr, requests, out, flags);
+    }
     t_.waitAll(requests);
     requests.clear();
     for (int s = 0; s < servers; ++s) {
-      replies[s].header =
-          decodeHeader(in[s].data(), in[s].size(), limits_, roles_.servers[s]);
-      replies[s].payload.resize(replies[s].header.payloadBytes);
+      Header& h = replies[s].header;
+      h = decodeHeader(in[s].data(), in[s].size(), limits_, roles_.servers[s]);
+      if (h.flags & kFlagStop) stopRequested_ = true;
+      if (h.flags & kFlagTrainingOver) trainingOver_ = true;
+      if (isShardPayload(h.type)) {
+        postShardRecvs(s, h.type == MessageType::kPullReply ? into : nullptr, requests);
+        continue;
+      }
+      replies[s].payload.resize(h.payloadBytes);
       if (!replies[s].payload.empty()) {
         requests.push_back(t_.irecv(roles_.servers[s], kPayloadTag,
                                     replies[s].payload.data(),
@@ -129,9 +201,11 @@ std::vector<Client::Reply> Client::roundTrip(MessageType type,
     const Header& h = replies[s].header;
     if (h.type == MessageType::kError) {
       std::string text(replies[s].payload.begin(), replies[s].payload.end());
-      KOLO_THROW(ErrorCode::kInvalidArgument,
-                 "parameter server " << s << " (rank " << roles_.servers[s]
-                                     << ") refused worker " << worker_ << ": " << text);
+      const ErrorCode code = (h.flags & kFlagErrorPeerLost) ? ErrorCode::kPeerLost
+                                                            : ErrorCode::kInvalidArgument;
+      KOLO_THROW(code, "parameter server " << s << " (rank " << roles_.servers[s]
+                                           << ") refused worker " << worker_ << ": "
+                                           << text);
     }
     if (h.type != expect) {
       KOLO_THROW(ErrorCode::kMismatch, "parameter server "
@@ -140,6 +214,7 @@ std::vector<Client::Reply> Client::roundTrip(MessageType type,
                                            << " with " << messageTypeName(h.type)
                                            << ", expected " << messageTypeName(expect));
     }
+    if (h.type == MessageType::kPullReply && into != nullptr) scatterPacked(s, *into);
   }
   return replies;
 }
@@ -155,13 +230,14 @@ void Client::start(const std::vector<float*>& params) {
     sendAll(MessageType::kConfig, std::vector<const uint8_t*>(servers, config.data()),
             std::vector<uint64_t>(servers, config.size()), {}, 0.0f, requests, headers);
     if (worker_ == 0) {
-      std::vector<const float*> in(params.begin(), params.end());
-      std::vector<const uint8_t*> seeds;
+      const std::vector<const float*> in(params.begin(), params.end());
+      std::vector<const uint8_t*> marks(servers, nullptr);
       for (int s = 0; s < servers; ++s) {
-        gather(s, in, buffers_[s].data());
-        seeds.push_back(reinterpret_cast<const uint8_t*>(buffers_[s].data()));
+        if (shardBytes_[s] > 0) marks[s] = reinterpret_cast<const uint8_t*>(this);
       }
-      sendAll(MessageType::kSeed, seeds, shardBytes_, {}, 0.0f, requests, seedHeaders);
+      sendAll(MessageType::kSeed, marks, shardBytes_, {}, 0.0f, requests, seedHeaders, 0,
+              /*headersOnly=*/true);
+      for (int s = 0; s < servers; ++s) postShardSends(s, in, requests);
     }
     t_.waitAll(requests);
   } catch (const Error& e) {
@@ -173,13 +249,9 @@ void Client::start(const std::vector<float*>& params) {
 
 void Client::pullAtLeast(const std::vector<float*>& params,
                          const std::vector<uint64_t>& minVersion) {
-  auto replies =
-      roundTrip(MessageType::kPull, {}, 0.0f, minVersion, MessageType::kPullReply);
-  for (size_t s = 0; s < replies.size(); ++s) {
-    scatter(static_cast<int>(s),
-            reinterpret_cast<const float*>(replies[s].payload.data()), params);
-    versions_[s] = replies[s].header.version;
-  }
+  auto replies = roundTrip(MessageType::kPull, {}, 0.0f, minVersion,
+                           MessageType::kPullReply, &params);
+  for (size_t s = 0; s < replies.size(); ++s) versions_[s] = replies[s].header.version;
   mustPull_ = false;
 }
 
@@ -188,13 +260,8 @@ void Client::pull(const std::vector<float*>& params) {
 }
 
 int Client::push(const std::vector<const float*>& grads, float lr) {
-  std::vector<const float*> payloads;
-  for (size_t s = 0; s < buffers_.size(); ++s) {
-    gather(static_cast<int>(s), grads, buffers_[s].data());
-    payloads.push_back(buffers_[s].data());
-  }
   auto replies =
-      roundTrip(MessageType::kPush, payloads, lr, versions_, MessageType::kPushReply);
+      roundTrip(MessageType::kPush, grads, lr, versions_, MessageType::kPushReply);
   int refused = 0;
   staleness_ = 0;
   for (size_t s = 0; s < replies.size(); ++s) {
@@ -212,17 +279,17 @@ int Client::push(const std::vector<const float*>& grads, float lr) {
 }
 
 void Client::exchange(const std::vector<float*>& params) {
-  std::vector<const float*> in(params.begin(), params.end());
-  std::vector<const float*> payloads;
-  for (size_t s = 0; s < buffers_.size(); ++s) {
-    gather(static_cast<int>(s), in, buffers_[s].data());
-    payloads.push_back(buffers_[s].data());
+  if (config_.mode != Mode::kEasgd) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "worker " << worker_ << ": an elastic exchange in "
+                         << modeName(config_.mode) << " mode (only easgd exchanges)");
   }
-  auto replies = roundTrip(MessageType::kExchange, payloads, 0.0f, versions_,
-                           MessageType::kExchangeReply);
-  // x -= diff, piece by piece in place.
+  const std::vector<const float*> in(params.begin(), params.end());
+  auto replies =
+      roundTrip(MessageType::kExchange, in, 0.0f, versions_, MessageType::kExchangeReply);
+  // x -= diff (in the shard's buffer), piece by piece in place.
   for (size_t s = 0; s < replies.size(); ++s) {
-    const auto* diff = reinterpret_cast<const float*>(replies[s].payload.data());
+    const float* diff = buffers_[s].data();
     for (const Piece& p : map_.shards[s]) {
       float* x = params[p.tensor] + p.offset;
       for (uint64_t i = 0; i < p.count; ++i) x[i] -= diff[p.shardOffset + i];
@@ -277,6 +344,80 @@ std::vector<ServerStats> Client::stats() {
         ServerStats::decode(r.payload.data(), r.payload.size(), limits_.workers));
   }
   return out;
+}
+
+Manifest Client::save(const std::string& dir) {
+  makeCheckpointDirectory(dir);
+  const int servers = static_cast<int>(roles_.servers.size());
+  const std::string id = toHex(randomBytes(8).data(), 8);
+  Manifest m;
+  m.mode = config_.mode;
+  m.optimizer =
+      config_.mode == Mode::kEasgd ? "none" : optimizerKindName(config_.optimizer.kind);
+  m.tensorElements = config_.tensorElements;
+  std::vector<std::string> paths;
+  std::vector<const uint8_t*> bytes;
+  std::vector<uint64_t> sizes;
+  for (int s = 0; s < servers; ++s) {
+    ManifestShard sh;
+    sh.file = shardFileName(s, servers, id);
+    sh.elements = map_.shardElements[s];
+    sh.pieces = map_.shards[s];
+    m.shards.push_back(std::move(sh));
+    paths.push_back(dir + "/" + m.shards[s].file);
+  }
+  for (const std::string& p : paths) {
+    bytes.push_back(reinterpret_cast<const uint8_t*>(p.data()));
+    sizes.push_back(p.size());
+  }
+  auto replies =
+      roundTripBytes(MessageType::kSave, bytes, sizes, 0.0f, {}, MessageType::kSaveReply);
+  for (int s = 0; s < servers; ++s) {
+    m.shards[s].version = replies[s].header.version;
+    std::memcpy(m.shards[s].digest.data(), replies[s].payload.data(), kDigestBytes);
+  }
+  writeManifest(dir, m);  // the commit point
+  removeStaleShardFiles(dir, m);
+  return m;
+}
+
+void Client::load(const std::string& dir, const std::vector<float*>& params) {
+  const Manifest m = readManifest(dir);
+  const int servers = static_cast<int>(roles_.servers.size());
+  checkManifest(m, dir, config_, servers);
+  std::vector<std::string> payloads;
+  std::vector<const uint8_t*> bytes;
+  std::vector<uint64_t> sizes;
+  for (int s = 0; s < servers; ++s) {
+    std::string p(reinterpret_cast<const char*>(m.shards[s].digest.data()), kDigestBytes);
+    p += dir + "/" + m.shards[s].file;
+    payloads.push_back(std::move(p));
+  }
+  for (const std::string& p : payloads) {
+    bytes.push_back(reinterpret_cast<const uint8_t*>(p.data()));
+    sizes.push_back(p.size());
+  }
+  // Two phases (server.cc, onLoad): every server checks and stages its
+  // file; only when all have, they apply it.
+  try {
+    roundTripBytes(MessageType::kLoad, bytes, sizes, 0.0f, {}, MessageType::kLoadReply);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout) throw;
+    roundTripBytes(MessageType::kLoad, bytes, sizes, 0.0f, {}, MessageType::kLoadReply,
+                   kFlagLoadAbort);
+    throw;
+  }
+  roundTripBytes(MessageType::kLoad, bytes, sizes, 0.0f, {}, MessageType::kLoadReply,
+                 kFlagLoadCommit);
+  pull(params);
+}
+
+void Client::requestStop() {
+  roundTripBytes(MessageType::kStop, {}, {}, 0.0f, {}, MessageType::kStopReply);
+}
+
+uint64_t Client::version() const {
+  return *std::min_element(versions_.begin(), versions_.end());
 }
 
 void Client::bye() {

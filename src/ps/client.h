@@ -25,9 +25,12 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "ps/checkpoint.h"
 #include "ps/roles.h"
+#include "ps/segments.h"
 #include "ps/server.h"
 #include "ps/shard_map.h"
 #include "ps/wire.h"
@@ -58,6 +61,30 @@ class Client {
   int push(const std::vector<const float*>& grads, float lr);
   // One elastic exchange with every shard: params -= alpha * (params - c).
   void exchange(const std::vector<float*>& params);
+  // Checkpoints (checkpoint.h). save(): every server writes its shard,
+  // version and optimizer state into `dir` (created when missing), then
+  // this worker writes the manifest, the commit point; returns it. load():
+  // checks the manifest against this job (naming every difference), has
+  // every server read and check its file, then pulls into `params`. Both
+  // act on the servers as they are when each request arrives: call them
+  // while the other workers wait (kolo.torch.ps.save/load do, between
+  // steps), and after load() every other worker must pull before its next
+  // step. Errors name the file and what is wrong; a failed load leaves the
+  // servers as they were.
+  Manifest save(const std::string& dir);
+  void load(const std::string& dir, const std::vector<float*>& params);
+  // Asks every server to stop the training (a validator's decision): from
+  // then on (sync: from the next version, so every worker stops after the
+  // same step) the servers' replies carry kFlagStop, and stopRequested()
+  // turns true on every worker at its next exchange with them.
+  void requestStop();
+  bool stopRequested() const { return stopRequested_; }
+  // On a validator: every trainer has finished (seen at the last exchange
+  // with the servers, e.g. a pull).
+  bool trainingOver() const { return trainingOver_; }
+  // The smallest of the versions of this worker's parameters over the
+  // shards (the version they have all reached).
+  uint64_t version() const;
   // Every server's counters, by server index.
   std::vector<ServerStats> stats();
   // Tells every server this worker is done. Idempotent.
@@ -78,18 +105,35 @@ class Client {
   // from each, checking its type.
   // payloads[s]: shard s's floats, or empty for no payload; versions[s]:
   // the header's version for shard s.
-  std::vector<Reply> roundTrip(MessageType type,
-                               const std::vector<const float*>& payloads, float lr,
-                               const std::vector<uint64_t>& versions, MessageType expect);
+  // `tensors`: the tensors whose shards are the payloads (empty: none);
+  // `into`: where a kPullReply's values go (else shard payloads of replies
+  // land in buffers_).
+  std::vector<Reply> roundTrip(MessageType type, const std::vector<const float*>& tensors,
+                               float lr, const std::vector<uint64_t>& versions,
+                               MessageType expect,
+                               const std::vector<float*>* into = nullptr);
+  // The same with payloads of any size: bytes[s] (null: none) of sizes[s],
+  // or, with `tensors`, the shards of those tensors.
+  std::vector<Reply> roundTripBytes(MessageType type,
+                                    const std::vector<const uint8_t*>& bytes,
+                                    const std::vector<uint64_t>& sizes, float lr,
+                                    const std::vector<uint64_t>& versions,
+                                    MessageType expect, uint16_t flags = 0,
+                                    const std::vector<const float*>* tensors = nullptr,
+                                    const std::vector<float*>* into = nullptr);
+  void postShardSends(int s, const std::vector<const float*>& tensors,
+                      std::vector<transport::RequestPtr>& requests);
+  void postShardRecvs(int s, const std::vector<float*>* into,
+                      std::vector<transport::RequestPtr>& requests);
+  void scatterPacked(int s, const std::vector<float*>& into) const;
   // Posts header (and payload) sends to every server, without replies.
   void sendAll(MessageType type, const std::vector<const uint8_t*>& payloads,
                const std::vector<uint64_t>& bytes, const std::vector<uint64_t>& versions,
                float lr, std::vector<transport::RequestPtr>& requests,
-               std::vector<HeaderBytes>& headers);
+               std::vector<HeaderBytes>& headers, uint16_t flags = 0,
+               bool headersOnly = false);
   // Rethrows a transport error naming the parameter servers.
   [[noreturn]] void lost(const Error& e) const;
-  void gather(int shard, const std::vector<const float*>& tensors, float* out) const;
-  void scatter(int shard, const float* in, const std::vector<float*>& tensors) const;
   void pullAtLeast(const std::vector<float*>& params,
                    const std::vector<uint64_t>& minVersion);
 
@@ -102,12 +146,15 @@ class Client {
   WireLimits limits_;
   std::vector<uint64_t> shardBytes_;
   std::vector<uint64_t> versions_;  // per shard: the version of our parameters
-  std::vector<std::vector<float>> buffers_;
+  std::vector<std::vector<Segment>> segments_;   // per shard
+  std::vector<std::vector<float>> buffers_;      // per shard: packed segments, replies
   std::vector<std::vector<float>> accumulated_;  // downpour, push_period > 1
   uint64_t steps_ = 0;
   uint64_t staleness_ = 0;
   bool mustPull_ = false;
   bool saidBye_ = false;
+  bool stopRequested_ = false;
+  bool trainingOver_ = false;
 };
 
 }  // namespace kolo::ps

@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 #include <string>
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "ps/checkpoint.h"
 
 namespace kolo::ps {
 
@@ -69,6 +71,15 @@ void Server::postHeader(int w) {
 }
 
 void Server::run() {
+  // A worker's death must not break the transport for the others: with
+  // isolation it fails only the requests to and from that worker.
+  try {
+    t_.setIsolatePeerFailures(true);
+  } catch (const Error& e) {
+    KOLO_LOG(kInfo) << "parameter server " << index_
+                    << ": the transport cannot isolate a lost worker (" << e.what()
+                    << "); a worker's death stops this server";
+  }
   for (int w = 0; w < workers_; ++w) postHeader(w);
   open_ = workers_;
   std::vector<uint8_t> payload;
@@ -76,44 +87,119 @@ void Server::run() {
     bool moved = false;
     for (int w = 0; w < workers_; ++w) {
       if (done_[w] || !requests_[w]->done()) continue;
-      if (requests_[w]->error) std::rethrow_exception(requests_[w]->error);
       moved = true;
-      const int from = roles_.workers[w];
-      Header h;
       try {
-        h = decodeHeader(headers_[w].data(), headers_[w].size(), limits(), from);
-        if (h.worker != static_cast<uint32_t>(w) ||
-            h.shard != static_cast<uint32_t>(index_)) {
-          KOLO_THROW(ErrorCode::kMismatch,
-                     "parameter-server " << messageTypeName(h.type) << " from rank "
-                                         << from << " says worker " << h.worker
-                                         << ", shard " << h.shard << "; expected worker "
-                                         << w << ", shard " << index_);
-        }
+        if (requests_[w]->error) std::rethrow_exception(requests_[w]->error);
+        serveOne(w, payload);
       } catch (const Error& e) {
-        refuse(w, e.what());
-        continue;
+        if (e.code() != ErrorCode::kPeerLost || !noticeLostWorkers(e.what())) throw;
       }
-      payload.resize(h.payloadBytes);
-      if (h.payloadBytes > 0) t_.recv(from, kPayloadTag, payload.data(), payload.size());
-      if (h.type == MessageType::kBye) {
-        done_[w] = true;
-        --open_;
-        continue;
-      }
-      try {
-        handle(w, h, payload);
-      } catch (const Error& e) {
-        if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout) throw;
-        refuse(w, e.what());
-        continue;
-      }
-      if (!done_[w]) postHeader(w);
     }
     if (!moved && !t_.progress()) t_.idle(std::chrono::microseconds(1000));
   }
   KOLO_LOG(kInfo) << "parameter server " << index_ << ": every worker finished after "
                   << stats_.version << " updates";
+}
+
+// Worker w's header has arrived: check it, read its payload, handle it.
+// A transport error propagates (run() tells a lost worker from the rest);
+// any other error refuses the worker.
+void Server::serveOne(int w, std::vector<uint8_t>& payload) {
+  const int from = roles_.workers[w];
+  Header h;
+  try {
+    h = decodeHeader(headers_[w].data(), headers_[w].size(), limits(), from);
+    if (h.worker != static_cast<uint32_t>(w) ||
+        h.shard != static_cast<uint32_t>(index_)) {
+      KOLO_THROW(ErrorCode::kMismatch,
+                 "parameter-server " << messageTypeName(h.type) << " from rank " << from
+                                     << " says worker " << h.worker << ", shard "
+                                     << h.shard << "; expected worker " << w << ", shard "
+                                     << index_);
+    }
+  } catch (const Error& e) {
+    refuse(w, e.what());
+    return;
+  }
+  payload.resize(h.payloadBytes);
+  if (isShardPayload(h.type)) {
+    // The decoder has checked the size against the shard's: segments_
+    // exist and cover it.
+    std::vector<transport::RequestPtr> parts;
+    for (const Segment& g : segments_) {
+      parts.push_back(t_.irecv(from, kPayloadTag,
+                               payload.data() + g.shardOffset * sizeof(float),
+                               g.count * sizeof(float)));
+    }
+    t_.waitAll(parts);
+  } else if (h.payloadBytes > 0) {
+    t_.recv(from, kPayloadTag, payload.data(), payload.size());
+  }
+  if (h.type == MessageType::kBye) {
+    done_[w] = true;
+    --open_;
+    return;
+  }
+  try {
+    handle(w, h, payload);
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout) throw;
+    refuse(w, e.what());
+    return;
+  }
+  if (!done_[w]) postHeader(w);
+}
+
+// A kPeerLost: which workers' links failed? Each newly lost one is dropped
+// (loseWorker); false when the loss is not a worker's (then the caller
+// rethrows: a server cannot go on without its transport).
+bool Server::noticeLostWorkers(const std::string& why) {
+  bool any = false;
+  for (int w = 0; w < workers_; ++w) {
+    if (t_.peerLost(roles_.workers[w])) {
+      any = true;
+      loseWorker(w, why);
+    }
+  }
+  return any;
+}
+
+// Logs the loss once. downpour, easgd, and sync while at most
+// backup_workers are lost: the server goes on (the worker's pending pulls
+// are dropped by servePulls; a sync round needs workers - backup_workers
+// pushes, which the others still give). Plain sync, or more losses than
+// backup workers, or worker 0 before it seeded: every other worker gets a
+// kError flagged kFlagErrorPeerLost naming the dead worker.
+void Server::loseWorker(int w, const std::string& why) {
+  if (done_[w]) return;  // finished, refused or already lost
+  done_[w] = true;
+  --open_;
+  ++lost_;
+  const int rank = roles_.workers[w];
+  const bool survivable =
+      (w != 0 || seeded_) &&
+      (!config_ || config_->mode != Mode::kSync || lost_ <= config_->backupWorkers);
+  std::ostringstream what;
+  what << "parameter server " << index_ << ": worker " << w << " (rank " << rank
+       << ") was lost (" << why << ")";
+  if (survivable) {
+    KOLO_LOG(kWarning) << what.str() << "; going on without it";
+    return;
+  }
+  what << "; " << (config_ ? modeName(config_->mode) : "the")
+       << " mode with backup_workers=" << (config_ ? config_->backupWorkers : 0)
+       << " cannot go on without it";
+  KOLO_LOG(kError) << what.str() << "; failing every worker";
+  const std::string text = what.str().substr(0, limits().maxErrorBytes);
+  for (int other = 0; other < workers_; ++other) {
+    if (done_[other]) continue;
+    done_[other] = true;
+    --open_;
+    Header r;
+    r.type = MessageType::kError;
+    r.flags = kFlagErrorPeerLost;
+    reply(other, r, text.data(), text.size());
+  }
 }
 
 void Server::handle(int w, const Header& h, std::vector<uint8_t>& payload) {
@@ -149,6 +235,9 @@ void Server::handle(int w, const Header& h, std::vector<uint8_t>& payload) {
       break;
     case MessageType::kPush: onPush(w, h, floats); break;
     case MessageType::kExchange: onExchange(w, floats); break;
+    case MessageType::kStop: onStop(w); break;
+    case MessageType::kSave:
+    case MessageType::kLoad: onCheckpoint(w, h, payload); break;
     case MessageType::kStats: {
       std::vector<uint8_t> s = stats_.encode();
       Header r;
@@ -180,6 +269,7 @@ void Server::onConfig(int w, const std::vector<uint8_t>& payload) {
   ShardMap map =
       ShardMap::build(c.tensorElements, static_cast<int>(roles_.servers.size()));
   for (uint64_t n : map.shardElements) shardBytes_.push_back(n * sizeof(float));
+  segments_ = segmentsOf(map.shards[index_]);
   const size_t n = map.shardElements[index_];
   values_.assign(n, 0.0f);
   sum_.assign(c.mode == Mode::kSync ? n : 0, 0.0f);
@@ -226,6 +316,11 @@ void Server::onPush(int w, const Header& h, const float* grad) {
                                    << " for version " << h.version
                                    << ", but the shard is at version " << stats_.version);
   }
+  if (w >= workers_ - c.validators) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "parameter server " << index_ << ": push from worker " << w
+                                   << ", a validator (validators push nothing)");
+  }
   ++stats_.pushes[w];
   Header r;
   r.type = MessageType::kPushReply;
@@ -250,7 +345,7 @@ void Server::onPush(int w, const Header& h, const float* grad) {
     roundLr_ = h.lr;
     r.version = stats_.version;
     reply(w, r, nullptr, 0);
-    if (++roundCount_ >= workers_ - c.backupWorkers) applySyncRound();
+    if (++roundCount_ >= trainers(c, workers_) - c.backupWorkers) applySyncRound();
     return;
   }
   rule_->apply(values_.data(), grad, h.lr);
@@ -295,6 +390,140 @@ void Server::onExchange(int w, const float* x) {
   reply(w, r, scratch_.data(), scratch_.size() * sizeof(float));
 }
 
+// sync: from the next version, which every worker pulls in the same round,
+// so all stop after the same step; the other modes: now.
+void Server::onStop(int w) {
+  if (!stopAt_) {
+    stopAt_ = stats_.version + (config_->mode == Mode::kSync ? 1 : 0);
+    KOLO_LOG(kInfo) << "parameter server " << index_ << ": worker " << w
+                    << " asks to stop training at version " << *stopAt_;
+  }
+  Header r;
+  r.type = MessageType::kStopReply;
+  r.version = stats_.version;
+  reply(w, r, nullptr, 0);
+}
+
+// A checkpoint that cannot be written or read is this request's error, not
+// the worker's: it stays served.
+void Server::onCheckpoint(int w, const Header& h, const std::vector<uint8_t>& payload) {
+  try {
+    if (h.type == MessageType::kSave) {
+      onSave(w, payload);
+    } else {
+      onLoad(w, h, payload);
+    }
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout) throw;
+    KOLO_LOG(kWarning) << "parameter server " << index_ << ": " << messageTypeName(h.type)
+                       << " for worker " << w << " failed: " << e.what();
+    std::string text = std::string(e.what()).substr(0, limits().maxErrorBytes);
+    Header r;
+    r.type = MessageType::kError;
+    reply(w, r, text.data(), text.size());
+  }
+}
+
+// Writes the shard, its version and the optimizer's state to the file the
+// worker names (checkpoint.h: temporary file, fsync, rename).
+void Server::onSave(int w, const std::vector<uint8_t>& payload) {
+  if (!seeded_) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, "parameter server "
+                                                << index_ << ": save from worker " << w
+                                                << " before worker 0 seeded the shard");
+  }
+  ShardState s;
+  s.shard = static_cast<uint32_t>(index_);
+  s.shards = static_cast<uint32_t>(roles_.servers.size());
+  s.mode = config_->mode;
+  s.hasRule = rule_ != nullptr;
+  if (rule_) {
+    s.kind = rule_->config().kind;
+    s.rule = rule_->state();
+  }
+  s.version = stats_.version;
+  s.updates = stats_.updates;
+  s.values = values_;
+  const Digest d = writeShardFile(std::string(payload.begin(), payload.end()), s);
+  Header r;
+  r.type = MessageType::kSaveReply;
+  r.version = stats_.version;
+  reply(w, r, d.data(), d.size());
+}
+
+// Loading is two-phase, so a checkpoint that fails on one shard changes
+// none: without flags, the server reads and checks its whole file and
+// keeps it staged; with kFlagLoadCommit it applies the staged state (the
+// same file); with kFlagLoadAbort it drops it. A sync round in progress is
+// dropped on commit: the workers load together, between steps.
+void Server::onLoad(int w, const Header& h, const std::vector<uint8_t>& payload) {
+  if (payload.size() <= kDigestBytes) {
+    KOLO_THROW(ErrorCode::kMismatch, "parameter server " << index_
+                                                         << ": load from worker " << w
+                                                         << " names no file");
+  }
+  Digest digest;
+  std::memcpy(digest.data(), payload.data(), kDigestBytes);
+  const std::string file(payload.begin() + kDigestBytes, payload.end());
+  Header r;
+  r.type = MessageType::kLoadReply;
+  if (h.flags & kFlagLoadAbort) {
+    staged_.reset();
+  } else if (h.flags & kFlagLoadCommit) {
+    commitLoad(w, file, digest);
+  } else {
+    staged_.reset();
+    ShardState s =
+        readShardFile(file, &digest, static_cast<uint32_t>(index_),
+                      static_cast<uint32_t>(roles_.servers.size()), values_.size());
+    const bool sameRule =
+        s.hasRule == (rule_ != nullptr) && (!rule_ || s.kind == rule_->config().kind);
+    if (s.mode != config_->mode || !sameRule) {
+      KOLO_THROW(
+          ErrorCode::kMismatch,
+          "checkpoint shard file '"
+              << file << "' was saved in mode " << modeName(s.mode) << " with "
+              << (s.hasRule ? optimizerKindName(s.kind) : "no optimizer")
+              << "; this job runs " << modeName(config_->mode) << " with "
+              << (rule_ ? optimizerKindName(rule_->config().kind) : "no optimizer"));
+    }
+    if (rule_) UpdateRule(rule_->config(), values_.size()).restore(s.rule);  // sizes
+    staged_ = Staged{file, digest, std::move(s)};
+  }
+  r.version = stats_.version;
+  reply(w, r, nullptr, 0);
+  servePulls();
+}
+
+void Server::commitLoad(int w, const std::string& file, const Digest& digest) {
+  if (!staged_ || staged_->file != file || staged_->digest != digest) {
+    KOLO_THROW(ErrorCode::kMismatch, "parameter server "
+                                         << index_ << ": commit of '" << file
+                                         << "' from worker " << w
+                                         << " without that file checked first");
+  }
+  ShardState s = std::move(staged_->state);
+  staged_.reset();
+  if (rule_) rule_->restore(std::move(s.rule));
+  values_ = std::move(s.values);
+  stats_.version = s.version;
+  stats_.updates = s.updates;
+  std::fill(sum_.begin(), sum_.end(), 0.0f);
+  std::fill(pushedThisRound_.begin(), pushedThisRound_.end(), false);
+  roundCount_ = 0;
+  seeded_ = true;
+  KOLO_LOG(kInfo) << "parameter server " << index_ << ": loaded '" << file
+                  << "' at version " << stats_.version;
+}
+
+bool Server::trainingOver() const {
+  if (!config_ || config_->validators == 0) return false;
+  for (int w = 0; w < workers_ - config_->validators; ++w) {
+    if (!done_[w]) return false;
+  }
+  return true;
+}
+
 void Server::servePulls() {
   if (!seeded_) return;
   auto ready = [&](const PendingPull& p) { return p.minVersion <= stats_.version; };
@@ -314,13 +543,37 @@ void Server::servePulls() {
 }
 
 void Server::reply(int w, Header h, const void* data, size_t bytes) {
+  if (stopAt_ && stats_.version >= *stopAt_) h.flags |= kFlagStop;
+  if (trainingOver()) h.flags |= kFlagTrainingOver;
   h.worker = static_cast<uint32_t>(w);
   h.shard = static_cast<uint32_t>(index_);
   h.payloadBytes = bytes;
   const HeaderBytes b = encodeHeader(h);
   const int to = roles_.workers[w];
+  try {
+    send(to, h, b, data, bytes);
+  } catch (const Error& e) {
+    // A worker that died before its answer: dropped (loseWorker), not a
+    // failure of this server.
+    if (e.code() != ErrorCode::kPeerLost || !t_.peerLost(to)) throw;
+    loseWorker(w, e.what());
+  }
+}
+
+void Server::send(int to, const Header& h, const HeaderBytes& b, const void* data,
+                  size_t bytes) {
   t_.send(to, kHeaderTag, b.data(), b.size());
-  if (bytes > 0) t_.send(to, kPayloadTag, data, bytes);
+  if (isShardPayload(h.type)) {
+    std::vector<transport::RequestPtr> parts;
+    const auto* floats = static_cast<const float*>(data);
+    for (const Segment& g : segments_) {
+      parts.push_back(
+          t_.isend(to, kPayloadTag, floats + g.shardOffset, g.count * sizeof(float)));
+    }
+    t_.waitAll(parts);
+  } else if (bytes > 0) {
+    t_.send(to, kPayloadTag, data, bytes);
+  }
 }
 
 void Server::refuse(int w, const std::string& why) {

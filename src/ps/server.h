@@ -10,9 +10,16 @@
 // - A malformed or out-of-order message from a worker (bad header, a config
 //   that differs from the first one, a push before the config) is answered
 //   with kError naming what is wrong; that worker is then no longer served.
-// - A transport failure (a lost peer, a timeout) throws Error naming the
-//   rank; the server stops. (Going on without a dead worker in downpour and
-//   easgd needs transports that survive one peer's loss: not yet built.)
+// - kSave / kLoad write or read this shard's checkpoint file (checkpoint.h);
+//   a file that cannot be written, read or does not fit is answered with
+//   kError naming it, and the worker stays served.
+// - A worker that dies (its link fails): with a transport that isolates
+//   peer failures (shm, tcp; run() switches it on), the server logs it once
+//   and, in downpour, easgd, and sync with at most backup_workers lost,
+//   goes on without it; in plain sync it answers every other worker with
+//   kError flagged kFlagErrorPeerLost naming the dead worker, and ends.
+//   Any other transport failure (a timeout, or a loss the transport cannot
+//   isolate) throws Error naming the rank; the server stops.
 // - Not thread-safe: one thread runs it, and nothing else uses the
 //   transport meanwhile.
 #pragma once
@@ -24,7 +31,9 @@
 #include <utility>
 #include <vector>
 
+#include "ps/checkpoint.h"
 #include "ps/roles.h"
+#include "ps/segments.h"
 #include "ps/shard_map.h"
 #include "ps/update_rule.h"
 #include "ps/wire.h"
@@ -67,9 +76,21 @@ class Server {
   void checkSame(int w, const PsConfig& c) const;
   void onPush(int w, const Header& h, const float* grad);
   void onExchange(int w, const float* x);
+  void onStop(int w);
+  void onCheckpoint(int w, const Header& h, const std::vector<uint8_t>& payload);
+  void onSave(int w, const std::vector<uint8_t>& payload);
+  void onLoad(int w, const Header& h, const std::vector<uint8_t>& payload);
+  void commitLoad(int w, const std::string& file, const Digest& digest);
   void applySyncRound();
   void servePulls();
+  // Validators exist and every trainer has finished (kFlagTrainingOver).
+  bool trainingOver() const;
   void reply(int w, Header h, const void* data, size_t bytes);
+  void send(int to, const Header& h, const HeaderBytes& b, const void* data,
+            size_t bytes);
+  void serveOne(int w, std::vector<uint8_t>& payload);
+  bool noticeLostWorkers(const std::string& why);
+  void loseWorker(int w, const std::string& why);
   void refuse(int w, const std::string& why);
 
   transport::Transport& t_;
@@ -80,11 +101,22 @@ class Server {
   std::vector<std::pair<int, PsConfig>> early_;  // others' that came before it
   std::string cannotServe_;  // set when worker 0 was refused before seeding
   int open_ = 0;             // workers neither finished nor refused
+  int lost_ = 0;             // workers whose links failed
   std::vector<uint64_t> shardBytes_;
+  std::vector<Segment> segments_;  // how this shard's payloads travel
   std::vector<float> values_;
   std::unique_ptr<UpdateRule> rule_;
   bool seeded_ = false;
   std::vector<PendingPull> pending_;
+  // A checkpoint read and checked, waiting for its commit (onLoad).
+  struct Staged {
+    std::string file;
+    Digest digest;
+    ShardState state;
+  };
+  std::optional<Staged> staged_;
+  // Set by the first kStop: replies carry kFlagStop from this version on.
+  std::optional<uint64_t> stopAt_;
   // sync: the sum of this round's gradients and who has pushed.
   std::vector<float> sum_;
   std::vector<bool> pushedThisRound_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <utility>
 
 #include "common/check.h"
 
@@ -84,6 +85,23 @@ UpdateRule::UpdateRule(const OptimizerConfig& config, size_t elements)
       if (config_.centered) c_.assign(elements, 0.0f);
       break;
   }
+}
+
+void UpdateRule::restore(State s) {
+  const std::vector<float>* mine[] = {&a_, &b_, &c_};
+  const std::vector<float>* theirs[] = {&s.a, &s.b, &s.c};
+  for (int k = 0; k < 3; ++k) {
+    if (mine[k]->size() != theirs[k]->size()) {
+      KOLO_THROW(ErrorCode::kMismatch,
+                 optimizerKindName(config_.kind)
+                     << " state buffer " << k << ": " << theirs[k]->size()
+                     << " elements saved, expected " << mine[k]->size());
+    }
+  }
+  steps_ = s.steps;
+  a_ = std::move(s.a);
+  b_ = std::move(s.b);
+  c_ = std::move(s.c);
 }
 
 void UpdateRule::apply(float* param, const float* grad, float lr) {

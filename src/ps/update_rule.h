@@ -59,6 +59,17 @@ class UpdateRule {
   size_t elements() const { return elements_; }
   const OptimizerConfig& config() const { return config_; }
 
+  // The optimizer state, for checkpoints (src/ps/checkpoint.h): the step
+  // count and the buffers; a buffer the rule does not use is empty.
+  struct State {
+    uint64_t steps = 0;
+    std::vector<float> a, b, c;
+  };
+  State state() const { return {steps_, a_, b_, c_}; }
+  // Takes a saved state back; each buffer must have the size this rule's
+  // would have (Error(kMismatch) naming the buffer and both sizes).
+  void restore(State s);
+
  private:
   void applySgd(float* p, const float* g, float lr);
   void applyAdam(float* p, const float* g, float lr);

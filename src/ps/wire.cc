@@ -21,13 +21,13 @@ T get(const uint8_t* p) {
   return v;
 }
 
-bool payloadIsShard(MessageType t) {
+}  // namespace
+
+bool isShardPayload(MessageType t) {
   return t == MessageType::kSeed || t == MessageType::kPush ||
          t == MessageType::kPullReply || t == MessageType::kExchange ||
          t == MessageType::kExchangeReply;
 }
-
-}  // namespace
 
 const char* messageTypeName(MessageType t) {
   switch (t) {
@@ -43,6 +43,12 @@ const char* messageTypeName(MessageType t) {
     case MessageType::kConfig: return "config";
     case MessageType::kStats: return "stats";
     case MessageType::kStatsReply: return "stats-reply";
+    case MessageType::kSave: return "save";
+    case MessageType::kSaveReply: return "save-reply";
+    case MessageType::kLoad: return "load";
+    case MessageType::kLoadReply: return "load-reply";
+    case MessageType::kStop: return "stop";
+    case MessageType::kStopReply: return "stop-reply";
   }
   return "unknown";
 }
@@ -106,7 +112,7 @@ Header decodeHeader(const uint8_t* bytes, size_t size, const WireLimits& limits,
   }
   uint64_t expected = 0;
   bool exact = true;
-  if (payloadIsShard(h.type)) {
+  if (isShardPayload(h.type)) {
     if (limits.shardBytes == nullptr) {
       KOLO_THROW(ErrorCode::kMismatch, "parameter-server "
                                            << name << " from rank " << from
@@ -121,6 +127,14 @@ Header decodeHeader(const uint8_t* bytes, size_t size, const WireLimits& limits,
     expected = limits.maxConfigBytes;
   } else if (h.type == MessageType::kStatsReply) {
     expected = statsBytes(limits.workers);
+  } else if (h.type == MessageType::kSave) {
+    exact = false;
+    expected = limits.maxPathBytes;
+  } else if (h.type == MessageType::kLoad) {
+    exact = false;
+    expected = kDigestBytes + limits.maxPathBytes;
+  } else if (h.type == MessageType::kSaveReply) {
+    expected = kDigestBytes;
   }
   if (h.payloadBytes > limits.maxPayloadBytes ||
       (exact ? h.payloadBytes != expected : h.payloadBytes > expected)) {
@@ -158,15 +172,38 @@ bool PsConfig::operator==(const PsConfig& o) const {
   return encodeConfig(*this) == encodeConfig(o);
 }
 
+int trainers(const PsConfig& c, int workers) {
+  return c.pushers > 0 ? c.pushers : workers - c.validators;
+}
+
 void validate(const PsConfig& c, int workers) {
   if (c.stalenessBound < 0) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
                "staleness_bound=" << c.stalenessBound << " (expected a value >= 0)");
   }
-  if (c.backupWorkers < 0 || c.backupWorkers >= workers) {
+  if (c.pushers < 0 || c.pushers > workers) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "parameter-server groups: " << c.pushers << " pushing leaders for "
+                                           << workers << " workers");
+  }
+  if (c.validators < 0 || c.validators >= workers) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "KOLO_VALIDATORS=" << c.validators << " with " << workers
+                                  << " workers (at least one worker must train)");
+  }
+  if (c.validators > 0 && c.pushers > 0) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, "validator ranks (KOLO_VALIDATORS="
+                                                << c.validators
+                                                << ") and groups (group_size) together "
+                                                   "are not supported");
+  }
+  const int pushers = trainers(c, workers);
+  if (c.backupWorkers < 0 || c.backupWorkers >= pushers) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
                "backup_workers=" << c.backupWorkers << " (expected 0 <= value < "
-                                 << workers << ", the number of workers)");
+                                 << pushers
+                                 << (c.pushers == 0 ? ", the number of workers)"
+                                                    : ", the number of groups)"));
   }
   if (!(c.easgdAlpha > 0.0f && c.easgdAlpha <= 1.0f)) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
@@ -177,13 +214,14 @@ void validate(const PsConfig& c, int workers) {
 
 namespace {
 
-constexpr size_t kConfigFixedBytes = 52;
+constexpr size_t kConfigFixedBytes = 60;
 
 }  // namespace
 
 // Layout: u8 mode, u8 optimizer kind, u8 nesterov, u8 centered, i32 bound,
 // i32 backup, f32 alpha, f32 x8 (lr, weight decay, momentum, dampening,
-// beta1, beta2, eps, rmsprop alpha), u32 tensor count, u64 x count sizes.
+// beta1, beta2, eps, rmsprop alpha), u32 tensor count, i32 pushers, i32
+// validators, u64 x count sizes.
 std::vector<uint8_t> encodeConfig(const PsConfig& c) {
   std::vector<uint8_t> b(kConfigFixedBytes + 8 * c.tensorElements.size());
   const OptimizerConfig& o = c.optimizer;
@@ -201,6 +239,8 @@ std::vector<uint8_t> encodeConfig(const PsConfig& c) {
     put<uint32_t>(&b[12 + 4 * i], bits);
   }
   put<uint32_t>(&b[48], static_cast<uint32_t>(c.tensorElements.size()));
+  put<uint32_t>(&b[52], static_cast<uint32_t>(c.pushers));
+  put<uint32_t>(&b[56], static_cast<uint32_t>(c.validators));
   for (size_t i = 0; i < c.tensorElements.size(); ++i) {
     put<uint64_t>(&b[kConfigFixedBytes + 8 * i], c.tensorElements[i]);
   }
@@ -237,6 +277,8 @@ PsConfig decodeConfig(const uint8_t* b, size_t size, int from, uint32_t maxTenso
   o.centered = b[3] == 1;
   c.stalenessBound = static_cast<int32_t>(get<uint32_t>(b + 4));
   c.backupWorkers = static_cast<int32_t>(get<uint32_t>(b + 8));
+  c.pushers = static_cast<int32_t>(get<uint32_t>(b + 52));
+  c.validators = static_cast<int32_t>(get<uint32_t>(b + 56));
   float* floats[] = {&c.easgdAlpha, &o.lr,    &o.weightDecay, &o.momentum, &o.dampening,
                      &o.beta1,      &o.beta2, &o.eps,         &o.alpha};
   for (size_t i = 0; i < 9; ++i) {

@@ -44,13 +44,37 @@ enum class MessageType : uint16_t {
   kConfig = 10,
   kStats = 11,
   kStatsReply = 12,
+  kSave = 13,
+  kSaveReply = 14,
+  kLoad = 15,
+  kLoadReply = 16,
+  kStop = 17,
+  kStopReply = 18,
 };
-inline constexpr uint16_t kLastMessageType = 12;
+inline constexpr uint16_t kLastMessageType = 18;
 
 // kPushReply flags bit 0: the push was too stale and was not applied.
 inline constexpr uint16_t kFlagRejectedStale = 1;
+// kLoad flags: none = read, check and stage the file; commit = apply the
+// staged file; abort = drop it (docs/parameter_server.md, "Checkpoints").
+inline constexpr uint16_t kFlagLoadCommit = 1;
+inline constexpr uint16_t kFlagLoadAbort = 2;
+// Any server reply: a worker asked the job to stop training (kStop) and the
+// shard has reached the version where it stops (docs/parameter_server.md,
+// "Validation").
+inline constexpr uint16_t kFlagStop = 0x8000;
+// Any server reply: every trainer (a worker that is not a validator) has
+// finished; validators end their loop.
+inline constexpr uint16_t kFlagTrainingOver = 0x4000;
+// kError: the server stopped serving because a worker was lost (the text
+// names it); the worker's error is kPeerLost.
+inline constexpr uint16_t kFlagErrorPeerLost = 1;
 
 const char* messageTypeName(MessageType t);
+
+// kSeed, kPush, kPullReply, kExchange, kExchangeReply: the payload is the
+// shard's floats, sent as its segments (segments.h).
+bool isShardPayload(MessageType t);
 
 struct Header {
   MessageType type = MessageType::kPull;
@@ -75,7 +99,12 @@ struct WireLimits {
   uint64_t maxPayloadBytes = uint64_t{1} << 34;  // 16 GiB
   uint64_t maxErrorBytes = 4096;                 // kError text
   uint64_t maxConfigBytes = 1 << 20;             // kConfig
+  uint64_t maxPathBytes = 4096;                  // kSave; kLoad adds a digest
 };
+
+// kSaveReply: the SHA-256 of the shard file written; kLoad: that digest,
+// then the file's path.
+inline constexpr uint64_t kDigestBytes = 32;
 
 inline uint64_t statsBytes(uint32_t workers) {
   return (4 + 2 * uint64_t{workers}) * 8;
@@ -104,16 +133,29 @@ struct PsConfig {
   int32_t stalenessBound = 0;  // downpour
   int32_t backupWorkers = 0;   // sync
   float easgdAlpha = 0.5f;     // easgd
-  OptimizerConfig optimizer;   // sync, downpour
+  // Workers that push (with groups, the group leaders: docs/
+  // parameter_server.md, "Groups"); 0: every worker. A sync round applies
+  // once pushers - backupWorkers have pushed.
+  int32_t pushers = 0;
+  // Validating workers (kolorun --validators V): the last V worker indices.
+  // They pull and never push; the others are the trainers, and a sync
+  // round applies once trainers - backupWorkers have pushed. Not with groups.
+  int32_t validators = 0;
+  OptimizerConfig optimizer;  // sync, downpour
   std::vector<uint64_t> tensorElements;
 
   bool operator==(const PsConfig& o) const;
 };
 
 // Throws Error(kInvalidArgument) naming the value and what is accepted:
-// negative staleness bound, backup workers outside [0, workers), alpha
+// negative staleness bound, pushers outside [0, workers], backup workers
+// outside [0, pushers) (pushers 0 counting as workers), alpha
 // outside (0, 1], an optimizer torch would reject.
 void validate(const PsConfig& c, int workers);
+
+// The workers that push: the group leaders, or the workers less the
+// validators.
+int trainers(const PsConfig& c, int workers);
 
 std::vector<uint8_t> encodeConfig(const PsConfig& c);
 // Checks the size against the tensor count it states (at most maxTensors)

@@ -180,6 +180,15 @@ void blacklistCooldown(Parse& p, const Flag&, const std::string& flag,
   p.options.elastic.blacklistCooldown = std::make_pair(lo, hi);
 }
 
+// --validators V: the last V workers validate (docs/parameter_server.md,
+// "Validation"); the ranks learn it from KOLO_VALIDATORS.
+void validators(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  const int64_t n = parseCount(flag, v);
+  if (n > (1 << 30)) throw UsageError(flag + " '" + v + "' is too large");
+  p.options.validators = static_cast<int>(n);
+  setExport(p, "KOLO_VALIDATORS", std::to_string(n));
+}
+
 void jobTimeout(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
   p.options.timeoutSeconds = parseSeconds(flag, v);
 }
@@ -374,6 +383,7 @@ const Flag kFlags[] = {
     {"--host-discovery-script", true, discoveryScript},
     {"--slots-per-host", true, slotsPerHost},
     {"--blacklist-cooldown-range", true, blacklistCooldown},
+    {"--validators", true, validators},
     {"--timeout", true, jobTimeout},
     {"--output-dir --output-filename", true, outputDir},
     {"--verbose -v", false, verbose},
@@ -529,6 +539,18 @@ void finish(Parse& p) {
                      std::to_string(p.options.numRanks) +
                      ": the servers must be fewer than the ranks (at least one worker)");
   }
+  if (p.options.validators > 0 && p.options.servers == 0) {
+    throw UsageError(
+        "--validators " + std::to_string(p.options.validators) +
+        " needs --servers S (validators are workers of a parameter-server job)");
+  }
+  if (p.options.validators > 0 &&
+      p.options.validators >= p.options.numRanks - p.options.servers) {
+    throw UsageError("--validators " + std::to_string(p.options.validators) +
+                     " with -np " + std::to_string(p.options.numRanks) +
+                     " and --servers " + std::to_string(p.options.servers) +
+                     ": at least one worker must train");
+  }
   if (p.gloo && p.options.mpi) throw UsageError("give either --gloo or --mpi, not both");
   checkElastic(p.options);
   if (!p.options.mpiArgs.empty() && !p.options.mpi) {
@@ -577,6 +599,8 @@ std::string usageText() {
          "  -np N, -n N         number of ranks (required, >= 1)\n"
          "  --servers S         S of the N ranks are parameter servers, one per\n"
          "                      host first (sets KOLO_SERVERS; S < N)\n"
+         "  --validators V      with --servers: the last V workers validate\n"
+         "                      instead of training (sets KOLO_VALIDATORS)\n"
          "  -H HOST[:SLOTS],... hosts and their slots (default 1); ranks fill\n"
          "                      them in order. Without -H: all ranks here\n"
          "  --hostfile FILE     hosts from FILE: 'HOST slots=N' or 'HOST:N' lines\n"

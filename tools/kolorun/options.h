@@ -53,6 +53,7 @@ struct ElasticOptions {
 struct LaunchOptions {
   int numRanks = 0;           // -np N, required, >= 1
   int servers = 0;            // --servers S: parameter servers among them, < N
+  int validators = 0;         // --validators V: validating workers, < N - S
   double timeoutSeconds = 0;  // --timeout S: job wall-clock limit, 0 = none
   std::string outputDir;      // --output-dir DIR: also rank.R.{stdout,stderr}
   bool verbose = false;       // --verbose / -v
