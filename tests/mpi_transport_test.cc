@@ -208,8 +208,9 @@ TEST_F(MpiEngine, ExitWithoutKoloFinalize) {
   EXPECT_EQ(count(r.output, "cannot use MPI after MPI_Finalize"), 0) << r.output;
 }
 
-// A rank that goes silent: every other rank fails within KOLO_TIMEOUT (2 s
-// here; 10 s allowed) naming it (the ranks next to it by their own
+// A rank that goes silent: every other rank fails within KOLO_TIMEOUT (5 s
+// here, long enough that a rank that is itself waiting keeps heartbeating
+// on a loaded machine under the sanitizers; 20 s allowed) naming it (the ranks next to it by their own
 // timeout, the rest through the abort notice: heartbeats keep them from
 // blaming a rank that is itself waiting), and the job ends instead of
 // hanging in MPI_Finalize. Over the mpi transport alone, and across two
@@ -228,7 +229,7 @@ TEST_F(MpiEngine, SilentRankIsNamedWithinTimeout) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.env + " " + c.args);
-    JobResult r = mpirun("KOLO_TIMEOUT=2 " + c.env, c.args + ranks() + " stall");
+    JobResult r = mpirun("KOLO_TIMEOUT=5 " + c.env, c.args + ranks() + " stall");
     EXPECT_NE(r.exitCode, 0) << r.output;
     const std::string silent = std::to_string(c.np - 1);
     std::regex line(R"(stall error after ([0-9.]+) s: (\w+): ([^\n]*))");
@@ -237,7 +238,7 @@ TEST_F(MpiEngine, SilentRankIsNamedWithinTimeout) {
     for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), line);
          it != std::sregex_iterator(); ++it) {
       ++lines;
-      EXPECT_LT(std::stod((*it)[1]), 10.0) << (*it)[0];
+      EXPECT_LT(std::stod((*it)[1]), 20.0) << (*it)[0];
       EXPECT_EQ((*it)[2], "timeout") << (*it)[0];
       if ((*it)[3].str().find("waiting for rank " + silent + " ") != std::string::npos) {
         ++naming;
