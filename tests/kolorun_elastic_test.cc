@@ -129,6 +129,35 @@ TEST_F(ElasticDriverTest, TooFewWorkersFailAfterTheElasticTimeoutNamingMinNp) {
   }
 }
 
+// The others failed and the last one is stopped (it never asks): the job
+// still ends after --elastic-timeout; once a worker finished, it does not.
+TEST_F(ElasticDriverTest, TooFewWorkersFailTheJobEvenWhenNoneAsks) {
+  ElasticLimits limits;
+  limits.minWorkers = 2;
+  limits.elasticTimeout = 200ms;
+  auto d = driver(3, limits);
+  d->workerExited(0, false);
+  d->workerExited(1, false);
+  std::optional<std::string> failure;
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!failure && std::chrono::steady_clock::now() < deadline) {
+    failure = d->poll(std::chrono::steady_clock::now()).failure;
+    std::this_thread::sleep_for(5ms);
+  }
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_NE(failure->find("only 1 worker(s) left, fewer than --min-np 2"),
+            std::string::npos);
+
+  auto ending = driver(3, limits);
+  ending->workerExited(0, true);
+  ending->workerExited(1, true);
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < 600ms) {
+    EXPECT_FALSE(ending->poll(std::chrono::steady_clock::now()).failure.has_value());
+    std::this_thread::sleep_for(5ms);
+  }
+}
+
 TEST_F(ElasticDriverTest, AWorkerThatDoesNotAskInTheJoinWindowIsRemoved) {
   ElasticLimits limits;
   limits.joinWindow = 200ms;

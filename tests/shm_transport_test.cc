@@ -6,10 +6,12 @@
 #include "transport/shm/shm_transport.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -423,6 +425,36 @@ TEST_F(ShmTransportTest, MissingPeerAtConnectTimesOutAndLeavesNothing) {
     EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
   }
   EXPECT_LT(seconds(Clock::now() - start), 5.0);
+}
+
+// A local peer killed after creating its segment but before publishing it
+// (so nobody knows the name): a failed set-up removes that segment, named
+// after the peer's rank and its pid, which no longer exists. The TearDown
+// check finds nothing of the job left in /dev/shm.
+TEST_F(ShmTransportTest, FailedSetUpRemovesTheSegmentOfADeadPeer) {
+  const std::string orphan = "/kolo-" + job_ + "-shm-r1-";
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const std::string name = orphan + std::to_string(getpid()) + "-0-beef";
+    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    (void)!write(ready[1], "x", 1);
+    _exit(fd >= 0 ? 0 : 1);
+  }
+  char c;
+  ASSERT_EQ(read(ready[0], &c, 1), 1);
+  close(ready[0]);
+  close(ready[1]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_EQ(segmentsOf(job_).size(), 1u);
+  auto server = TcpStoreServer::start("127.0.0.1", 0);
+  auto store = TcpStore::connect("127.0.0.1", server->port(), 10s);
+  auto o = optionsFor(0, 2, job_);
+  o.connectTimeout = 300ms;
+  EXPECT_THROW(ShmTransport::create(o, *store), Error);
 }
 
 // --- Forked processes ------------------------------------------------------

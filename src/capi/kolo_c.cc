@@ -11,6 +11,7 @@
 #include <string>
 
 #include "capi/capi_internal.h"
+#include "rendezvous/elastic_membership.h"
 
 namespace {
 
@@ -96,19 +97,28 @@ int kolo_init(void) {
     return fail(KOLO_ERR_ALREADY_INITIALIZED,
                 "kolo_init called twice; call kolo_finalize first");
   }
-  try {
-    gComm = kolo::capi::formWorld();
-    // The runtimes (kolo/runtime.h) start here, on every rank at once: their
-    // cycles are collective, so a runtime started lazily on one rank would
-    // keep the others' cycles waiting.
-    kolo::capi::startRuntimes(gComm);
-    return KOLO_OK;
-  } catch (const kolo::Error& e) {
-    gComm.reset();
-    return fail(static_cast<int>(e.code()), std::string("kolo_init: ") + e.what());
-  } catch (const std::exception& e) {
-    gComm.reset();
-    return fail(KOLO_ERR_INTERNAL, std::string("kolo_init: ") + e.what());
+  while (true) {
+    try {
+      gComm = kolo::capi::formWorld();
+      // The runtimes (kolo/runtime.h) start here, on every rank at once:
+      // their cycles are collective, so a runtime started lazily on one rank
+      // would keep the others' cycles waiting.
+      kolo::capi::startRuntimes(gComm);
+      return KOLO_OK;
+    } catch (const kolo::Error& e) {
+      kolo::capi::stopRuntimes();
+      gComm.reset();
+      // An elastic world that lost a member while it formed: the launcher
+      // forms the next one without it (its limits bound the attempts).
+      const bool lost =
+          e.code() == kolo::ErrorCode::kPeerLost || e.code() == kolo::ErrorCode::kTimeout;
+      if (lost && kolo::rendezvous::elastic::currentWorld()) continue;
+      return fail(static_cast<int>(e.code()), std::string("kolo_init: ") + e.what());
+    } catch (const std::exception& e) {
+      kolo::capi::stopRuntimes();
+      gComm.reset();
+      return fail(KOLO_ERR_INTERNAL, std::string("kolo_init: ") + e.what());
+    }
   }
 }
 

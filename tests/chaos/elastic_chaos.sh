@@ -34,6 +34,7 @@ BIN="$BUILD_DIR/bin"
 PY=/usr/bin/python3
 RANDOM=$SEED
 BOUND=240           # seconds a run may take before it counts as a hang
+ELASTIC_TIMEOUT=30  # kolorun --elastic-timeout: the bound on waiting for --min-np
 export KOLO_TIMEOUT=5 KOLO_CONNECT_TIMEOUT=20
 
 # shellcheck source=tests/multihost/netns.sh
@@ -98,7 +99,7 @@ for ((run = 1; run <= RUNS; run++)); do
   shm_before=$(ls /dev/shm 2>/dev/null | grep -c kolo || true)
   start=$(date +%s)
   PYTHONPATH="$BUILD_DIR/python" timeout -k 5 "$BOUND" "$BIN/kolorun" --min-np 2 -np 6 \
-    -H "$(netns_hosts 2)" --ssh-command "$NETNS_SSH" -x PYTHONPATH -x KOLO_TIMEOUT \
+    --elastic-timeout "$ELASTIC_TIMEOUT" -H "$(netns_hosts 2)" --ssh-command "$NETNS_SSH" -x PYTHONPATH -x KOLO_TIMEOUT \
     -x KOLO_CONNECT_TIMEOUT "$PY" "$ROOT/tests/python/elastic_train.py" --world 6 \
     --victim -1 --epochs 4 --samples 1536 --step-sleep 0.1 --ckpt "$ckpt/epoch{epoch}.pt" >"$log" 2>&1 &
   job=$!

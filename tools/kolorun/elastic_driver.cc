@@ -16,6 +16,7 @@ ElasticDriver::ElasticDriver(std::unique_ptr<rendezvous::Store> store, int worke
 void ElasticDriver::workerExited(int worker, bool success) {
   Worker& w = workers_.at(worker);
   if (w.state == State::kLive) w.state = success ? State::kExitedOk : State::kFailed;
+  finishing_ = finishing_ || success;
 }
 
 void ElasticDriver::addWorker() {
@@ -62,6 +63,24 @@ ElasticDriver::Outcome ElasticDriver::poll(Clock::time_point now) {
     asking += waiting(w) ? 1 : 0;
     membersAsking += waiting(w) && (w.lastRank >= 0 || generation_ == 0) ? 1 : 0;
   }
+  // Too few workers left fails the job after --elastic-timeout, whether or
+  // not they ask for a world (the others may all have failed but one that
+  // is stopped). Not once a worker has finished: the job is ending.
+  if (live < limits_.minWorkers && !finishing_) {
+    if (!shortSince_) shortSince_ = now;
+    if (now - *shortSince_ >= limits_.elasticTimeout) {
+      std::ostringstream why;
+      why << "only " << live << " worker(s) left, fewer than --min-np "
+          << limits_.minWorkers << ", for --elastic-timeout "
+          << limits_.elasticTimeout.count() / 1000.0 << " s";
+      out.failure = why.str();
+      refuseWaiting(*out.failure);
+      failed_ = true;
+      return out;
+    }
+  } else {
+    shortSince_.reset();
+  }
   if (asking == 0) {
     firstRequest_.reset();
     return out;
@@ -69,19 +88,7 @@ ElasticDriver::Outcome ElasticDriver::poll(Clock::time_point now) {
   // The join window runs from the first request of a member of the last
   // world (or of anyone, for the first world).
   if (!firstRequest_ && membersAsking > 0) firstRequest_ = now;
-  if (live < limits_.minWorkers) {
-    if (!shortSince_) shortSince_ = now;
-    if (now - *shortSince_ < limits_.elasticTimeout) return out;
-    std::ostringstream why;
-    why << "only " << live << " worker(s) left, fewer than --min-np "
-        << limits_.minWorkers << ", for --elastic-timeout "
-        << limits_.elasticTimeout.count() / 1000.0 << " s";
-    out.failure = why.str();
-    refuseWaiting(*out.failure);
-    failed_ = true;
-    return out;
-  }
-  shortSince_.reset();
+  if (live < limits_.minWorkers) return out;  // until the timeout above
   if (asking < live) {
     if (!firstRequest_ || now - *firstRequest_ < limits_.joinWindow) return out;
     for (size_t id = 0; id < workers_.size(); ++id) {

@@ -89,6 +89,7 @@ class ElasticDriver {
   int64_t lastTotal_ = 0;
   int64_t generation_ = 0;
   bool failed_ = false;
+  bool finishing_ = false;                         // a worker exited 0: the job is ending
   std::optional<Clock::time_point> firstRequest_;  // of the world being formed
   std::optional<Clock::time_point> shortSince_;    // live < minWorkers since
 };

@@ -43,6 +43,7 @@
 //   KOLO_TIMEOUT (the failing rank is alive, then gone for good).
 #include "transport/shm/shm_transport.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -52,6 +53,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -233,6 +235,7 @@ void ShmTransport::connect(rendezvous::Store& store) {
     waitAllMapped(gen, store);
   } catch (...) {
     unlinkAll();
+    unlinkOrphans();
     throw;
   }
   unlinkAll();
@@ -242,6 +245,33 @@ void ShmTransport::connect(rendezvous::Store& store) {
 void ShmTransport::unlinkAll() {
   for (auto& s : segments_)
     if (s) s->unlink();
+}
+
+// A local peer killed between creating its segment and the barrier after
+// which every segment is unlinked leaves its segment in /dev/shm, and we
+// may never have learnt its name. Segment names carry the job, the prefix,
+// the rank and the pid: unlink those of our local peers whose process is
+// gone. A living process's segment is never touched.
+void ShmTransport::unlinkOrphans() {
+  const std::string job =
+      sanitize(options_.jobName.empty() ? "job" : options_.jobName, 80);
+  const std::string prefix = sanitize(options_.keyPrefix, 40);
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return;
+  while (dirent* e = readdir(dir)) {
+    const std::string name = e->d_name;
+    for (int rank : options_.localRanks) {
+      if (rank == options_.rank) continue;
+      const std::string start =
+          "kolo-" + job + "-" + prefix + "-r" + std::to_string(rank) + "-";
+      if (name.rfind(start, 0) != 0) continue;
+      const long pid = std::strtol(name.c_str() + start.size(), nullptr, 10);
+      if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+        shm_unlink(("/" + name).c_str());
+      }
+    }
+  }
+  closedir(dir);
 }
 
 // Step 1: our segment (our inbound rings), created, sized, mapped, touched

@@ -175,6 +175,7 @@ class ShmTransport : public Transport {
                                           rendezvous::Store& store);
   void waitAllMapped(const std::string& gen, rendezvous::Store& store);
   void unlinkAll();
+  void unlinkOrphans();
   void linkRings();
 
   int localIndex(int rank, const char* what) const;
