@@ -210,11 +210,11 @@ TEST_F(MpiEngine, ExitWithoutKoloFinalize) {
 
 // A rank that goes silent: every other rank fails within KOLO_TIMEOUT (5 s
 // here, long enough that a rank that is itself waiting keeps heartbeating
-// on a loaded machine under the sanitizers; 20 s allowed) naming it (the ranks next to it by their own
-// timeout, the rest through the abort notice: heartbeats keep them from
-// blaming a rank that is itself waiting), and the job ends instead of
-// hanging in MPI_Finalize. Over the mpi transport alone, and across two
-// MPI nodes (shm+mpi).
+// on a loaded machine under the sanitizers; 20 s allowed) naming it (the
+// ranks next to it by their own timeout, the rest through the abort notice:
+// heartbeats keep them from blaming a rank that is itself waiting), and the
+// job ends instead of hanging in MPI_Finalize. Over the mpi transport alone,
+// and across two MPI nodes (shm+mpi).
 TEST_F(MpiEngine, SilentRankIsNamedWithinTimeout) {
   struct Case {
     std::string env, args;
