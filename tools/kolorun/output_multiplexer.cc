@@ -107,6 +107,18 @@ bool OutputMultiplexer::readAvailable(int fd) {
 void OutputMultiplexer::emitLines(Stream& stream, const char* data, size_t size) {
   std::string out;
   const std::string pre = prefix(stream.rank);
+  // Appends `text` as output lines: pieces of maxLineBytes, each with the
+  // prefix, whichever reads the line arrived in.
+  auto emit = [&](std::string text) {
+    for (size_t at = 0; at < text.size() || at == 0; at += config_.maxLineBytes) {
+      std::string piece = text.substr(at, config_.maxLineBytes);
+      out += pre;
+      out += piece;
+      out += '\n';
+      remember(stream.rank, std::move(piece));
+      if (text.empty()) break;
+    }
+  };
   size_t start = 0;
   for (size_t i = 0; i < size; ++i) {
     if (data[i] != '\n') continue;
@@ -114,20 +126,15 @@ void OutputMultiplexer::emitLines(Stream& stream, const char* data, size_t size)
     stream.pending.clear();
     line.append(data + start, i - start);
     start = i + 1;
-    out += pre;
-    out += line;
-    out += '\n';
-    remember(stream.rank, std::move(line));
+    emit(std::move(line));
   }
   stream.pending.append(data + start, size - start);
   // An endless line is cut rather than buffered without bound.
-  while (stream.pending.size() >= config_.maxLineBytes) {
-    std::string piece = stream.pending.substr(0, config_.maxLineBytes);
-    stream.pending.erase(0, config_.maxLineBytes);
-    out += pre;
-    out += piece;
-    out += '\n';
-    remember(stream.rank, std::move(piece));
+  if (stream.pending.size() >= config_.maxLineBytes) {
+    const size_t whole =
+        stream.pending.size() / config_.maxLineBytes * config_.maxLineBytes;
+    emit(stream.pending.substr(0, whole));
+    stream.pending.erase(0, whole);
   }
   if (!out.empty()) writeOut(stream.kind, out);
 }
