@@ -7,7 +7,6 @@
 #include <signal.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <set>
 
 #include "remote_launch.h"
