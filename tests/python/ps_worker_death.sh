@@ -7,6 +7,10 @@
 #   names it and goes on, the server logs the loss and goes on, workers 0
 #   and 1 finish, the server exits 0, kolorun lists the lost worker and
 #   exits 0.
+# downpour-hosts: the same downpour job on two hosts (-H localhost:2,
+#   127.0.0.1:2: tcp between them): the server is rank 1 (the highest rank
+#   of the first host), worker 2 is rank 3; kolorun's roles agree with
+#   kolo_init's.
 # sync: the same in plain sync: workers 0 and 1 fail naming worker 2,
 #   kolorun ends the job once every worker has failed and exits 137 (the
 #   first worker lost, by SIGKILL).
@@ -30,6 +34,8 @@ lost_line() {  # the line kolorun prints for a lost worker rank $1, ending with 
 case $case in
   downpour | easgd | sync-backup | sync)
     cmd=("$kolorun" --verbose --servers 1 -np 4 "$python" "$script" "$case") ;;
+  downpour-hosts) cmd=("$kolorun" --verbose --servers 1 -np 4 -H localhost:2,127.0.0.1:2
+                       "$python" "$script" downpour) ;;
   sh-worker) cmd=(env KOLO_SERVERS=1 "$kolorun" -np 4 sh -c "$ranks" sh
                   'sleep 2' 'exit 3' "$finish") ;;
   sh-server) cmd=("$kolorun" --servers 1 -np 4 sh -c "$ranks" sh
@@ -57,6 +63,15 @@ case $case in
     has '^kolorun: rank 3 \(pid [0-9]+\) exited with code 0'
     has '^kolorun: the job finished without 1 worker\(s\) that failed on the way \(the parameter servers went on\): rank 2 \(pid [0-9]+\) was killed by signal SIGKILL$'
     hasnt 'ending the job'
+    echo "ps worker death $case: the others finished, kolorun exited 0" ;;
+  downpour-hosts)
+    [ $code -eq 0 ] || fail "kolorun exited $code, not 0"
+    has "$(lost_line '3 on host 127.0.0.1' 'was killed by signal SIGKILL')"
+    has '^\[localhost:1\] .*parameter server 0: worker 2 \(rank 3\) was lost.*going on without it'
+    has '^\[localhost:0\] worker 0: finished 40 steps'
+    has '^\[127.0.0.1:2\] worker 1: finished 40 steps'
+    has '^kolorun: rank 1 on host localhost \(pid [0-9]+\) exited with code 0'
+    has '^kolorun: the job finished without 1 worker\(s\) that failed on the way \(the parameter servers went on\): rank 3 on host 127.0.0.1 \(pid [0-9]+\) was killed by signal SIGKILL$'
     echo "ps worker death $case: the others finished, kolorun exited 0" ;;
   sync)
     [ $code -eq 137 ] || fail "kolorun exited $code, not 137"
