@@ -21,34 +21,18 @@ using std::chrono::milliseconds;
 // print the message.
 int allreduceForever(int rank, int size, const std::string& rendezvous,
                      const std::string& transport, double timeoutSeconds) {
-  Settings s;
-  s.transport = transport;
-  s.timeoutSeconds = timeoutSeconds;
-  s.connectTimeoutSeconds = 20;
-  CommunicatorConfig config;
-  config.rank = rank;
-  config.size = size;
-  config.rendezvous = rendezvous;
-  config.hostStore = false;
   try {
-    api::CommunicatorImpl c(config, s);
+    auto c = test::connectRank(rank, size, rendezvous, timeoutSeconds, transport);
     std::vector<float> buf(1 << 20, 1.0f);
     AllreduceOptions o;
     o.send = o.recv = buf.data();
     o.count = buf.size();
     for (long i = 0;; ++i) {
-      c.allreduce(o);
-      if (i == 0) {
-        std::printf("rank %d running\n", rank);
-        std::fflush(stdout);
-      }
+      c->allreduce(o);
+      if (i == 0) test::sayRank(rank, "running");
     }
   } catch (const Error& e) {
-    std::printf("rank %d error code %d: %s\n", rank, static_cast<int>(e.code()),
-                e.what());
-    std::fflush(stdout);
-    // Skip destructors: the communicator is broken anyway.
-    _exit(static_cast<int>(e.code()));
+    test::exitWithError(rank, e);
   }
   return 0;
 }
@@ -110,16 +94,7 @@ TEST_P(FailureTest, StoppedRankTimesOutNamingIt) {
 // in the next allreduce: they fail at once, with one message naming rank 1.
 int leaveEarly(int rank, int size, const std::string& rendezvous,
                const std::string& transport, bool finalize) {
-  Settings s;
-  s.transport = transport;
-  s.timeoutSeconds = 20;
-  s.connectTimeoutSeconds = 20;
-  CommunicatorConfig config;
-  config.rank = rank;
-  config.size = size;
-  config.rendezvous = rendezvous;
-  config.hostStore = false;
-  auto c = std::make_unique<api::CommunicatorImpl>(config, s);
+  auto c = test::connectRank(rank, size, rendezvous, 20, transport);
   std::vector<float> buf(1 << 10, 1.0f);
   AllreduceOptions o;
   o.send = o.recv = buf.data();
@@ -137,10 +112,7 @@ int leaveEarly(int rank, int size, const std::string& rendezvous,
     std::printf("rank %d: no error\n", rank);
     return 0;
   } catch (const Error& e) {
-    std::printf("rank %d error code %d: %s\n", rank, static_cast<int>(e.code()),
-                e.what());
-    std::fflush(stdout);
-    _exit(static_cast<int>(e.code()));
+    test::exitWithError(rank, e);
   }
 }
 

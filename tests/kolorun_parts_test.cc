@@ -1,5 +1,6 @@
 // Unit tests of kolorun's parts: host lists, placement, option checks, the
-// mpirun translation, and the remote command line run by a real sh.
+// mpirun translation, the remote command line run by a real sh, and the
+// policy for jobs with parameter servers (server_job.h).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,11 +15,13 @@
 #include <thread>
 #include <vector>
 
+#include "common/settings.h"
 #include "host_list.h"
 #include "mpi_launch.h"
 #include "options.h"
 #include "placement.h"
 #include "remote_launch.h"
+#include "server_job.h"
 
 namespace kolo::kolorun {
 namespace {
@@ -599,6 +602,93 @@ TEST(OptionsTest, ValidatorsSetKoloValidatorsAndMustLeaveATrainer) {
                 .find("--validators 2 with -np 3 and --servers 1: at least one worker "
                       "must train"),
             std::string::npos);
+}
+
+TEST(ServerJobTest, WithoutServersTheFirstFailureEndsTheJob) {
+  ServerJob job({0, 0, 0}, 0);
+  EXPECT_FALSE(job.hasServers());
+  EXPECT_FALSE(job.onExit(0, true).endJob);
+  ServerJob::Verdict v = job.onExit(7, false);  // any rank, elastic ones too
+  EXPECT_TRUE(v.endJob);
+  EXPECT_EQ(v.failedRank, 7);
+  EXPECT_FALSE(v.workerLost);
+}
+
+TEST(ServerJobTest, ServersAreTheRanksKoloInitChooses) {
+  ServerJob one({0, 0, 0, 0}, 1);
+  EXPECT_TRUE(one.isServer(3));
+  EXPECT_FALSE(one.isServer(0));
+  ServerJob two({0, 0, 1, 1}, 2);  // the highest rank of each host
+  EXPECT_TRUE(two.isServer(1));
+  EXPECT_TRUE(two.isServer(3));
+  EXPECT_FALSE(two.isServer(2));
+}
+
+TEST(ServerJobTest, ALostWorkerLeavesTheJobToTheServers) {
+  ServerJob job({0, 0, 0, 0}, 1);
+  ServerJob::Verdict v = job.onExit(2, false);
+  EXPECT_TRUE(v.workerLost);
+  EXPECT_FALSE(v.endJob);
+  EXPECT_FALSE(v.workersGone);
+  EXPECT_FALSE(job.onExit(0, true).workersGone);
+  v = job.onExit(1, true);
+  EXPECT_TRUE(v.workersGone);
+  EXPECT_FALSE(v.endJob);
+  EXPECT_FALSE(job.onExit(3, true).endJob);  // the server
+  EXPECT_EQ(job.lostWorkers(), std::vector<int>({2}));
+}
+
+TEST(ServerJobTest, EveryWorkerFailedEndsTheJobNamingTheFirst) {
+  ServerJob job({0, 0, 0, 0}, 1);
+  EXPECT_FALSE(job.onExit(2, false).endJob);
+  EXPECT_FALSE(job.onExit(0, false).endJob);
+  ServerJob::Verdict v = job.onExit(1, false);
+  EXPECT_TRUE(v.workerLost);
+  EXPECT_TRUE(v.endJob);
+  EXPECT_FALSE(v.workersGone);
+  EXPECT_EQ(v.failedRank, 2);
+  EXPECT_EQ(job.lostWorkers(), std::vector<int>({2, 0, 1}));
+}
+
+TEST(ServerJobTest, AFailedServerEndsTheJob) {
+  ServerJob job({0, 0, 0, 0}, 1);
+  ServerJob::Verdict v = job.onExit(3, false);
+  EXPECT_TRUE(v.endJob);
+  EXPECT_EQ(v.failedRank, 3);
+  EXPECT_FALSE(v.workerLost);
+  EXPECT_TRUE(job.lostWorkers().empty());
+}
+
+TEST(ServerJobTest, ServersComeFromTheFlagOrKoloServers) {
+  unsetenv("KOLO_SERVERS");
+  EXPECT_EQ(serversOfJob(parse({"--servers", "2", "-np", "4", "prog"})), 2);
+  EXPECT_EQ(serversOfJob(parse({"-np", "4", "prog"})), 0);
+  EXPECT_EQ(serversOfJob(parse({"-x", "KOLO_SERVERS=1", "-np", "4", "prog"})), 1);
+  setenv("KOLO_SERVERS", "3", 1);
+  EXPECT_EQ(serversOfJob(parse({"-np", "4", "prog"})), 3);
+  EXPECT_EQ(serversOfJob(parse({"-x", "KOLO_SERVERS=1", "-np", "4", "prog"})), 1);
+  EXPECT_EQ(serversOfJob(parse({"-x", "KOLO_SERVERS", "-np", "4", "prog"})), 3);
+  // Not a count below -np: the ranks report it; kolorun plans no servers.
+  EXPECT_EQ(serversOfJob(parse({"-np", "3", "prog"})), 0);
+  EXPECT_EQ(serversOfJob(parse({"--min-np", "2", "-np", "4", "prog"})), 0);
+  setenv("KOLO_SERVERS", "two", 1);
+  EXPECT_EQ(serversOfJob(parse({"-np", "4", "prog"})), 0);
+  unsetenv("KOLO_SERVERS");
+}
+
+TEST(PlacementTest, JobVariableIsWhatALocalRankSees) {
+  setenv("KOLO_TEST_VARIABLE", "env", 1);
+  EXPECT_EQ(jobVariable({}, "KOLO_TEST_VARIABLE"), "env");
+  EXPECT_EQ(
+      jobVariable({"KOLO_TEST_VARIABLE=a", "KOLO_TEST_VARIABLE=b"}, "KOLO_TEST_VARIABLE"),
+      "b");
+  EXPECT_EQ(
+      jobVariable({"KOLO_TEST_VARIABLE=a", "KOLO_TEST_VARIABLE"}, "KOLO_TEST_VARIABLE"),
+      "env");
+  unsetenv("KOLO_TEST_VARIABLE");
+  EXPECT_EQ(jobVariable({"KOLO_TEST_VARIABLE_2=x"}, "KOLO_TEST_VARIABLE"), std::nullopt);
+  EXPECT_EQ(koloTimeoutSeconds({"KOLO_TIMEOUT=4.5"}), 4.5);
+  EXPECT_EQ(koloTimeoutSeconds({"KOLO_TIMEOUT=-1"}), Settings{}.timeoutSeconds);
 }
 
 }  // namespace kolo::kolorun

@@ -107,25 +107,15 @@ void rankZero(transport::Transport& t) {
 
 int isolatedRank(int rank, const std::string& rendezvous, const std::string& mode,
                  bool isolate) {
-  Settings s;
-  s.transport = mode;
-  s.timeoutSeconds = 20;
-  s.connectTimeoutSeconds = 20;
-  CommunicatorConfig config;
-  config.rank = rank;
-  config.size = 3;
-  config.rendezvous = rendezvous;
-  config.hostStore = false;
   // Never destroyed: its closing step would need rank 2.
-  auto* c = new api::CommunicatorImpl(config, s);
+  api::CommunicatorImpl* c = test::connectRank(rank, 3, rendezvous, 20, mode).release();
   transport::Transport& t = c->pointToPoint();
   if (isolate) t.setIsolatePeerFailures(true);
   int one = 1;
   // Everyone linked (ready messages around the ring) before the kill.
   t.sendRecv((rank + 1) % 3, &one, sizeof(one), (rank + 2) % 3, &one, sizeof(one),
              kReadyTag);
-  std::printf("rank %d ready\n", rank);
-  std::fflush(stdout);
+  test::sayRank(rank, "ready");
   try {
     if (rank == 2) {
       for (;;) pause();  // until SIGKILL
@@ -142,13 +132,9 @@ int isolatedRank(int rank, const std::string& rendezvous, const std::string& mod
       t.send(0, kAnyTag, &value, sizeof(value));
     }
   } catch (const Error& e) {
-    std::printf("rank %d error code %d: %s\n", rank, static_cast<int>(e.code()),
-                e.what());
-    std::fflush(stdout);
-    _exit(static_cast<int>(e.code()));
+    test::exitWithError(rank, e);
   }
-  std::printf("rank %d done\n", rank);
-  std::fflush(stdout);
+  test::sayRank(rank, "done");
   _exit(0);
 }
 

@@ -19,41 +19,26 @@ using std::chrono::milliseconds;
 constexpr int kRanks = 3;  // workers 0 and 1, server rank 2
 
 int rankBody(int rank, const std::string& rendezvous) {
-  Settings s;
-  s.timeoutSeconds = 5;
-  s.connectTimeoutSeconds = 20;
-  CommunicatorConfig config;
-  config.rank = rank;
-  config.size = kRanks;
-  config.rendezvous = rendezvous;
-  config.hostStore = false;
   try {
-    api::CommunicatorImpl c(config, s);
+    auto c = test::connectRank(rank, kRanks, rendezvous, 5);
     const Roles roles = assignRoles(std::vector<int>(kRanks, 0), 1);
     if (roles.serverIndexOf(rank) == 0) {
-      std::printf("rank %d running\n", rank);
-      std::fflush(stdout);
-      Server(c.pointToPoint(), roles, 0).run();
+      test::sayRank(rank, "running");
+      Server(c->pointToPoint(), roles, 0).run();
       _exit(0);
     }
     PsConfig pc;
     pc.mode = Mode::kSync;
     pc.tensorElements = {1000};
     std::vector<float> params(1000, 1.0f), grads(1000, 0.5f);
-    Client client(c.pointToPoint(), roles, roles.workerIndexOf(rank), pc);
+    Client client(c->pointToPoint(), roles, roles.workerIndexOf(rank), pc);
     client.start({params.data()});
     for (long i = 0;; ++i) {
       client.step({params.data()}, {grads.data()}, 0.01f);
-      if (i == 0) {
-        std::printf("rank %d running\n", rank);
-        std::fflush(stdout);
-      }
+      if (i == 0) test::sayRank(rank, "running");
     }
   } catch (const Error& e) {
-    std::printf("rank %d error code %d: %s\n", rank, static_cast<int>(e.code()),
-                e.what());
-    std::fflush(stdout);
-    _exit(static_cast<int>(e.code()));  // the transport is broken: skip destructors
+    test::exitWithError(rank, e);
   }
   return 0;
 }

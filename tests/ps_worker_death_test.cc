@@ -32,21 +32,12 @@ PsConfig gConfig;
 
 int rankBody(int rank, const std::string& rendezvous) {
   ::signal(SIGUSR1, onUsr1);
-  Settings s;
-  s.timeoutSeconds = 10;
-  s.connectTimeoutSeconds = 20;
-  CommunicatorConfig config;
-  config.rank = rank;
-  config.size = kRanks;
-  config.rendezvous = rendezvous;
-  config.hostStore = false;
   try {
-    api::CommunicatorImpl c(config, s);
+    auto c = test::connectRank(rank, kRanks, rendezvous, 10);
     const Roles roles = assignRoles(std::vector<int>(kRanks, 0), 1);
     if (roles.serverIndexOf(rank) == 0) {
-      std::printf("rank %d running\n", rank);
-      std::fflush(stdout);
-      Server server(c.pointToPoint(), roles, 0);
+      test::sayRank(rank, "running");
+      Server server(c->pointToPoint(), roles, 0);
       server.run();
       std::printf("server done: version %llu\n",
                   static_cast<unsigned long long>(server.stats().version));
@@ -55,7 +46,7 @@ int rankBody(int rank, const std::string& rendezvous) {
     }
     std::vector<float> params(1000, 1.0f), grads(1000, 0.5f);
     ClientOptions options;
-    Client client(c.pointToPoint(), roles, roles.workerIndexOf(rank), gConfig, options);
+    Client client(c->pointToPoint(), roles, roles.workerIndexOf(rank), gConfig, options);
     client.start({params.data()});
     // After SIGUSR1 (the victim is dead), 5 s more of steps: longer than
     // the transports take to notice a lost peer (about 2 s), so the
@@ -63,10 +54,7 @@ int rankBody(int rank, const std::string& rendezvous) {
     std::chrono::steady_clock::time_point until{};
     for (long i = 0;; ++i) {
       client.step({params.data()}, {grads.data()}, 0.01f);
-      if (i == 0) {
-        std::printf("rank %d running\n", rank);
-        std::fflush(stdout);
-      }
+      if (i == 0) test::sayRank(rank, "running");
       if (gGoOn && until == std::chrono::steady_clock::time_point{}) {
         until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
       }
@@ -74,13 +62,9 @@ int rankBody(int rank, const std::string& rendezvous) {
       usleep(1000);
     }
     client.bye();
-    std::printf("rank %d survived\n", rank);
-    std::fflush(stdout);
+    test::sayRank(rank, "survived");
   } catch (const Error& e) {
-    std::printf("rank %d error code %d: %s\n", rank, static_cast<int>(e.code()),
-                e.what());
-    std::fflush(stdout);
-    _exit(static_cast<int>(e.code()));  // skip the closing barrier
+    test::exitWithError(rank, e);
   }
   _exit(0);
 }

@@ -20,15 +20,7 @@ namespace {
 using std::chrono::milliseconds;
 
 std::shared_ptr<Communicator> connect(int rank, int size, const std::string& rendezvous) {
-  Settings s;
-  s.timeoutSeconds = 30;
-  s.connectTimeoutSeconds = 20;
-  CommunicatorConfig config;
-  config.rank = rank;
-  config.size = size;
-  config.rendezvous = rendezvous;
-  config.hostStore = false;
-  return std::make_shared<api::CommunicatorImpl>(config, s);
+  return test::connectRank(rank, size, rendezvous, 30);
 }
 
 OpRequest allreduce(const std::string& name, std::vector<float>& buf) {

@@ -40,36 +40,36 @@ out=$(timeout -k 5 240 "$kolorun" "${flags[@]}" "$python" "$script" "${extra[@]}
 code=$?
 echo "$out" | grep -v '^\[[0-9]\]  ' | tail -25
 fail() { echo "FAILED: $*"; exit 1; }
+# finished_equal EVENT WORLD DONE N WHAT: kolorun exited 0 and printed EVENT
+# (when not empty) and WORLD; N lines match the regular expression DONE
+# (the workers' last lines) and carry the same parameters.
+finished_equal() {
+  local event=$1 world=$2 done_re=$3 n=$4 what=$5
+  [ $code -eq 0 ] || fail "kolorun exited $code"
+  [ -z "$event" ] || echo "$out" | grep -q "$event" || fail "not seen: $event"
+  echo "$out" | grep -q "$world" || fail "not seen: $world"
+  done=$(echo "$out" | grep -E "$done_re")
+  [ "$(echo "$done" | wc -l)" -eq "$n" ] || fail "not $n workers done"
+  [ "$(echo "$done" | sed 's/.*params //' | sort -u | wc -l)" -eq 1 ] ||
+    fail "the workers' parameters differ"
+  echo "elastic $case: $what"
+}
 case $case in
   kill|raise)
-    [ $code -eq 0 ] || fail "kolorun exited $code"
-    echo "$out" | grep -q "elastic: world 2 has 2 worker(s): 0->0 2->1" || fail "no world of 2"
-    done=$(echo "$out" | grep -E '^\[[02]\] worker [02] done: rank [01] of 2, steps [0-9]+, params ' )
-    [ "$(echo "$done" | wc -l)" -eq 2 ] || fail "not two survivors done"
-    [ "$(echo "$done" | sed 's/.*params //' | sort -u | wc -l)" -eq 1 ] ||
-      fail "the survivors' parameters differ"
     echo "$out" | grep -q '^\[1\] worker 1 done' && fail "the victim finished"
-    echo "elastic $case: two survivors finished with identical parameters" ;;
+    finished_equal "" "elastic: world 2 has 2 worker(s): 0->0 2->1" \
+      '^\[[02]\] worker [02] done: rank [01] of 2, steps [0-9]+, params ' 2 \
+      "two survivors finished with identical parameters" ;;
   host-added)
-    [ $code -eq 0 ] || fail "kolorun exited $code"
-    echo "$out" | grep -q "elastic: rank 2 on host 127.0.0.1 started on a discovered host" ||
-      fail "no worker started on the new host"
-    echo "$out" | grep -q "elastic: world 2 has 3 worker(s): 0->0 1->1 2->2" || fail "no world of 3"
-    done=$(echo "$out" | grep -E '^\[[012]\] worker [012] done: rank [012] of 3, steps [0-9]+, params ')
-    [ "$(echo "$done" | wc -l)" -eq 3 ] || fail "not three workers done"
-    [ "$(echo "$done" | sed 's/.*params //' | sort -u | wc -l)" -eq 1 ] ||
-      fail "the workers' parameters differ"
-    echo "elastic $case: three workers finished with identical parameters" ;;
+    finished_equal "elastic: rank 2 on host 127.0.0.1 started on a discovered host" \
+      "elastic: world 2 has 3 worker(s): 0->0 1->1 2->2" \
+      '^\[[012]\] worker [012] done: rank [012] of 3, steps [0-9]+, params ' 3 \
+      "three workers finished with identical parameters" ;;
   host-removed)
-    [ $code -eq 0 ] || fail "kolorun exited $code"
-    echo "$out" | grep -q "elastic: host 127.0.0.1 is no longer listed by the discovery script" ||
-      fail "the host's removal was not seen"
-    echo "$out" | grep -q "elastic: world 2 has 2 worker(s): 0->0 1->1" || fail "no world of 2"
-    done=$(echo "$out" | grep -E '^\[[01]\] worker [01] done: rank [01] of 2, steps [0-9]+, params ')
-    [ "$(echo "$done" | wc -l)" -eq 2 ] || fail "not two survivors done"
-    [ "$(echo "$done" | sed 's/.*params //' | sort -u | wc -l)" -eq 1 ] ||
-      fail "the survivors' parameters differ"
-    echo "elastic $case: two survivors finished with identical parameters" ;;
+    finished_equal "elastic: host 127.0.0.1 is no longer listed by the discovery script" \
+      "elastic: world 2 has 2 worker(s): 0->0 1->1" \
+      '^\[[01]\] worker [01] done: rank [01] of 2, steps [0-9]+, params ' 2 \
+      "two survivors finished with identical parameters" ;;
   min-np)
     [ $code -eq 1 ] || fail "kolorun exited $code, not 1"
     echo "$out" | grep -q "kolorun: elastic: only 2 worker(s) left, fewer than --min-np 3, for --elastic-timeout 2 s; ending the job" ||

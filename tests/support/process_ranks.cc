@@ -11,7 +11,35 @@
 #include <filesystem>
 #include <thread>
 
+#include "api/communicator_impl.h"
+#include "support/comm_world.h"
+
 namespace kolo::test {
+
+std::unique_ptr<api::CommunicatorImpl> connectRank(int rank, int size,
+                                                   const std::string& rendezvous,
+                                                   double timeoutSeconds,
+                                                   const std::string& transport) {
+  Settings s = testSettings(transport);
+  s.timeoutSeconds = timeoutSeconds;
+  CommunicatorConfig config;
+  config.rank = rank;
+  config.size = size;
+  config.rendezvous = rendezvous;
+  config.hostStore = false;
+  return std::make_unique<api::CommunicatorImpl>(config, s);
+}
+
+void sayRank(int rank, const char* state) {
+  std::printf("rank %d %s\n", rank, state);
+  std::fflush(stdout);
+}
+
+void exitWithError(int rank, const Error& e) {
+  std::printf("rank %d error code %d: %s\n", rank, static_cast<int>(e.code()), e.what());
+  std::fflush(stdout);
+  _exit(static_cast<int>(e.code()));
+}
 
 ProcessRanks::ProcessRanks(int n, Body body) {
   char tmpl[] = "/tmp/kolo-ranks-XXXXXX";

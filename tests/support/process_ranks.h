@@ -17,6 +17,13 @@
 #include <string>
 #include <vector>
 
+namespace kolo {
+class Error;
+namespace api {
+class CommunicatorImpl;
+}
+}  // namespace kolo
+
 namespace kolo::test {
 
 struct RankOutcome {
@@ -57,5 +64,24 @@ class ProcessRanks {
   std::vector<RankOutcome> outcomes_;
   std::chrono::steady_clock::time_point start_;
 };
+
+// The communicator of `rank` in a ProcessRanks job of `size` ranks, made in
+// that rank's process: `rendezvous` is the job's file store (no rank hosts
+// a store), KOLO_TIMEOUT is `timeoutSeconds`, KOLO_CONNECT_TIMEOUT 20 s,
+// KOLO_TRANSPORT `transport`. Throws what the communicator's set-up throws.
+std::unique_ptr<api::CommunicatorImpl> connectRank(int rank, int size,
+                                                   const std::string& rendezvous,
+                                                   double timeoutSeconds,
+                                                   const std::string& transport = "auto");
+
+// Prints "rank R STATE" on a line of its own and flushes it, for the
+// parent to see at once (waitForOutput) and for the outcome's output.
+void sayRank(int rank, const char* state);
+
+// For a rank body's catch: prints "rank R error code C: MESSAGE" (what the
+// tests look for in the rank's output) and ends the process with status C
+// at once (_exit: no destructors, so no closing barrier with peers that are
+// gone and no use of a broken communicator).
+[[noreturn]] void exitWithError(int rank, const Error& e);
 
 }  // namespace kolo::test

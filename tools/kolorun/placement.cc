@@ -39,6 +39,23 @@ bool isForwarded(const std::string& entry) {
   return entry.rfind("KOLO_", 0) == 0 || entry.rfind("HOROVOD_", 0) == 0;
 }
 
+std::optional<std::string> jobVariable(const std::vector<std::string>& exports,
+                                       const std::string& name) {
+  for (auto it = exports.rbegin(); it != exports.rend(); ++it) {
+    if (nameOf(*it) != name) continue;
+    if (it->size() > name.size()) return it->substr(name.size() + 1);
+    break;  // -x NAME: kolorun's own value
+  }
+  const char* v = std::getenv(name.c_str());
+  return v != nullptr ? std::optional<std::string>(v) : std::nullopt;
+}
+
+double koloTimeoutSeconds(const std::vector<std::string>& exports) {
+  const auto value = jobVariable(exports, "KOLO_TIMEOUT");
+  const double t = value ? std::atof(value->c_str()) : 0;
+  return t > 0 ? t : Settings{}.timeoutSeconds;
+}
+
 std::vector<Placement> planPlacement(const LaunchOptions& options) {
   std::vector<Placement> out;
   out.reserve(options.numRanks);

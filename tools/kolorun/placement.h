@@ -13,6 +13,7 @@
 // layout variables (which always win).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,16 @@ std::string ensureJobSecret();
 // mpirun-launched ranks: kolo's settings (KOLO_*) and Horovod's variables
 // (HOROVOD_*), which the ranks read as aliases of kolo's settings.
 bool isForwarded(const std::string& entry);
+
+// The value a local rank sees for variable `name`: the last -x entry that
+// names it (NAME=VALUE, or NAME: kolorun's own value), else kolorun's own
+// environment; nullopt when unset.
+std::optional<std::string> jobVariable(const std::vector<std::string>& exports,
+                                       const std::string& name);
+
+// KOLO_TIMEOUT as the ranks will see it (jobVariable), in seconds; kolo's
+// default when unset or not a positive number.
+double koloTimeoutSeconds(const std::vector<std::string>& exports);
 
 // `base` is NAME=VALUE entries. Sets KOLO_HOST_ID to the host's name when
 // the job has a host list (ranks on different hosts then never share memory,

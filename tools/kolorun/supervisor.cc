@@ -115,6 +115,7 @@ int Supervisor::run() {
 bool Supervisor::launch() {
   if (!options_.elastic.discoveryScript.empty() && !discoverInitialHosts()) return false;
   const std::vector<Placement> placements = planPlacement(options_);
+  if (!planServers(placements)) return false;
   const bool anyRemote = classifyHosts(placements);
   JobIdentity job;
   job.jobId = makeJobId();
@@ -327,18 +328,7 @@ void Supervisor::loop() {
     if (allExited() && !output_.anyOpen()) break;
 
     // The nearest deadline bounds the wait.
-    std::optional<Clock::time_point> next;
-    auto consider = [&next](const std::optional<Clock::time_point>& t) {
-      if (t && (!next || *t < *next)) next = t;
-    };
-    if (!killed_) consider(killDeadline_);
-    if (elastic_ && reason_ == EndReason::kNone) consider(elastic_->nextDeadline());
-    if (reason_ == EndReason::kNone) consider(jobDeadline_);
-    for (size_t r = 0; r < exitTimes_.size(); ++r) {
-      if (exitTimes_[r] && output_.rankOpen(static_cast<int>(r))) {
-        consider(*exitTimes_[r] + seconds(kDrainSeconds));
-      }
-    }
+    const std::optional<Clock::time_point> next = nextDeadline();
     int timeoutMs = -1;
     if (next) {
       auto left =
@@ -375,10 +365,30 @@ void Supervisor::loop() {
       abortJob(EndReason::kTimeout, SIGTERM);
     }
     if (!killed_ && killDeadline_ && now >= *killDeadline_) escalate();
+    checkServersWindow(now);
     if (elastic_ && reason_ == EndReason::kNone) pollElastic();
     if (discovery_ && reason_ == EndReason::kNone && now >= nextDiscovery_)
       refreshHosts(now);
   }
+}
+
+std::optional<Supervisor::Clock::time_point> Supervisor::nextDeadline() const {
+  std::optional<Clock::time_point> next;
+  auto consider = [&next](const std::optional<Clock::time_point>& t) {
+    if (t && (!next || *t < *next)) next = t;
+  };
+  if (!killed_) consider(killDeadline_);
+  if (elastic_ && reason_ == EndReason::kNone) consider(elastic_->nextDeadline());
+  if (reason_ == EndReason::kNone) {
+    consider(jobDeadline_);
+    consider(serversDeadline_);
+  }
+  for (size_t r = 0; r < exitTimes_.size(); ++r) {
+    if (exitTimes_[r] && output_.rankOpen(static_cast<int>(r))) {
+      consider(*exitTimes_[r] + seconds(kDrainSeconds));
+    }
+  }
+  return next;
 }
 
 void Supervisor::reap() {
@@ -397,7 +407,8 @@ void Supervisor::reap() {
 }
 
 // The first failure ends a job; in an elastic job the others go on without
-// the failed rank (the elastic driver forms their next world).
+// the failed rank (the elastic driver forms their next world); with
+// parameter servers, a failed worker is left to the servers (server_job.h).
 void Supervisor::onRankExit(RankProcess& rank, const ExitStatus& exit) {
   const int r = rank.rank();
   if (elastic_ && reason_ == EndReason::kNone) {
@@ -413,13 +424,21 @@ void Supervisor::onRankExit(RankProcess& rank, const ExitStatus& exit) {
       return;
     }
   }
-  if (!exit.success() && reason_ == EndReason::kNone) {
-    // report() describes the failing rank's exit, once, at the end.
-    failedRank_ = r;
-    abortJob(EndReason::kRankFailed, SIGTERM);
-  } else if (options_.verbose) {
+  ServerJob::Verdict verdict;
+  if (reason_ == EndReason::kNone) verdict = serverJob_.onExit(r, exit.success());
+  if (verdict.workerLost) {
+    noteLostWorker(rank);
+  } else if (options_.verbose && !verdict.endJob) {
     output_.note(rankName(r) + " (pid " + std::to_string(rank.pid()) + ") " +
                  exit.describe());
+  }
+  if (verdict.endJob) {
+    if (verdict.workerLost) output_.note("every worker has failed; ending the job");
+    // report() describes the failing rank's exit, once, at the end.
+    failedRank_ = verdict.failedRank;
+    abortJob(EndReason::kRankFailed, SIGTERM);
+  } else if (verdict.workersGone) {
+    openServersWindow();
   }
 }
 
@@ -500,7 +519,8 @@ int Supervisor::exitCode() const {
         return ranks_[lastFailedRank_]->exitStatus()->shellCode();
       }
       return 0;
-    case EndReason::kElastic: return 1;
+    case EndReason::kElastic:
+    case EndReason::kServersStuck: return 1;
     case EndReason::kRankFailed: return ranks_[failedRank_]->exitStatus()->shellCode();
     case EndReason::kSignal:
       return 128 + (receivedSignal_ != 0 ? receivedSignal_ : SIGKILL);
@@ -510,22 +530,31 @@ int Supervisor::exitCode() const {
   return 1;
 }
 
-void Supervisor::report() {
-  if (reason_ != EndReason::kRankFailed) return;
-  const RankProcess& rank = *ranks_[failedRank_];
-  std::string how = rank.exitStatus()->describe();
+std::string Supervisor::describeExit(const RankProcess& rank) const {
+  const ExitStatus& s = *rank.exitStatus();
+  std::string how = s.describe();
   if (remote_[rank.rank()]) {
     // The status came through the ssh command: the remote shell reports a
     // rank killed by a signal as 128 + signal; ssh itself fails with 255.
-    const ExitStatus& s = *rank.exitStatus();
     if (!s.signaled && s.code > 128 && s.code < 128 + 65) {
       how += " (killed by " + signalName(s.code - 128) + " on its host)";
     } else if (!s.signaled && s.code == 255) {
       how += " (255: the ssh command lost the host, or the rank exited 255)";
     }
   }
+  return how;
+}
+
+void Supervisor::report() {
+  reportFailedRank();
+  reportLostWorkers();
+}
+
+void Supervisor::reportFailedRank() {
+  if (reason_ != EndReason::kRankFailed) return;
+  const RankProcess& rank = *ranks_[failedRank_];
   output_.note(rankName(rank.rank()) + " (pid " + std::to_string(rank.pid()) + ") " +
-               how);
+               describeExit(rank));
   auto lines = output_.tail(rank.rank());
   if (lines.empty()) {
     output_.note("rank " + std::to_string(rank.rank()) + " printed nothing");

@@ -14,6 +14,12 @@
 //   rank gets the signal's name on its control pipe instead, and at the
 //   SIGKILL step its control pipe is closed (the remote side kills its
 //   process group) and the local ssh process group is killed.
+// - With parameter servers (server_job.h): a failed worker is noted and the
+//   job goes on, the servers deciding whether training does; the job fails
+//   when a server fails or when every worker has exited and none exited 0.
+//   Once every worker has exited, a server still running 2 x KOLO_TIMEOUT +
+//   5 s later is stuck: the job is ended (exit 1). At the end, the workers
+//   lost on the way are listed.
 // - SIGINT/SIGTERM/SIGHUP/SIGQUIT to kolorun: forwarded to every rank's
 //   process group, SIGKILL after the grace period (at once when a signal
 //   arrives while the job is already ending); kolorun then exits 128+signal.
@@ -23,8 +29,8 @@
 // - When every rank has exited and its output is drained, whatever the ranks
 //   left running in their process groups gets SIGKILL; kolorun prints the
 //   failure (rank, pid, code or signal, its last lines) and returns the exit
-//   code: 0, the failing rank's code (128+signal for a signal), 124 or
-//   128+signal.
+//   code: 0, the failing rank's code (128+signal for a signal), 124,
+//   128+signal, or 1 (stuck servers).
 //
 // Contract: construct once per job on the main thread, before any other
 // thread exists (the constructor blocks the handled signals for the whole
@@ -47,6 +53,7 @@
 #include "output_multiplexer.h"
 #include "placement.h"
 #include "rank_process.h"
+#include "server_job.h"
 
 namespace kolo::rendezvous {
 class TcpStoreServer;
@@ -88,7 +95,15 @@ class Supervisor {
  private:
   using Clock = std::chrono::steady_clock;
 
-  enum class EndReason { kNone, kRankFailed, kSignal, kTimeout, kLaunchFailed, kElastic };
+  enum class EndReason {
+    kNone,
+    kRankFailed,
+    kSignal,
+    kTimeout,
+    kLaunchFailed,
+    kElastic,
+    kServersStuck
+  };
 
   // What starting each rank shares: the environment, the directory, the
   // resolved executables.
@@ -116,8 +131,17 @@ class Supervisor {
   void signalRank(RankProcess& rank, int sig);
   std::string rankName(int rank) const;
   void loop();
+  std::optional<Clock::time_point> nextDeadline() const;
   void reap();
   void onRankExit(RankProcess& rank, const ExitStatus& exit);
+  // The exit, and for a remote rank what its code means.
+  std::string describeExit(const RankProcess& rank) const;
+  // supervisor_servers.cc: jobs with parameter servers (server_job.h).
+  bool planServers(const std::vector<Placement>& placements);
+  void noteLostWorker(const RankProcess& rank);
+  void openServersWindow();
+  void checkServersWindow(Clock::time_point now);
+  void reportLostWorkers();
   // supervisor_elastic.cc: the elastic driver and host discovery.
   bool startElasticDriver(JobIdentity& job);
   void pollElastic();
@@ -133,6 +157,7 @@ class Supervisor {
   bool allExited() const;
   int exitCode() const;
   void report();
+  void reportFailedRank();
   RankProcess* findRank(pid_t pid);
 
   LaunchOptions options_;
@@ -148,7 +173,10 @@ class Supervisor {
   JobIdentity job_;
   LaunchContext context_;
   std::map<std::string, std::string> rendezvousOf_;
-  int lastFailedRank_ = -1;  // elastic: the last worker that failed
+  int lastFailedRank_ = -1;     // elastic: the last worker that failed
+  ServerJob serverJob_{{}, 0};  // which ranks are servers; lost workers
+  double serversWindowSeconds_ = 0;
+  std::optional<Clock::time_point> serversDeadline_;  // every worker has exited
   bool anySucceeded_ = false;
   std::vector<std::unique_ptr<RankProcess>> ranks_;
   std::vector<std::string> hostOf_;           // per rank: host as listed, "" = no list

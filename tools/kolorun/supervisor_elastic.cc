@@ -7,7 +7,6 @@
 #include <signal.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <set>
 
 #include "remote_launch.h"
@@ -22,11 +21,7 @@ namespace kolo::kolorun {
 bool Supervisor::startElasticDriver(JobIdentity& job) {
   job.elastic = true;
   job.elasticTimeoutSeconds = options_.elastic.timeoutSeconds;
-  double timeout = 30;
-  if (const char* t = std::getenv("KOLO_TIMEOUT")) timeout = std::atof(t);
-  for (const auto& e : options_.exports) {
-    if (e.rfind("KOLO_TIMEOUT=", 0) == 0) timeout = std::atof(e.c_str() + 13);
-  }
+  const double timeout = koloTimeoutSeconds(options_.exports);
   ElasticLimits limits;
   limits.minWorkers = options_.elastic.minRanks;
   limits.elasticTimeout = std::chrono::milliseconds(
