@@ -16,8 +16,10 @@
 #   make format     clang-format every C/C++ source in place
 #   make clean      remove build/ and build-asan/
 #
-# BUILD_DIR, ASAN_DIR, JOBS and CTEST_TIMEOUT may be overridden:
+# BUILD_DIR, ASAN_DIR, JOBS, CTEST_TIMEOUT and CUDA (KOLO_WITH_CUDA of a
+# newly configured BUILD_DIR: auto, ON or OFF; docs/gpu.md) may be overridden:
 #   make test BUILD_DIR=build-mine JOBS=1
+#   make test BUILD_DIR=build-cpu CUDA=OFF
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
 TSAN_DIR ?= build-tsan

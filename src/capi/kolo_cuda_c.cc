@@ -25,7 +25,9 @@ int rawValue(const T& v) {
 }
 
 // KOLO_OK, or the code of the first bad C argument (dtype, op, memory).
-int checkArguments(const char* name, kolo_dtype dtype, const kolo_op* op,
+// The enums by reference: copying one that holds a value outside its
+// enumerators would already be undefined (UBSan reports the load).
+int checkArguments(const char* name, const kolo_dtype& dtype, const kolo_op* op,
                    const kolo_cuda_memory* memory) {
   if (rawValue(dtype) < 0 || rawValue(dtype) >= kolo::kNumDataTypes) {
     return fail(KOLO_ERR_INVALID_ARGUMENT, std::string(name) + ": unknown dtype value " +
