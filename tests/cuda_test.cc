@@ -1,9 +1,11 @@
 // The CUDA layer of the collectives (src/collectives/cuda/, docs/gpu.md):
 // - in every build: whether it was built with CUDA (KOLO_TEST_EXPECT_CUDA,
 //   set by tests/CMakeLists.txt from the build's KOLO_HAVE_CUDA), the device
-//   probe answering without crashing, and the float16 / bfloat16 bit
+//   probe answering without crashing, the float16 / bfloat16 bit
 //   conversions the kernels share with the host, checked against the CPU
-//   kernels' own conversions (every 16-bit value, a sweep of float32 bits);
+//   kernels' own conversions (every 16-bit value, a sweep of float32 bits),
+//   and the kernels' per-element arithmetic (element_ops.h) run on the host
+//   against the CPU kernels for every dtype and op;
 // - without a device: every device call is a clear error, never a crash;
 // - with a device (skipped otherwise, with the reason): every dtype and op
 //   of the device kernels element by element against the CPU kernels,
@@ -25,6 +27,7 @@
 
 #include "collectives/cuda/device_reduce.h"
 #include "collectives/cuda/device_runtime.h"
+#include "collectives/cuda/element_ops.h"
 #include "collectives/cuda/half_bits.h"
 #include "collectives/cuda/nccl_library.h"
 #include "collectives/elementwise.h"
@@ -297,7 +300,9 @@ std::vector<uint8_t> makeInput(DataType dtype, size_t count, unsigned seed) {
       case DataType::kFloat16: put(cpu::floatToHalf(static_cast<float>(v))); break;
       case DataType::kBFloat16: put(cpu::floatToBfloat16(static_cast<float>(v))); break;
       case DataType::kInt32: put(static_cast<int32_t>(rng())); break;
-      case DataType::kInt64: put(static_cast<int64_t>((uint64_t{rng()} << 32) ^ rng())); break;
+      case DataType::kInt64:
+        put(static_cast<int64_t>((uint64_t{rng()} << 32) ^ rng()));
+        break;
       case DataType::kUInt8: put(static_cast<uint8_t>(rng())); break;
     }
   }
@@ -368,6 +373,168 @@ std::vector<uint8_t> runOnDevice(DataType dtype,
   std::vector<uint8_t> result(bytes);
   (inPlace ? *buffers[0] : out).download(result.data(), bytes);
   return result;
+}
+
+// ---- the kernels' per-element arithmetic, on the host --------------------------
+
+namespace ops = cuda::ops;
+
+template <class L, ops::OpKind K>
+void hostReduceWith(void* dst, const void* const* srcs, int n, size_t count) {
+  auto* d = static_cast<typename L::Storage*>(dst);
+  for (size_t i = 0; i < count; ++i) d[i] = ops::reduceElement<L, K>(srcs, n, i);
+}
+
+template <class L>
+void hostReduceFor(void* dst, const void* const* srcs, int n, size_t count, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      return hostReduceWith<L, ops::OpKind::kSum>(dst, srcs, n, count);
+    case ReduceOp::kMin: return hostReduceWith<L, ops::OpKind::kMin>(dst, srcs, n, count);
+    case ReduceOp::kMax: return hostReduceWith<L, ops::OpKind::kMax>(dst, srcs, n, count);
+    case ReduceOp::kProduct:
+      return hostReduceWith<L, ops::OpKind::kProduct>(dst, srcs, n, count);
+  }
+}
+
+// What reduceManyKernel computes, element by element on the host.
+void hostReduce(void* dst, const void* const* srcs, int n, size_t count, DataType dtype,
+                ReduceOp op) {
+  switch (dtype) {
+    case DataType::kFloat32:
+      return hostReduceFor<ops::PlainLanes<float>>(dst, srcs, n, count, op);
+    case DataType::kFloat64:
+      return hostReduceFor<ops::PlainLanes<double>>(dst, srcs, n, count, op);
+    case DataType::kFloat16:
+      return hostReduceFor<ops::HalfLanes>(dst, srcs, n, count, op);
+    case DataType::kBFloat16:
+      return hostReduceFor<ops::BFloat16Lanes>(dst, srcs, n, count, op);
+    case DataType::kInt32:
+      return hostReduceFor<ops::PlainLanes<int32_t>>(dst, srcs, n, count, op);
+    case DataType::kInt64:
+      return hostReduceFor<ops::PlainLanes<int64_t>>(dst, srcs, n, count, op);
+    case DataType::kUInt8:
+      return hostReduceFor<ops::PlainLanes<uint8_t>>(dst, srcs, n, count, op);
+  }
+}
+
+template <class T, class F>
+void forEach(void* buf, size_t count, F f) {
+  auto* p = static_cast<T*>(buf);
+  for (size_t i = 0; i < count; ++i) p[i] = f(p[i]);
+}
+
+// What divideFloatKernel / divideIntegerKernel compute.
+void hostDivide(void* buf, size_t count, DataType dtype, double divisor) {
+  const auto whole = static_cast<long long>(divisor);
+  const auto f = static_cast<float>(divisor);
+  switch (dtype) {
+    case DataType::kFloat32:
+      return forEach<float>(buf, count, [f](float v) {
+        return ops::divideElement<ops::PlainLanes<float>>(v, f);
+      });
+    case DataType::kFloat64:
+      return forEach<double>(buf, count, [divisor](double v) {
+        return ops::divideElement<ops::PlainLanes<double>>(v, divisor);
+      });
+    case DataType::kFloat16:
+      return forEach<uint16_t>(buf, count, [f](uint16_t v) {
+        return ops::divideElement<ops::HalfLanes>(v, f);
+      });
+    case DataType::kBFloat16:
+      return forEach<uint16_t>(buf, count, [f](uint16_t v) {
+        return ops::divideElement<ops::BFloat16Lanes>(v, f);
+      });
+    case DataType::kInt32:
+      return forEach<int32_t>(
+          buf, count, [whole](int32_t v) { return ops::divideIntegerElement(v, whole); });
+    case DataType::kInt64:
+      return forEach<int64_t>(
+          buf, count, [whole](int64_t v) { return ops::divideIntegerElement(v, whole); });
+    case DataType::kUInt8:
+      return forEach<uint8_t>(
+          buf, count, [whole](uint8_t v) { return ops::divideIntegerElement(v, whole); });
+  }
+}
+
+// What the scale kernels compute.
+void hostScale(void* buf, size_t count, DataType dtype, double factor) {
+  const auto f = static_cast<float>(factor);
+  switch (dtype) {
+    case DataType::kFloat32:
+      return forEach<float>(buf, count,
+                            [f](float v) { return ops::scaleFloatElement(v, f); });
+    case DataType::kFloat64:
+      return forEach<double>(
+          buf, count, [factor](double v) { return ops::scaleFloatElement(v, factor); });
+    case DataType::kFloat16:
+      return forEach<uint16_t>(buf, count, [factor](uint16_t v) {
+        return ops::scaleHalfElement<ops::HalfLanes>(v, factor);
+      });
+    case DataType::kBFloat16:
+      return forEach<uint16_t>(buf, count, [factor](uint16_t v) {
+        return ops::scaleHalfElement<ops::BFloat16Lanes>(v, factor);
+      });
+    case DataType::kInt32:
+      return forEach<int32_t>(buf, count, [factor](int32_t v) {
+        return ops::scaleIntegerElement(v, factor);
+      });
+    case DataType::kInt64:
+      return forEach<int64_t>(buf, count, [factor](int64_t v) {
+        return ops::scaleIntegerElement(v, factor);
+      });
+    case DataType::kUInt8:
+      return forEach<uint8_t>(buf, count, [factor](uint8_t v) {
+        return ops::scaleIntegerElement(v, factor);
+      });
+  }
+}
+
+TEST(CudaElementOps, EveryDtypeAndOpMatchesTheCpuKernelsOnTheHost) {
+  unsigned seed = 1000;
+  for (DataType dtype : kDtypes) {
+    const std::string type(kolo::toString(dtype));
+    for (ReduceOp op : kOps) {
+      for (int n : {2, 3, 5}) {
+        for (size_t count : {size_t{1}, size_t{1000}, size_t{4099}}) {
+          std::vector<std::vector<uint8_t>> inputs;
+          std::vector<const void*> srcs;
+          for (int k = 0; k < n; ++k) inputs.push_back(makeInput(dtype, count, seed++));
+          for (const auto& input : inputs) srcs.push_back(input.data());
+          std::vector<uint8_t> want(inputs[0].size()), got(inputs[0].size());
+          if (n == 2) {
+            cpu::reduce2(want.data(), srcs[0], srcs[1], count, dtype, op);
+          } else {
+            cpu::reduceMany(want.data(), srcs.data(), n, count, dtype, op);
+          }
+          hostReduce(got.data(), srcs.data(), n, count, dtype, op);
+          if (op == ReduceOp::kAverage) {
+            cpu::divideInPlace(want.data(), count, dtype, n);
+            hostDivide(got.data(), count, dtype, n);
+          }
+          expectSameElements(dtype, want, got,
+                             type + " " + std::string(kolo::toString(op)) + " n=" +
+                                 std::to_string(n) + " count=" + std::to_string(count));
+        }
+      }
+    }
+    const bool integer = dtype == DataType::kInt32 || dtype == DataType::kInt64 ||
+                         dtype == DataType::kUInt8;
+    for (double factor : {3.0, 4.0, 7.0}) {
+      const std::vector<uint8_t> input = makeInput(dtype, 4099, seed++);
+      std::vector<uint8_t> want = input, got = input;
+      cpu::divideInPlace(want.data(), 4099, dtype, factor);
+      hostDivide(got.data(), 4099, dtype, factor);
+      expectSameElements(dtype, want, got, type + " / " + std::to_string(factor));
+      const double scale = integer ? 1.0 / factor : factor * 0.37;
+      want = input;
+      got = input;
+      cpu::scaleInPlace(want.data(), 4099, dtype, scale);
+      hostScale(got.data(), 4099, dtype, scale);
+      expectSameElements(dtype, want, got, type + " * " + std::to_string(scale));
+    }
+  }
 }
 
 TEST(CudaKernels, EveryDtypeAndOpMatchesTheCpuKernels) {

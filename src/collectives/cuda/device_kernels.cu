@@ -4,15 +4,12 @@
 // Every kernel is element-wise: thread i of a grid-stride loop owns element
 // i, reads every input of that element, computes in the dtype's compute
 // type and writes the output once, so dst may equal any source. The
-// per-element arithmetic repeats the CPU kernels' (reduce_kernels.inc,
-// elementwise.cc) operation by operation:
-// - float16 / bfloat16 go through float32 with the bit-exact conversions of
-//   half_bits.h (shared with the host compiler), rounded once at the store;
-// - integer sum / product in the unsigned type of the same width (wraps, no
-//   undefined behaviour); min / max of floats pick the NaN operand, and the
-//   second operand on a tie, like the CPU's `(a < b) | (a != a) ? a : b`;
-// - no FMA (--fmad=false for the whole build) and IEEE division (nvcc's
-//   default -prec-div=true), so a*b, a+b and a/b round as on the CPU.
+// per-element arithmetic is element_ops.h's, which repeats the CPU kernels'
+// (reduce_kernels.inc, elementwise.cc) operation by operation and is
+// checked against them on the host (tests/cuda_test.cc); on the device the
+// same operations round the same way because the build has no FMA
+// contraction (--fmad=false) and nvcc's default IEEE division
+// (-prec-div=true) and denormals (-ftz=false).
 // A launch is a grid of 256-thread blocks covering the elements (at most
 // 2^20 blocks; the loop strides over the rest).
 #include <cuda_runtime.h>
@@ -22,58 +19,16 @@
 
 #include "collectives/cuda/device_kernels.h"
 #include "collectives/cuda/device_reduce.h"
+#include "collectives/cuda/element_ops.h"
 #include "collectives/cuda/half_bits.h"
 
 namespace kolo::collectives::cuda::launch {
 namespace {
 
-enum class OpKind { kSum, kMin, kMax, kProduct };
-
-// A dtype: Storage in memory, Compute the type the op runs in.
-template <class T>
-struct PlainLanes {
-  using Storage = T;
-  using Compute = T;
-  __device__ static T in(T s) { return s; }
-  __device__ static T out(T c) { return c; }
-};
-
-struct HalfLanes {
-  using Storage = uint16_t;
-  using Compute = float;
-  __device__ static float in(uint16_t s) { return halfBitsToFloat(s); }
-  __device__ static uint16_t out(float c) { return floatToHalfBits(c); }
-};
-
-struct BFloat16Lanes {
-  using Storage = uint16_t;
-  using Compute = float;
-  __device__ static float in(uint16_t s) { return bfloat16BitsToFloat(s); }
-  __device__ static uint16_t out(float c) { return floatToBfloat16Bits(c); }
-};
-
-template <OpKind K, class C>
-__device__ __forceinline__ C apply(C a, C b) {
-  if constexpr (K == OpKind::kSum || K == OpKind::kProduct) {
-    if constexpr (std::is_integral_v<C>) {
-      using U = std::make_unsigned_t<C>;
-      const U r = K == OpKind::kSum ? U(U(a) + U(b)) : U(U(a) * U(b));
-      return static_cast<C>(r);
-    } else {
-      return K == OpKind::kSum ? a + b : a * b;
-    }
-  } else if constexpr (std::is_floating_point_v<C>) {
-    if constexpr (K == OpKind::kMin) {
-      return (a < b || a != a) ? a : b;
-    } else {
-      return (a > b || a != a) ? a : b;
-    }
-  } else if constexpr (K == OpKind::kMin) {
-    return a < b ? a : b;
-  } else {
-    return a > b ? a : b;
-  }
-}
+using ops::BFloat16Lanes;
+using ops::HalfLanes;
+using ops::OpKind;
+using ops::PlainLanes;
 
 // The sources of one reduceMany, passed by value as a kernel parameter.
 struct Sources {
@@ -92,31 +47,25 @@ __device__ __forceinline__ size_t stride() {
 template <class L, OpKind K>
 __global__ void reduceManyKernel(typename L::Storage* dst, Sources srcs, int n,
                                  size_t count) {
-  using S = typename L::Storage;
-  using C = typename L::Compute;
   for (size_t i = firstIndex(); i < count; i += stride()) {
-    C acc = apply<K, C>(L::in(static_cast<const S*>(srcs.p[0])[i]),
-                        L::in(static_cast<const S*>(srcs.p[1])[i]));
-    for (int k = 2; k < n; ++k)
-      acc = apply<K, C>(acc, L::in(static_cast<const S*>(srcs.p[k])[i]));
-    dst[i] = L::out(acc);
+    dst[i] = ops::reduceElement<L, K>(srcs.p, n, i);
   }
 }
 
-// buf[i] = buf[i] / divisor in the compute type (the CPU's reciprocal
-// multiplication for a power of two is exact, so it gives these bits too).
+// buf[i] = buf[i] / divisor in the compute type.
 template <class L>
 __global__ void divideFloatKernel(typename L::Storage* buf, size_t count,
                                   typename L::Compute divisor) {
-  for (size_t i = firstIndex(); i < count; i += stride())
-    buf[i] = L::out(L::in(buf[i]) / divisor);
+  for (size_t i = firstIndex(); i < count; i += stride()) {
+    buf[i] = ops::divideElement<L>(buf[i], divisor);
+  }
 }
 
 // Truncating integer division (divisor a whole number >= 1).
 template <class T>
 __global__ void divideIntegerKernel(T* buf, size_t count, long long divisor) {
   for (size_t i = firstIndex(); i < count; i += stride()) {
-    buf[i] = static_cast<T>(static_cast<long long>(buf[i]) / divisor);
+    buf[i] = ops::divideIntegerElement(buf[i], divisor);
   }
 }
 
@@ -125,20 +74,22 @@ __global__ void divideIntegerKernel(T* buf, size_t count, long long divisor) {
 // floats through float32, integers truncated).
 template <class T>
 __global__ void scaleFloatKernel(T* buf, size_t count, T factor) {
-  for (size_t i = firstIndex(); i < count; i += stride()) buf[i] *= factor;
+  for (size_t i = firstIndex(); i < count; i += stride()) {
+    buf[i] = ops::scaleFloatElement(buf[i], factor);
+  }
 }
 
 template <class L>
 __global__ void scaleHalfKernel(uint16_t* buf, size_t count, double factor) {
   for (size_t i = firstIndex(); i < count; i += stride()) {
-    buf[i] = L::out(static_cast<float>(static_cast<double>(L::in(buf[i])) * factor));
+    buf[i] = ops::scaleHalfElement<L>(buf[i], factor);
   }
 }
 
 template <class T>
 __global__ void scaleIntegerKernel(T* buf, size_t count, double factor) {
   for (size_t i = firstIndex(); i < count; i += stride()) {
-    buf[i] = static_cast<T>(static_cast<double>(buf[i]) * factor);
+    buf[i] = ops::scaleIntegerElement(buf[i], factor);
   }
 }
 
