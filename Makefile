@@ -16,8 +16,10 @@
 #   make format     clang-format every C/C++ source in place
 #   make clean      remove build/ and build-asan/
 #
-# BUILD_DIR, ASAN_DIR, JOBS and CTEST_TIMEOUT may be overridden:
+# BUILD_DIR, ASAN_DIR, JOBS, CTEST_TIMEOUT and CUDA (KOLO_WITH_CUDA of a
+# newly configured BUILD_DIR: auto, ON or OFF; docs/gpu.md) may be overridden:
 #   make test BUILD_DIR=build-mine JOBS=1
+#   make test BUILD_DIR=build-cpu CUDA=OFF
 BUILD_DIR ?= build
 ASAN_DIR ?= build-asan
 TSAN_DIR ?= build-tsan
@@ -38,9 +40,13 @@ DEMO_BASE_STEPS ?= 150
 DEMO_PY := env PYTHONPATH=$(BUILD_DIR)/python /usr/bin/python3 examples/fashion_mnist.py
 
 # The sanitizer builds carry only kolo's own code and its tests: no examples,
-# no libtorch integration and no Python extension (the framework libraries
-# are not built with the sanitizers).
-SAN_FLAGS := -DKOLO_BUILD_EXAMPLES=OFF -DKOLO_WITH_TORCH=OFF -DKOLO_BUILD_PYTHON=OFF
+# no libtorch integration, no Python extension and no CUDA (the framework
+# libraries and the CUDA runtime are not built with the sanitizers).
+# The plain build has CUDA when nvcc is found (KOLO_WITH_CUDA=auto); pass
+# CUDA=OFF (or ON) to choose: make test CUDA=OFF. docs/gpu.md.
+SAN_FLAGS := -DKOLO_BUILD_EXAMPLES=OFF -DKOLO_WITH_TORCH=OFF -DKOLO_BUILD_PYTHON=OFF \
+             -DKOLO_WITH_CUDA=OFF
+CUDA ?= auto
 ASAN_FLAGS := -DKOLO_SANITIZE=address,undefined $(SAN_FLAGS)
 TSAN_FLAGS := -DKOLO_SANITIZE=thread $(SAN_FLAGS)
 # Thread leaks are not reported: the process tests end ranks with _exit on
@@ -58,7 +64,8 @@ deps:
 
 # Configure once (cmake re-runs itself when a CMakeLists.txt changes).
 $(BUILD_DIR)/CMakeCache.txt:
-	cmake -S . -B $(BUILD_DIR) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+	cmake -S . -B $(BUILD_DIR) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DKOLO_WITH_CUDA=$(CUDA)
 
 $(ASAN_DIR)/CMakeCache.txt:
 	cmake -S . -B $(ASAN_DIR) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(ASAN_FLAGS)

@@ -17,6 +17,7 @@
 // plain CPython functions rather than pybind11 ones (their section below
 // says why and how), and so is kolo.torch's in-place allreduce with its
 // handle type (tensor_handles.cc); everything else is pybind11.
+#include <kolo/cuda.h>
 #include <kolo/kolo.h>
 #include <kolo/ps.h>
 #include <kolo/runtime.h>
@@ -516,6 +517,23 @@ PYBIND11_MODULE(_native, m) {
         raise(KOLO_ERR_INVALID_ARGUMENT, "unknown dtype value " + std::to_string(dtype));
       },
       py::arg("dtype"), "Bytes per element of a dtype code.");
+
+  // ---- what the build has (kolo/cuda.h; no kolo_init needed) ----
+  m.def(
+      "cuda_built", [] { return kolo_cuda_built() == 1; },
+      "True when libkolo was built with CUDA (KOLO_WITH_CUDA).");
+  m.def(
+      "nccl_built", [] { return kolo_nccl_built(); },
+      "The NCCL version code behind the collectives, 0 when none.");
+  m.def(
+      "cuda_devices",
+      [] {
+        int count = 0;
+        const char* reason = nullptr;
+        check(kolo_cuda_device_count(&count, &reason));
+        return py::make_tuple(count, std::string(reason ? reason : ""));
+      },
+      "(count, reason): the CUDA devices this process can use, and why none.");
 
   // ---- lifetime and layout ----
   m.def(

@@ -5,6 +5,7 @@
 
 #include <kolo/communicator.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -12,6 +13,11 @@ namespace kolo::capi {
 
 // Sets the calling thread's kolo_last_error() text and returns `code`.
 int fail(int code, std::string message);
+
+// Runs fn on kolo_init's communicator (kolo_c.cc): KOLO_ERR_NOT_INITIALIZED
+// before kolo_init, KOLO_OK when fn returns, else the code and message of
+// what it threw. `name` is the C function, for messages.
+int callOnWorld(const char* name, const std::function<void(Communicator&)>& fn);
 
 // Called by kolo_init once the world communicator exists: starts the
 // runtime of process set 0 on its own communicator (a split of every rank,

@@ -89,6 +89,11 @@ int kolo::capi::fail(int code, std::string message) {
   return code;
 }
 
+int kolo::capi::callOnWorld(const char* name,
+                            const std::function<void(Communicator&)>& fn) {
+  return call(name, fn);
+}
+
 extern "C" {
 
 int kolo_init(void) {

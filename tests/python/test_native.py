@@ -74,6 +74,22 @@ def expected(op, values):
     return p
 
 
+def test_build_queries_answer_from_the_c_abi():
+    # KOLO_TEST_CUDA_BUILT: the build's KOLO_HAVE_CUDA (tests/python/CMakeLists.txt).
+    built = os.environ["KOLO_TEST_CUDA_BUILT"] == "1"
+    assert nat.cuda_built() is built
+    assert nat.nccl_built() == 0  # no collective runs through NCCL yet
+    count, reason = nat.cuda_devices()
+    assert count >= 0
+    assert (count == 0) == (reason != ""), reason
+    if not built:
+        assert "no CUDA support" in reason
+    pytest.importorskip("torch")
+    import kolo.torch as hvd
+    assert hvd.cuda_built() is built
+    assert hvd.nccl_built() == 0
+
+
 @pytest.mark.parametrize("np_dtype,code", DTYPES)
 @pytest.mark.parametrize("op", [nat.SUM, nat.AVG, nat.MIN, nat.MAX, nat.PROD])
 def test_allreduce_every_dtype_and_op(np_dtype, code, op):

@@ -26,7 +26,7 @@ cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" ||
 libdir=$(dirname "$(find "$prefix" -name 'libkolo.so' -print -quit)")
 [[ -n "$libdir" && -e "$libdir/libkolo.so" ]] || fail "libkolo.so not installed"
 for f in include/kolo/kolo.h include/kolo/communicator.h include/kolo/error.h \
-  include/kolo/types.h bin/kolorun; do
+  include/kolo/types.h include/kolo/cuda.h include/kolo/cuda_communicator.h bin/kolorun; do
   [[ -e "$prefix/$f" ]] || fail "$f not installed"
 done
 [[ -e "$libdir/pkgconfig/kolo.pc" ]] || fail "kolo.pc not installed"
@@ -49,6 +49,24 @@ echo "pkg-config --cflags --libs kolo: $pc_flags"
 # shellcheck disable=SC2086
 cc -std=c11 -Wall -Wextra -Werror "${san_flags[@]}" "$src/examples/c_allreduce.c" \
   $pc_flags -Wl,-rpath,"$libdir" -o "$tmp/c_allreduce_pc" || fail "build with pkg-config"
+
+# kolo/cuda.h is C (no CUDA header needed) and answers without kolo_init.
+cat >"$tmp/cuda_query.c" <<'C'
+#include <kolo/cuda.h>
+#include <stdio.h>
+int main(void) {
+  int count = -1;
+  const char* reason = NULL;
+  if (kolo_cuda_device_count(&count, &reason) != KOLO_OK) return 1;
+  printf("cuda_built %d, nccl_built %d, devices %d (%s)\n", kolo_cuda_built(),
+         kolo_nccl_built(), count, reason);
+  return (kolo_cuda_built() == 0 || kolo_cuda_built() == 1) && count >= 0 ? 0 : 1;
+}
+C
+# shellcheck disable=SC2086
+cc -std=c11 -Wall -Wextra -Werror "${san_flags[@]}" "$tmp/cuda_query.c" \
+  $pc_flags -Wl,-rpath,"$libdir" -o "$tmp/cuda_query" || fail "build kolo/cuda.h from C"
+"$tmp/cuda_query" || fail "kolo/cuda.h queries from C"
 
 echo "== find_package(kolo)"
 mkdir -p "$tmp/proj"

@@ -11,8 +11,10 @@ A Horovod script changes only its import line::
 
 Pure Python over the native module ``kolo._native`` (which binds kolo's C
 API and never torch's headers), so one build serves every PyTorch version.
-Tensors are CPU tensors here (this build has no CUDA support; a CUDA tensor
-raises InvalidArgumentError). See docs/python.md.
+Tensors are CPU tensors: no collective moves CUDA memory yet, so a CUDA
+tensor raises InvalidArgumentError (also in a build with CUDA, whose
+kernels are built but not yet used by the collectives; docs/gpu.md). See
+docs/python.md.
 """
 
 from kolo import _native
@@ -135,11 +137,13 @@ def gloo_built():
 
 
 def nccl_built():
-    return 0
+    """The NCCL version code behind the collectives (0: none), from the C ABI."""
+    return _native.nccl_built()
 
 
 def cuda_built():
-    return False
+    """True when libkolo was built with CUDA (KOLO_WITH_CUDA), from the C ABI."""
+    return _native.cuda_built()
 
 
 def rocm_built():

@@ -78,6 +78,14 @@ _Handle = _ops.Handle
 
 # --- checks and small helpers --------------------------------------------------
 
+def _no_device_path():
+    """Why a tensor off the CPU is refused, as the build has it (docs/gpu.md)."""
+    if _native.cuda_built():
+        return ("kolo's collectives do not move CUDA memory yet (this build has "
+                "CUDA kernels, no device path)")
+    return "this kolo build has no CUDA support"
+
+
 def _raise_bad_tensor(tensor, what, name, reduce):
     if not isinstance(tensor, torch.Tensor):
         raise errors.invalid_argument(
@@ -85,8 +93,8 @@ def _raise_bad_tensor(tensor, what, name, reduce):
             (what, name, type(tensor).__name__))
     if not tensor.is_cpu:
         raise errors.invalid_argument(
-            "%s '%s': tensor is on %s, but this kolo build has no CUDA "
-            "support; move it to the CPU with .cpu()" % (what, name, tensor.device))
+            "%s '%s': tensor is on %s, but %s; move it to the CPU with .cpu()" %
+            (what, name, tensor.device, _no_device_path()))
     if tensor.layout is not _STRIDED:
         raise errors.invalid_argument(
             "%s '%s': %s tensors are not supported; convert with .to_dense()" %

@@ -1,0 +1,51 @@
+// kolo::Communicator's collectives on CUDA device memory (docs/gpu.md), and
+// what the build and the machine have. The C form is kolo/cuda.h.
+//
+// Contract
+// - A device-memory collective takes the Communicator call's options
+//   (pointers are device pointers) plus a CudaMemory: the device the
+//   buffers are on and the cudaStream_t (as void*) their data is ordered on.
+//   Stream order: inputs are read after the work enqueued on the stream
+//   before the call; results are ordered before the work enqueued after it.
+// - Status: no collective moves device memory yet. Each function checks
+//   memory.device (>= 0), then throws Error(kInvalidArgument) naming the
+//   operation and what is missing: a build without CUDA, no CUDA device
+//   (with the CUDA runtime's reason), a device that does not exist, or the
+//   operation's CUDA path not being implemented yet. It throws on the
+//   calling rank before any communication and never touches the buffers.
+// - cudaSupport() never throws; it asks the CUDA runtime once per process
+//   and never creates a CUDA context.
+#pragma once
+
+#include <kolo/communicator.h>
+
+#include <string>
+
+namespace kolo {
+
+struct CudaMemory {
+  int device = 0;          // CUDA device ordinal every buffer is on
+  void* stream = nullptr;  // cudaStream_t; nullptr: the legacy default stream
+};
+
+struct CudaSupport {
+  bool built = false;   // libkolo was built with CUDA (KOLO_WITH_CUDA)
+  int devices = 0;      // devices this process can use
+  std::string reason;   // why devices is 0; empty otherwise
+  int ncclVersion = 0;  // NCCL behind the collectives (0: none yet)
+};
+
+CudaSupport cudaSupport();
+
+void allreduce(Communicator& comm, const AllreduceOptions& options,
+               const CudaMemory& memory);
+void broadcast(Communicator& comm, const BroadcastOptions& options,
+               const CudaMemory& memory);
+void allgather(Communicator& comm, const AllgatherOptions& options,
+               const CudaMemory& memory);
+void reduceScatter(Communicator& comm, const ReduceScatterOptions& options,
+                   const CudaMemory& memory);
+void alltoall(Communicator& comm, const AlltoallOptions& options,
+              const CudaMemory& memory);
+
+}  // namespace kolo

@@ -1,0 +1,66 @@
+// device_runtime.h and device_reduce.h in a build without CUDA
+// (KOLO_WITH_CUDA=OFF, or auto without nvcc): no device, ever. The probe
+// says why; every other call throws Error(kInvalidArgument) naming the call
+// and saying the same. The argument checks of the CUDA build are not
+// repeated: nothing can run here, whatever the arguments.
+#include "collectives/cuda/device_reduce.h"
+#include "collectives/cuda/device_runtime.h"
+#include "common/check.h"
+
+namespace kolo::collectives::cuda {
+namespace {
+
+constexpr const char* kNoCuda =
+    "this kolo build has no CUDA support (built with KOLO_WITH_CUDA=OFF, or without "
+    "nvcc; docs/gpu.md)";
+
+[[noreturn]] void noCuda(const char* what) {
+  KOLO_THROW(ErrorCode::kInvalidArgument, what << ": no CUDA device: " << kNoCuda);
+}
+
+}  // namespace
+
+bool built() {
+  return false;
+}
+
+const DeviceProbe& probeDevices() {
+  static const DeviceProbe probe{0, kNoCuda, 0, 0};
+  return probe;
+}
+
+void synchronize(void*) {
+  noCuda("cuda::synchronize");
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes, int device) : bytes_(bytes), device_(device) {
+  noCuda("DeviceBuffer");
+}
+DeviceBuffer::~DeviceBuffer() = default;
+void DeviceBuffer::upload(const void*, size_t) {
+  noCuda("DeviceBuffer::upload");
+}
+void DeviceBuffer::download(void*, size_t) const {
+  noCuda("DeviceBuffer::download");
+}
+
+void reduce2(void*, const void*, const void*, size_t, DataType, ReduceOp, void*) {
+  noCuda("cuda::reduce2");
+}
+void reduceMany(void*, const void* const*, int, size_t, DataType, ReduceOp, void*) {
+  noCuda("cuda::reduceMany");
+}
+void divideInPlace(void*, size_t, DataType, double, void*) {
+  noCuda("cuda::divideInPlace");
+}
+void scaleInPlace(void*, size_t, DataType, double, void*) {
+  noCuda("cuda::scaleInPlace");
+}
+void compressToHalf(uint16_t*, const float*, size_t, void*) {
+  noCuda("cuda::compressToHalf");
+}
+void decompressFromHalf(float*, const uint16_t*, size_t, void*) {
+  noCuda("cuda::decompressFromHalf");
+}
+
+}  // namespace kolo::collectives::cuda
