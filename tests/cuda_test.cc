@@ -28,9 +28,9 @@
 #include "collectives/cuda/device_reduce.h"
 #include "collectives/cuda/device_runtime.h"
 #include "collectives/cuda/element_ops.h"
-#include "collectives/cuda/half_bits.h"
 #include "collectives/cuda/nccl_library.h"
 #include "collectives/elementwise.h"
+#include "collectives/half_bits.h"
 #include "collectives/reduce.h"
 
 #ifndef KOLO_TEST_EXPECT_CUDA
@@ -95,37 +95,6 @@ TEST(CudaBuild, ProbeAnswersWithoutCrashing) {
   EXPECT_GT(probe.runtimeVersion, 0) << "the static CUDA runtime answers without a GPU";
   if (probe.count == 0) {
     EXPECT_NE(probe.reason.find("cudaGetDeviceCount"), std::string::npos) << probe.reason;
-  }
-}
-
-TEST(CudaHalfBits, EveryFloat16AndBfloat16WidensAsTheCpuKernels) {
-  for (uint32_t h = 0; h <= 0xffff; ++h) {
-    const auto v = static_cast<uint16_t>(h);
-    ASSERT_EQ(bitsOf(cuda::halfBitsToFloat(v)), bitsOf(cpu::halfToFloat(v)))
-        << "half " << h;
-    ASSERT_EQ(bitsOf(cuda::bfloat16BitsToFloat(v)), bitsOf(cpu::bfloat16ToFloat(v)))
-        << "bfloat16 " << h;
-  }
-}
-
-TEST(CudaHalfBits, Float32NarrowsAsTheCpuKernels) {
-  auto check = [](uint32_t bits) {
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    ASSERT_EQ(cuda::floatToHalfBits(f), cpu::floatToHalf(f)) << "float bits " << bits;
-    ASSERT_EQ(cuda::floatToBfloat16Bits(f), cpu::floatToBfloat16(f))
-        << "float bits " << bits;
-  };
-  // A stride prime to every power of two reaches every exponent and all low
-  // mantissa patterns; then every value around the rounding boundaries of
-  // float16 (subnormal, normal, overflow) and of bfloat16 (the low 16 bits).
-  for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 251)
-    check(static_cast<uint32_t>(bits));
-  for (uint32_t sign : {0u, 0x80000000u}) {
-    for (uint32_t base : {0x33000000u, 0x38800000u, 0x477fe000u, 0x7f800000u}) {
-      for (uint32_t d = 0; d < 0x4000; ++d) check(sign | (base - 0x2000 + d));
-    }
-    for (uint32_t low = 0; low <= 0xffff; ++low) check(sign | 0x3f800000u | low);
   }
 }
 

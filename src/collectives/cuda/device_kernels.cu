@@ -20,7 +20,7 @@
 #include "collectives/cuda/device_kernels.h"
 #include "collectives/cuda/device_reduce.h"
 #include "collectives/cuda/element_ops.h"
-#include "collectives/cuda/half_bits.h"
+#include "collectives/half_bits.h"
 
 namespace kolo::collectives::cuda::launch {
 namespace {

@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "collectives/cuda/half_bits.h"
+#include "collectives/half_bits.h"
 
 namespace kolo::collectives::cuda::ops {
 

@@ -3,12 +3,11 @@
 // compile, so the device kernels round exactly as the CPU kernels do).
 //
 // Contract
-// - Bit-identical to halfToFloat / floatToHalf / bfloat16ToFloat /
-//   floatToBfloat16 of collectives/reduce.h (tests/cuda_test.cc checks every
-//   float16 and bfloat16 value and a sweep of float32 bit patterns): round
-//   to nearest even computed on the bits (no dependence on a floating-point
-//   mode), NaN quieted keeping sign and upper payload, float16 overflow
-//   (magnitude >= 65520) gives inf.
+// - The definitions behind halfToFloat / floatToHalf / bfloat16ToFloat /
+//   floatToBfloat16 of collectives/reduce.h, and the scalar fallback of the
+//   CPU kernels (reduce_kernels.inc): round to nearest even computed on the
+//   bits (no dependence on a floating-point mode), NaN quieted keeping sign
+//   and upper payload, float16 overflow (magnitude >= 65520) gives inf.
 // - Pure functions; no CUDA header needed (KOLO_HOST_DEVICE is empty for
 //   the host compiler).
 #pragma once
@@ -22,7 +21,7 @@
 #define KOLO_HOST_DEVICE inline
 #endif
 
-namespace kolo::collectives::cuda {
+namespace kolo::collectives {
 
 KOLO_HOST_DEVICE uint32_t floatBits(float f) {
 #if defined(__CUDA_ARCH__)
@@ -109,4 +108,4 @@ KOLO_HOST_DEVICE uint16_t floatToBfloat16Bits(float f) {
   return static_cast<uint16_t>((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
 }
 
-}  // namespace kolo::collectives::cuda
+}  // namespace kolo::collectives
