@@ -3,6 +3,7 @@
 #   elastic_run.sh KOLORUN PYTHON kill|raise|min-np|reset-limit|host-added|host-removed [PROGRAM...]
 # PROGRAM, when given, is run instead of PYTHON elastic_train.py (the C++
 #   tests/torch/elastic_train.cc takes the same flags; PYTHON is then unused).
+# ELASTIC_EXPECT_STEPS (kill, raise): the step count each survivor must end at.
 # kill, raise: worker 1 of 3 dies by SIGKILL (or raises) at step 5; the two
 #   survivors re-form a world of 2 and finish with identical parameters;
 #   kolorun exits 0.
@@ -53,6 +54,12 @@ case $case in
     [ "$(echo "$done" | sed 's/.*params //' | sort -u | wc -l)" -eq 1 ] ||
       fail "the survivors' parameters differ"
     echo "$out" | grep -q '^\[1\] worker 1 done' && fail "the victim finished"
+    # With ELASTIC_EXPECT_STEPS: the step count the rollback implies (a
+    # survivor that kept its uncommitted step would count one less).
+    if [ -n "${ELASTIC_EXPECT_STEPS:-}" ]; then
+      echo "$done" | grep -qv "steps $ELASTIC_EXPECT_STEPS," &&
+        fail "a survivor did not end at step $ELASTIC_EXPECT_STEPS"
+    fi
     echo "elastic $case: two survivors finished with identical parameters" ;;
   host-added)
     [ $code -eq 0 ] || fail "kolorun exited $code"
