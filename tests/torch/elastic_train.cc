@@ -9,16 +9,22 @@
 // must see the failure, roll back to the last commit, re-form a world of 2
 // in the same processes and finish the epochs with identical parameters;
 // each survivor prints "worker W done: rank R of N, steps S, params H".
+// With --rewrite FILE TEXT, worker 0 instead rewrites the hosts file of
+// kolorun's --host-discovery-script at step --at: a host comes or goes, and
+// the workers re-form through HostsUpdatedInterrupt (or the lost peer).
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "frameworks/torch/distributed_optimizer.h"
@@ -33,19 +39,23 @@ struct Args {
   int world = 3;
   int samples = 384;
   bool raise = false;
+  double stepSleep = 0;     // seconds of pretended compute per step
+  std::string rewriteFile;  // instead of a failure, worker 0 writes
+  std::string rewriteText;  // this text (\n: a new line) there at step --at
 };
 
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
-    auto next = [&]() -> int {
+    auto text = [&]() -> std::string {
       if (i + 1 >= argc) {
         std::cerr << flag << " needs a value\n";
         std::exit(2);
       }
-      return std::atoi(argv[++i]);
+      return argv[++i];
     };
+    auto next = [&] { return std::atoi(text().c_str()); };
     if (flag == "--victim") {
       a.victim = next();
     } else if (flag == "--at") {
@@ -58,6 +68,14 @@ Args parse(int argc, char** argv) {
       a.samples = next();
     } else if (flag == "--raise") {
       a.raise = true;
+    } else if (flag == "--step-sleep") {
+      a.stepSleep = std::atof(text().c_str());
+    } else if (flag == "--rewrite") {
+      a.rewriteFile = text();
+      a.rewriteText = text();
+      for (size_t at; (at = a.rewriteText.find("\\n")) != std::string::npos;) {
+        a.rewriteText.replace(at, 2, "\n");
+      }
     } else {
       std::cerr << "unknown flag " << flag << "\n";
       std::exit(2);
@@ -113,11 +131,20 @@ int train(const Args& args) {
     while (state.value("epoch") < args.epochs) {
       const std::vector<int64_t> indices = sampler.indices();
       for (size_t b = 0; b + kBatch <= indices.size(); b += kBatch) {
-        if (firstWorld && worker == args.victim && state.value("step") == args.at) {
+        if (!args.rewriteFile.empty() && firstWorld && worker == 0 &&
+            state.value("step") == args.at) {
+          std::ofstream(args.rewriteFile) << args.rewriteText << "\n";
+          std::cout << "worker 0 rewrote the hosts at step " << state.value("step")
+                    << std::endl;
+        } else if (args.rewriteFile.empty() && firstWorld && worker == args.victim &&
+                   state.value("step") == args.at) {
           if (args.raise) throw std::runtime_error("worker gives up");
           std::cout << "worker " << worker << " kills itself at step "
                     << state.value("step") << std::endl;
           ::kill(::getpid(), SIGKILL);
+        }
+        if (args.stepSleep > 0) {
+          std::this_thread::sleep_for(std::chrono::duration<double>(args.stepSleep));
         }
         const auto idx = ::torch::tensor(
             std::vector<int64_t>(indices.begin() + b, indices.begin() + b + kBatch));
