@@ -287,8 +287,10 @@ TEST(Checkpoint, BadFilesAreTheSameClearErrorOnEveryRank) {
     auto job = makeJob(ctx, 1, 0.1);
     expectErrorEverywhere([&] { checkpoint::load(dir + "/missing.pt", job->state); },
                           "cannot load '" + dir + "/missing.pt'", messages[0], r);
-    expectErrorEverywhere([&] { checkpoint::load(dir + "/text.pt", job->state); },
-                          "cannot load '" + dir + "/text.pt'", messages[1], r);
+    expectErrorEverywhere(
+        [&] { checkpoint::load(dir + "/text.pt", job->state); },
+        "cannot load '" + dir + "/text.pt': not a readable kolo C++ checkpoint",
+        messages[1], r);
     expectErrorEverywhere(
         [&] { checkpoint::save(dir + "/no/such/dir/x.pt", job->state); },
         "cannot write '" + dir + "/no/such/dir/x.pt'", messages[2], r);

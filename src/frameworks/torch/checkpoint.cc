@@ -264,7 +264,14 @@ std::vector<std::string> readInto(const std::string& path, ElasticState& state,
   }
   const std::string bytes = readFile(target);
   ::torch::serialize::InputArchive archive;
-  archive.load_from(bytes.data(), bytes.size());
+  try {
+    archive.load_from(bytes.data(), bytes.size());
+  } catch (const c10::Error& e) {
+    // A torn file, or one written by Python's kolo.torch.checkpoint
+    // (torch.save), which is not a libtorch archive.
+    throw Failure(std::string("not a readable kolo C++ checkpoint (") +
+                  e.what_without_backtrace() + ")");
+  }
   c10::IValue format, version;
   if (!archive.try_read("kolo/format", format) || !format.isString() ||
       format.toStringRef() != kFormat) {
