@@ -14,8 +14,11 @@
 //   same clear error on every rank;
 // - the sampler re-deals the rest of an epoch after a resize with no
 //   sample lost or repeated.
-// The re-forming run loop (elastic::run) needs a launcher: it is tested
-// under kolorun (torch_elastic_* in tests/torch/CMakeLists.txt).
+// - elastic::run rolls back after a peer failure and re-forms (here into
+//   1-rank worlds of the test's making), keeps the state after a host
+//   change, and lets a program error through; under kolorun, with real
+//   lost ranks and hosts, it is tested by torch_elastic_* in
+//   tests/torch/CMakeLists.txt.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -64,11 +67,11 @@ struct Job {
   train::ElasticSampler sampler;
   ElasticState state;
 
-  Job(std::shared_ptr<Context> ctx, uint64_t seed, double lr)
+  Job(std::shared_ptr<Context> ctx, uint64_t seed, double lr, ElasticStateOptions options)
       : model(makeModel(seed)),
         sgd(model->parameters(), ::torch::optim::SGDOptions(lr).momentum(0.9)),
         sampler(40, ctx->rank(), ctx->size(), true, 5),
-        state(std::move(ctx)) {
+        state(std::move(ctx), std::move(options)) {
     state.addModel("model", model.ptr());
     state.addOptimizer("optimizer", sgd);
     state.addSampler("sampler", sampler);
@@ -104,9 +107,10 @@ struct Job {
 
 std::mutex gSeedMu;  // torch's default generator is shared by the thread ranks
 
-std::unique_ptr<Job> makeJob(std::shared_ptr<Context> ctx, uint64_t seed, double lr) {
+std::unique_ptr<Job> makeJob(std::shared_ptr<Context> ctx, uint64_t seed, double lr,
+                             ElasticStateOptions options = {}) {
   std::lock_guard<std::mutex> lock(gSeedMu);
-  return std::make_unique<Job>(std::move(ctx), seed, lr);
+  return std::make_unique<Job>(std::move(ctx), seed, lr, std::move(options));
 }
 
 TEST(ElasticState, RestorePutsBackTheLastCommitBitForBit) {
@@ -207,6 +211,71 @@ TEST(ElasticState, BadRegistrationsAreClearErrors) {
     EXPECT_TRUE(test::contains(e.what(), "no value named 'epochs'")) << e.what();
     e = test::expectError([&] { job->state.addModel("other", nullptr); });
     EXPECT_TRUE(test::contains(e.what(), "model 'other' is null")) << e.what();
+  });
+}
+
+// A 1-rank world of its own, named `name`: the next world of a thread rank
+// after a reset (what Context::fromEnvironment gives under kolorun).
+std::shared_ptr<Context> oneRankContext(const std::string& rendezvous,
+                                        const std::string& name) {
+  CommunicatorConfig config;
+  config.rank = 0;
+  config.size = 1;
+  config.rendezvous = rendezvous;
+  config.hostStore = false;
+  config.name = name;
+  return Context::create(
+      std::make_shared<api::CommunicatorImpl>(config, test::testSettings()),
+      fastOptions());
+}
+
+// elastic::run on 2 thread ranks whose next worlds have 1 rank each: a
+// peer failure rolls back to the last commit, re-forms (the learning rate
+// follows the world size, the sampler is re-dealt, the callback runs); a
+// host change re-forms without the rollback; a program error ends run().
+TEST(ElasticRun, RollsBackAfterAPeerFailureKeepsTheStateAfterAHostChange) {
+  auto server = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
+  const std::string address = "tcp://127.0.0.1:" + std::to_string(server->port());
+  withContexts(2, [&](std::shared_ptr<Context> ctx) {
+    const int r = ctx->rank();
+    int worlds = 0, calls = 0, resets = 0;
+    ElasticStateOptions options;
+    options.makeContext = [&] {
+      return oneRankContext(address,
+                            "r" + std::to_string(r) + "w" + std::to_string(++worlds));
+    };
+    auto job = makeJob(std::move(ctx), 1, 0.1, options);
+    job->state.registerResetCallbacks({[&] { ++resets; }});
+    ::torch::Tensor committed;
+    const Error e = test::expectError([&] {
+      elastic::run(job->state, [&] {
+        ++calls;
+        if (calls == 1) {
+          job->step(0);
+          job->state.commit();
+          committed = job->flat();
+          job->step(1);
+          throw Error(ErrorCode::kPeerLost, "a peer died (pretended)");
+        }
+        if (calls == 2) {
+          EXPECT_EQ(job->state.context().size(), 1);
+          EXPECT_EQ(job->state.value("step"), 1);
+          EXPECT_TRUE(::torch::equal(job->flat(), committed));
+          EXPECT_DOUBLE_EQ(job->lr(), 0.05);  // linear rule, 2 -> 1 ranks
+          EXPECT_EQ(job->sampler.worldSize(), 1);
+          job->step(2);
+          job->state.notifyHostsUpdated(1);
+          job->state.commit();  // HostsUpdatedInterrupt
+          ADD_FAILURE() << "rank " << r << ": no HostsUpdatedInterrupt";
+        }
+        EXPECT_EQ(job->state.value("step"), 2);  // kept: no rollback
+        throw Error(ErrorCode::kMismatch, "a program error");
+      });
+    });
+    EXPECT_EQ(e.code(), ErrorCode::kMismatch);
+    EXPECT_EQ(calls, 3);
+    EXPECT_EQ(worlds, 2);
+    EXPECT_EQ(resets, 2);
   });
 }
 
