@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Elastic training under kolorun (docs/elastic.md), one case per call:
-#   elastic_run.sh KOLORUN PYTHON kill|raise|min-np|reset-limit|host-added|host-removed
+#   elastic_run.sh KOLORUN PYTHON kill|raise|min-np|reset-limit|host-added|host-removed [PROGRAM...]
+# PROGRAM, when given, is run instead of PYTHON elastic_train.py (the C++
+#   tests/torch/elastic_train.cc takes the same flags; PYTHON is then unused).
+# ELASTIC_EXPECT_STEPS (kill, raise): the step count each survivor must end at.
 # kill, raise: worker 1 of 3 dies by SIGKILL (or raises) at step 5; the two
 #   survivors re-form a world of 2 and finish with identical parameters;
 #   kolorun exits 0.
@@ -12,7 +15,9 @@
 #   the two others re-form); all finish with identical parameters.
 set -uo pipefail
 kolorun=$1 python=$2 case=$3
-script="$(cd "$(dirname "$0")" && pwd)/elastic_train.py"
+shift 3
+program=("$python" "$(cd "$(dirname "$0")" && pwd)/elastic_train.py")
+[ $# -gt 0 ] && program=("$@")
 case $case in
   kill) flags=(--min-np 2); extra=() ;;
   raise) flags=(--min-np 2); extra=(--raise) ;;
@@ -36,7 +41,7 @@ case $case in
   *) echo "unknown case $case"; exit 2 ;;
 esac
 case $case in host-added) ;; *) flags+=(-np 3) ;; esac
-out=$(timeout -k 5 240 "$kolorun" "${flags[@]}" "$python" "$script" "${extra[@]}" 2>&1)
+out=$(timeout -k 5 240 "$kolorun" "${flags[@]}" "${program[@]}" "${extra[@]}" 2>&1)
 code=$?
 echo "$out" | grep -v '^\[[0-9]\]  ' | tail -25
 fail() { echo "FAILED: $*"; exit 1; }
@@ -52,6 +57,12 @@ finished_equal() {
   [ "$(echo "$done" | wc -l)" -eq "$n" ] || fail "not $n workers done"
   [ "$(echo "$done" | sed 's/.*params //' | sort -u | wc -l)" -eq 1 ] ||
     fail "the workers' parameters differ"
+  # With ELASTIC_EXPECT_STEPS (kill, raise): the step count the rollback
+  # implies (a survivor that kept its uncommitted step would count one less).
+  if [ -n "${ELASTIC_EXPECT_STEPS:-}" ] && [ "$case" = kill -o "$case" = raise ]; then
+    echo "$done" | grep -qv "steps $ELASTIC_EXPECT_STEPS," &&
+      fail "a survivor did not end at step $ELASTIC_EXPECT_STEPS"
+  fi
   echo "elastic $case: $what"
 }
 case $case in

@@ -1,5 +1,6 @@
 #include "frameworks/torch/context.h"
 
+#include <exception>
 #include <numeric>
 #include <vector>
 
@@ -27,6 +28,14 @@ Context::Context(std::shared_ptr<Communicator> world,
 }
 
 Context::~Context() {
+  // Destroyed while an exception unwinds (a failing rank leaving its
+  // training function): no closing barrier, which the others, still in
+  // their step, would never join; the runtime's shutdown fails their
+  // pending operations at once, naming this rank.
+  if (std::uncaught_exceptions() > 0) {
+    runtime_->shutdown();
+    return;
+  }
   try {
     runtime::OpRequest end;
     end.spec.name = "kolo.torch.context.end";

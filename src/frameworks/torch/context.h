@@ -20,7 +20,9 @@
 // - Destruction: every rank passes a barrier through the runtime (so no
 //   rank shuts the runtime down while another still has operations in
 //   flight), then the runtime stops. A failed barrier (a lost peer) is
-//   logged, not thrown.
+//   logged, not thrown. Destroyed while an exception unwinds, it skips the
+//   barrier: the runtime stops at once and the other ranks' pending
+//   operations fail with kPeerLost naming this rank.
 #pragma once
 
 #include <kolo/communicator.h>
