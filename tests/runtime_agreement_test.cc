@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <latch>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -135,7 +136,11 @@ TEST_P(RuntimeAgreement, AgreedOperationWithABadArgumentFailsEveryRankNamingIt) 
   std::mutex mu;
   std::vector<std::string> errors(n);
   std::vector<ErrorCode> codes(n, ErrorCode::kOk);
+  // Every rank's set-up done first: rank 1's abort notice must not meet a
+  // rank still finishing the set-up's barrier.
+  std::latch connected(n);
   test::withCommunicators(n, test::testSettings(GetParam()), [&](Communicator& c) {
+    connected.arrive_and_wait();
     std::vector<float> buf(16, 1.0f), recv(16 * n);
     AllgatherOptions o;
     o.send = c.rank() == 1 ? nullptr : buf.data();  // rank 1's is invalid
