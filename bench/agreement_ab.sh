@@ -100,13 +100,16 @@ done
 import glob, json, os, statistics, sys
 
 runs = {}
-for path in glob.glob(os.path.join(sys.argv[1], "*.run*.jsonl")):
+def round_of(path):
+    return int(os.path.basename(path).split(".")[2][3:])
+
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "*.run*.jsonl")), key=round_of):
     which, case = os.path.basename(path).split(".")[:2]
     for line in open(path):
         if "{" in line:
             rec = json.loads(line[line.index("{"):])
             runs.setdefault((case, which), []).append(rec["steps_per_s"])
-print("| case | A steps/s (runs) | B steps/s (runs) | B vs A (medians) |")
+print("| case | A steps/s (rounds 1..N) | B steps/s (rounds 1..N) | B vs A (medians) |")
 print("|---|---|---|---|")
 for case in ("unfused", "fused"):
     a, b = runs.get((case, "A"), []), runs.get((case, "B"), [])
