@@ -454,7 +454,7 @@ void CommunicatorImpl::close(bool atExit) {
         OpDescriptor d;
         d.kind = CollectiveKind::kFinalize;
         if (atExit) d.extra = collectives::kFinalizeAtExit;
-        agree(nextContext(), d, nullptr);
+        exchange(nextContext(), d, nullptr);
       });
     });
     // The rank that hosts the store (rank 0 without a launcher) closes it
@@ -499,16 +499,34 @@ collectives::Context CommunicatorImpl::nextContext() {
   return ctx;
 }
 
-void CommunicatorImpl::agree(const collectives::Context& ctx, OpDescriptor d,
+void CommunicatorImpl::agree(const collectives::Context& ctx, const OpDescriptor& d,
                              std::exception_ptr localError) {
+  if (!agreed_) return exchange(ctx, d, localError);
+  if (layout().size > 1) skipped_.fetch_add(1, std::memory_order_relaxed);
+  if (!localError) return;
+  try {
+    std::rethrow_exception(localError);
+  } catch (const Error& e) {
+    KOLO_THROW(ErrorCode::kInternal,
+               "rank " << rank() << ": " << e.what()
+                       << " in a collective its caller had agreed on (collective #"
+                       << sequence_ << "); the other ranks could not be told in an "
+                       << "agreement step, so the communicator is broken");
+  }
+}
+
+void CommunicatorImpl::exchange(const collectives::Context& ctx, OpDescriptor d,
+                                std::exception_ptr localError) {
   d.sequence = sequence_;
   d.invalid = localError ? 1 : 0;
   try {
     if (layout().size == 1) {
       // nothing to agree with
     } else if (allLocalShm_) {
+      exchanged_.fetch_add(1, std::memory_order_relaxed);
       collectives::exchangeAndVerify(*shm_, d, topology_.localRanks());
     } else {
+      exchanged_.fetch_add(1, std::memory_order_relaxed);
       collectives::Context checkCtx = ctx;
       checkCtx.tag += collectives::kTagsPerOp / 2;  // clear of the op's own tags
       collectives::exchangeAndVerify(checkCtx, d);
@@ -833,10 +851,10 @@ void CommunicatorImpl::doAlltoall(const AlltoallOptions& o) {
 void CommunicatorImpl::doBarrier() {
   if (size() == 1) return;
   if (allLocalShm_) {
-    // One shared-memory step is a barrier.
+    // One shared-memory step is a barrier (agreed or not).
     OpDescriptor d;
     d.kind = CollectiveKind::kBarrier;
-    agree(nextContext(), d, nullptr);
+    exchange(nextContext(), d, nullptr);
     return;
   }
   collectives::Context ctx = nextContext();

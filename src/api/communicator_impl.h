@@ -6,6 +6,7 @@
 
 #include <kolo/communicator.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "api/op_queue.h"
 #include "api/topology.h"
+#include "collectives/agreed_scope.h"
 #include "collectives/context.h"
 #include "collectives/descriptor_check.h"
 #include "collectives/staging_stores.h"
@@ -33,7 +35,7 @@ struct EngineOptions {
   std::shared_ptr<rendezvous::Store> store;
 };
 
-class CommunicatorImpl : public Communicator {
+class CommunicatorImpl : public Communicator, public collectives::AgreementHost {
  public:
   // Collective over all ranks: rendezvous, topology, transports, shm group.
   // Transports by KOLO_TRANSPORT: auto/shm = shm within a host, and between
@@ -81,6 +83,25 @@ class CommunicatorImpl : public Communicator {
   // thread at a time.
   transport::Transport& pointToPoint() { return *world_; }
 
+  // collectives::AgreementHost: an AgreedScope holds the operation queue
+  // and marks the holder's operations agreed (agree() skips the exchange).
+  void holdOperations() override { queue_.hold(); }
+  void releaseOperations() override { queue_.release(); }
+  void setAgreed(bool agreed) override { agreed_ = agreed; }
+
+  // How many collectives exchanged their descriptors in a separate step
+  // (over the transport, or a shared-memory step), and how many skipped it
+  // as agreed; a descriptor checked inside the algorithm's first step (the
+  // shm allreduce) counts as neither. Any thread; for tests.
+  struct AgreementCounts {
+    uint64_t exchanged = 0;
+    uint64_t skipped = 0;
+  };
+  AgreementCounts agreementCounts() const {
+    return {exchanged_.load(std::memory_order_relaxed),
+            skipped_.load(std::memory_order_relaxed)};
+  }
+
  private:
   // The allreduce algorithm the settings force in `ctx`: KOLO_ALLREDUCE_ALGO,
   // else hier under KOLO_HIERARCHICAL_ALLREDUCE=1 where hier can run; empty:
@@ -125,11 +146,16 @@ class CommunicatorImpl : public Communicator {
   void guarded(const std::function<void()>& op);
   // A fresh context with the next tag block.
   collectives::Context nextContext();
-  // Exchanges and verifies the descriptor, unless `embedded` (the algorithm
-  // will). Throws the local validation error after the exchange when
-  // `localError` is set, so every rank fails together.
-  void agree(const collectives::Context& ctx, collectives::OpDescriptor d,
+  // exchange(), unless the operation is agreed (an AgreedScope marked it):
+  // then nothing to exchange, and a local validation error breaks the
+  // communicator (kInternal: the peers could not be told; agreed_scope.h).
+  void agree(const collectives::Context& ctx, const collectives::OpDescriptor& d,
              std::exception_ptr localError);
+  // Exchanges and verifies the descriptor. Throws the local validation
+  // error after the exchange when `localError` is set, so every rank fails
+  // together. Barriers and the closing step call it directly: never skipped.
+  void exchange(const collectives::Context& ctx, collectives::OpDescriptor d,
+                std::exception_ptr localError);
 
   Settings settings_;
   CommunicatorConfig config_;  // as given (hostId filled in); for split()
@@ -148,6 +174,11 @@ class CommunicatorImpl : public Communicator {
   std::vector<uint8_t> packed_;
 
   uint64_t sequence_ = 0;  // operations so far; runs only under the queue
+  // Set and cleared by the thread holding the queue (AgreedScope), read by
+  // its operations: no other thread's operation runs meanwhile.
+  bool agreed_ = false;
+  std::atomic<uint64_t> exchanged_{0};  // agreementCounts()
+  std::atomic<uint64_t> skipped_{0};
   std::exception_ptr broken_;
   bool everyoneKnows_ = false;  // broken_ is a departure every rank saw
   std::mutex shutdownMu_;

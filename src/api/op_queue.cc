@@ -51,6 +51,11 @@ OpQueue::~OpQueue() {
 void OpQueue::runBlocking(const std::function<void()>& op) {
   {
     std::unique_lock<std::mutex> lock(mu_);
+    if (holder_ == std::this_thread::get_id()) {
+      lock.unlock();
+      op();  // the holder's: the queue is reserved for it
+      return;
+    }
     changed_.wait(lock, [&] { return queue_.empty() && !busy_; });
     busy_ = true;
   }
@@ -63,6 +68,20 @@ void OpQueue::runBlocking(const std::function<void()>& op) {
     }
   } release{this};
   op();
+}
+
+void OpQueue::hold() {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  busy_ = true;
+  holder_ = std::this_thread::get_id();
+}
+
+void OpQueue::release() {
+  std::lock_guard<std::mutex> lock(mu_);
+  holder_ = std::thread::id();
+  busy_ = false;
+  changed_.notify_all();
 }
 
 std::shared_ptr<Work> OpQueue::submit(std::function<void()> op) {

@@ -5,6 +5,12 @@
 // and then runs on the caller's thread (no thread hand-off on the latency
 // path). Errors cross threads as std::exception_ptr: Work::wait() rethrows.
 //
+// hold() reserves the queue for the calling thread (collectives/
+// agreed_scope.h): it waits like a blocking call, then, until release(),
+// that thread's blocking calls run at once and every other thread's calls
+// and the submitted work wait. A thread that holds must not wait for work
+// it submits meanwhile (it would run only after release()).
+//
 // Thread safety: all methods may be called from any thread. Destruction
 // waits for queued operations to finish.
 #pragma once
@@ -30,6 +36,8 @@ class OpQueue {
 
   void runBlocking(const std::function<void()>& op);
   std::shared_ptr<Work> submit(std::function<void()> op);
+  void hold();
+  void release();  // by the holding thread
 
  private:
   class Task;
@@ -40,6 +48,7 @@ class OpQueue {
   std::deque<std::shared_ptr<Task>> queue_;
   bool busy_ = false;  // an operation is executing (on any thread)
   bool stopping_ = false;
+  std::thread::id holder_;  // the thread that holds (then busy_ too); none: {}
   std::thread worker_;
 };
 

@@ -36,6 +36,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "collectives/agreed_scope.h"
 #include "common/settings.h"
 #include "runtime/autotuner.h"
 #include "runtime/handle.h"
@@ -140,7 +141,9 @@ class Runtime {
   // One cycle: false when the loop ends (a shutdown or stall shutdown).
   bool runCycle(Exchange& exchange);
   CycleFlags cycleFlags() const;
-  void exchangeMessages(const Message& message, Exchange& exchange);
+  // Marks `scope` agreed once the fixed parts are in (runtime_loop.cc).
+  void exchangeMessages(const Message& message, Exchange& exchange,
+                        collectives::AgreedScope& scope);
   void settleNegotiation(const Outcome& outcome);
   bool stopIfAnnounced(const Outcome& outcome);
   void pace(const Outcome& outcome, Clock::time_point cycleStart);

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 
+#include "collectives/agreed_scope.h"
 #include "common/backoff.h"
 #include "common/check.h"
 #include "common/logging.h"
@@ -190,16 +191,23 @@ bool Runtime::runCycle(Exchange& exchange) {
   markCycle(cycleStart);
   admit(admitted_, queue_->drainInto(admitted_));
   const Message message = negotiator_.prepare(cycleFlags());
-  exchangeMessages(message, exchange);
-  Outcome outcome = negotiator_.process(exchange.fixed, exchange.variable, cycleStart);
-  settleNegotiation(outcome);
-  // Run the ready operations, bucket by bucket, in the same order on every
-  // rank.
-  cycleBytes_ = 0;
-  const auto buckets =
-      planBuckets(outcome.ready, outcome.fusionThresholdBytes, fusionAloneBytes_);
-  for (size_t b = 0; b < buckets.size(); ++b) {
-    runBucket(buckets[b].members, outcome.ready, buckets[b].bytes, static_cast<int>(b));
+  Outcome outcome;
+  {
+    // The communicator is this thread's for the cycle: a closing step
+    // (another thread's finalize, the exit goodbye) lands between cycles,
+    // where the peers meet it in the checked exchange of the fixed parts.
+    collectives::AgreedScope scope(*comm_);
+    exchangeMessages(message, exchange, scope);
+    outcome = negotiator_.process(exchange.fixed, exchange.variable, cycleStart);
+    settleNegotiation(outcome);
+    // Run the ready operations, bucket by bucket, in the same order on
+    // every rank.
+    cycleBytes_ = 0;
+    const auto buckets =
+        planBuckets(outcome.ready, outcome.fusionThresholdBytes, fusionAloneBytes_);
+    for (size_t b = 0; b < buckets.size(); ++b) {
+      runBucket(buckets[b].members, outcome.ready, buckets[b].bytes, static_cast<int>(b));
+    }
   }
   observe(outcome, cycleStart);
   if (static_cast<int>(outcome.joinedRanks.size()) == size_) {
@@ -229,8 +237,15 @@ CycleFlags Runtime::cycleFlags() const {
   return flags;
 }
 
-// The exchange: fixed parts, then variable parts when announced.
-void Runtime::exchangeMessages(const Message& message, Exchange& ex) {
+// The exchange: fixed parts, then variable parts when announced. The fixed
+// parts' allgather is checked by the communicator (descriptor_check.h):
+// it is where ranks that are not in step meet (a rank that left, a
+// different cache capacity). What follows is agreed: the variable parts'
+// counts come from the fixed parts, the buckets from the negotiation, alike
+// on every rank, so those collectives skip the descriptor exchange
+// (collectives/agreed_scope.h; docs/collectives.md, "Agreement").
+void Runtime::exchangeMessages(const Message& message, Exchange& ex,
+                               collectives::AgreedScope& scope) {
   const size_t fixedBytes = negotiator_.fixedBytes();
   ex.gathered.resize(fixedBytes * size_);
   AllgatherOptions ag;
@@ -239,6 +254,7 @@ void Runtime::exchangeMessages(const Message& message, Exchange& ex) {
   ag.count = fixedBytes;
   ag.dtype = DataType::kUInt8;
   comm_->allgather(ag);
+  scope.agreedFromHere();
   std::vector<size_t> counts(size_);
   size_t total = 0;
   for (int r = 0; r < size_; ++r) {
