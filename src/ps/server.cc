@@ -83,9 +83,15 @@ void Server::run() {
   for (int w = 0; w < workers_; ++w) postHeader(w);
   open_ = workers_;
   std::vector<uint8_t> payload;
+  // A worker's payload is read whole before the next worker's. Each pass
+  // starts at firstWorker(), so that the servers read from different
+  // workers at once rather than all from worker 0, whose link would then
+  // carry every server's share while the others' idle.
+  const int first = firstWorker();
   while (open_ > 0) {
     bool moved = false;
-    for (int w = 0; w < workers_; ++w) {
+    for (int k = 0; k < workers_; ++k) {
+      const int w = (first + k) % workers_;
       if (done_[w] || !requests_[w]->done()) continue;
       moved = true;
       try {
@@ -524,9 +530,27 @@ bool Server::trainingOver() const {
   return true;
 }
 
+int Server::firstWorker() const {
+  const int servers = static_cast<int>(roles_.servers.size());
+  return servers > 0 ? index_ * workers_ / servers : 0;
+}
+
+// The ready pulls are answered one worker at a time, starting at
+// firstWorker() and going round: the servers start at different workers, so
+// at any moment each worker receives from about one server and every
+// server's link is busy. In the same order everywhere (worker 0 first), all
+// S servers would send to one worker at once, whose link would carry S
+// times its share while the servers' links idle.
 void Server::servePulls() {
   if (!seeded_) return;
   auto ready = [&](const PendingPull& p) { return p.minVersion <= stats_.version; };
+  const int start = firstWorker();
+  auto turn = [&](const PendingPull& p) {
+    return (p.worker - start + workers_) % workers_;
+  };
+  std::stable_sort(
+      pending_.begin(), pending_.end(),
+      [&](const PendingPull& a, const PendingPull& b) { return turn(a) < turn(b); });
   std::vector<PendingPull> later;
   for (const PendingPull& p : pending_) {
     if (done_[p.worker]) continue;  // refused meanwhile

@@ -70,6 +70,8 @@ class Server {
   };
 
   WireLimits limits() const;
+  // Where this server's rounds over the workers start: index_ * W / S.
+  int firstWorker() const;
   void postHeader(int w);
   void handle(int w, const Header& h, std::vector<uint8_t>& payload);
   void onConfig(int w, const std::vector<uint8_t>& payload);
