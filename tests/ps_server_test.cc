@@ -155,6 +155,95 @@ TEST(PsServer, DownpourAppliesNoGradientStalerThanTheBound) {
   for (int w = 0; w < kWorkers; ++w) EXPECT_EQ(stats[0].pushes[w], uint64_t{kSteps});
 }
 
+// sync: a worker that has said goodbye pushes no more, so the rounds
+// after it apply with the workers left (no wait for it until the timeout).
+// SGD, lr 0.1: the first round averages both workers' gradients (1 and 3),
+// the next two are worker 0's alone.
+TEST(PsServer, SyncRoundsGoOnWithoutAWorkerThatSaidGoodbye) {
+  PsConfig config;
+  config.mode = Mode::kSync;
+  config.tensorElements = {4};
+  std::vector<float> final0;
+  runJob(3, 1, [&](int w, transport::Transport& t, const Roles& roles) {
+    std::vector<float> params(4, 1.0f);
+    Client client(t, roles, w, config);
+    client.start({params.data()});
+    const std::vector<float> grad(4, w == 0 ? 1.0f : 3.0f);
+    for (int s = 0; s < (w == 0 ? 3 : 1); ++s) {
+      client.step({params.data()}, {grad.data()}, 0.1f);
+    }
+    client.bye();
+    if (w == 0) final0 = params;
+  });
+  ASSERT_EQ(final0.size(), 4u);
+  for (float v : final0) EXPECT_NEAR(v, 1.0f - 0.1f * 2.0f - 0.1f - 0.1f, 1e-6f);
+}
+
+// A pull reply still on its way when an update applies carries the values
+// of the version its header names: the server sends without waiting, so it
+// must not change memory a reply is sending (it copies on write). Worker 1
+// speaks the wire protocol itself so that it can hold its reply's payload
+// (a shm message of 16 MiB, far over what the transport buffers) while
+// worker 0's push is applied.
+TEST(PsServer, AnUpdateDoesNotChangeAPullReplyOnItsWay) {
+  constexpr size_t kElements = size_t{4} << 20;
+  PsConfig config;
+  config.mode = Mode::kDownpour;
+  config.stalenessBound = 4;
+  config.tensorElements = {kElements};
+  ClientOptions options;
+  options.pullPeriod = 1000;
+  std::atomic<int> phase{
+      0};  // 1: worker 0 started; 2: worker 1 has the header; 3: pushed
+  std::vector<float> got;
+  Header gotHeader;
+  runJob(3, 1, [&](int w, transport::Transport& t, const Roles& roles) {
+    if (w == 0) {
+      std::vector<float> params(kElements, 1.0f);
+      Client client(t, roles, w, config, options);
+      client.start({params.data()});
+      phase = 1;
+      while (phase.load() < 2) std::this_thread::yield();
+      std::vector<float> grad(kElements, 1.0f);
+      client.step({params.data()}, {grad.data()}, 0.5f);  // the server is at version 1
+      phase = 3;
+      client.bye();
+      return;
+    }
+    while (phase.load() < 1) std::this_thread::yield();
+    const int server = roles.servers[0];
+    Header pull;
+    pull.type = MessageType::kPull;
+    pull.worker = 1;
+    const HeaderBytes out = encodeHeader(pull);
+    t.send(server, kHeaderTag, out.data(), out.size());
+    HeaderBytes in;
+    t.recv(server, kHeaderTag, in.data(), in.size());
+    const uint64_t shardBytes = kElements * sizeof(float);
+    WireLimits limits;
+    limits.workers = 2;
+    limits.shards = 1;
+    limits.shardBytes = &shardBytes;
+    gotHeader = decodeHeader(in.data(), in.size(), limits, server);
+    phase = 2;
+    while (phase.load() < 3) std::this_thread::yield();
+    got.assign(kElements, 0.0f);
+    t.recv(server, kPayloadTag, got.data(), shardBytes);
+    Header bye;
+    bye.type = MessageType::kBye;
+    bye.worker = 1;
+    const HeaderBytes b = encodeHeader(bye);
+    t.send(server, kHeaderTag, b.data(), b.size());
+  });
+  EXPECT_EQ(gotHeader.type, MessageType::kPullReply);
+  EXPECT_EQ(gotHeader.version, 0u);
+  ASSERT_EQ(got.size(), kElements);
+  size_t changed = 0;
+  for (float v : got) changed += v != 1.0f;
+  EXPECT_EQ(changed, 0u) << "of " << kElements
+                         << " elements of the version-0 reply, some hold version 1";
+}
+
 // One exchange on a toy problem, with values exact in binary: the worker's
 // x and the center move by exactly alpha * (x - c).
 TEST(PsServer, EasgdExchangeIsTheFormula) {

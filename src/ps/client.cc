@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/backoff.h"
 #include "common/check.h"
 #include "common/sha256.h"
+#include "ps/transfer.h"
 
 namespace kolo::ps {
 
@@ -174,25 +176,28 @@ std::vector<Client::Reply> Client::roundTripBytes(
     } else {
       sendAll(type, bytes, sizes, versions, lr, requests, out, flags);
     }
-    t_.waitAll(requests);
-    requests.clear();
-    for (int s = 0; s < servers; ++s) {
+    // Each server's payload receives are posted as soon as its header is
+    // in: the servers answer at once, and a payload that finds no receive
+    // posted waits in the transport's buffers, a copy more.
+    std::vector<transport::RequestPtr> headers(requests.begin(),
+                                               requests.begin() + servers);
+    std::vector<transport::RequestPtr> rest(requests.begin() + servers, requests.end());
+    awaitEach(headers, [&](int s) {
       Header& h = replies[s].header;
       h = decodeHeader(in[s].data(), in[s].size(), limits_, roles_.servers[s]);
       if (h.flags & kFlagStop) stopRequested_ = true;
       if (h.flags & kFlagTrainingOver) trainingOver_ = true;
       if (isShardPayload(h.type)) {
-        postShardRecvs(s, h.type == MessageType::kPullReply ? into : nullptr, requests);
-        continue;
+        postShardRecvs(s, h.type == MessageType::kPullReply ? into : nullptr, rest);
+        return;
       }
       replies[s].payload.resize(h.payloadBytes);
       if (!replies[s].payload.empty()) {
-        requests.push_back(t_.irecv(roles_.servers[s], kPayloadTag,
-                                    replies[s].payload.data(),
-                                    replies[s].payload.size()));
+        rest.push_back(t_.irecv(roles_.servers[s], kPayloadTag, replies[s].payload.data(),
+                                replies[s].payload.size()));
       }
-    }
-    t_.waitAll(requests);
+    });
+    t_.waitAll(rest);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout) lost(e);
     throw;
@@ -217,6 +222,44 @@ std::vector<Client::Reply> Client::roundTripBytes(
     if (h.type == MessageType::kPullReply && into != nullptr) scatterPacked(s, *into);
   }
   return replies;
+}
+
+// Waits for every server's request, calling onDone(s) for each as it
+// completes, in any order. Transport::wait's timeout applies to each
+// (Transfer::failIfStalled).
+void Client::awaitEach(const std::vector<transport::RequestPtr>& requests,
+                       const std::function<void(int)>& onDone) {
+  std::vector<Transfer> waiting(requests.size());
+  for (size_t s = 0; s < requests.size(); ++s) {
+    waiting[s].worker = static_cast<int>(s);
+    waiting[s].rank = roles_.servers[s];
+    waiting[s].bytes = kHeaderBytes;
+    waiting[s].requests = {requests[s]};
+    waiting[s].started = Transfer::Clock::now();
+  }
+  Backoff backoff;
+  auto lastProgress = Transfer::Clock::now();
+  while (!waiting.empty()) {
+    bool moved = false;
+    for (size_t k = 0; k < waiting.size();) {
+      if (!waiting[k].done()) {
+        ++k;
+        continue;
+      }
+      const Transfer x = std::move(waiting[k]);
+      waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(k));
+      moved = true;
+      if (const std::exception_ptr e = x.error()) std::rethrow_exception(e);
+      onDone(x.worker);
+    }
+    if (moved || t_.progress()) {
+      backoff.reset();
+      lastProgress = Transfer::Clock::now();
+      continue;
+    }
+    for (const Transfer& x : waiting) x.failIfStalled(t_, lastProgress);
+    if (backoff.idle()) t_.idle(backoff.sleepHint());
+  }
 }
 
 void Client::start(const std::vector<float*>& params) {

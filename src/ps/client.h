@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -126,6 +127,8 @@ class Client {
   void postShardRecvs(int s, const std::vector<float*>* into,
                       std::vector<transport::RequestPtr>& requests);
   void scatterPacked(int s, const std::vector<float*>& into) const;
+  void awaitEach(const std::vector<transport::RequestPtr>& requests,
+                 const std::function<void(int)>& onDone);
   // Posts header (and payload) sends to every server, without replies.
   void sendAll(MessageType type, const std::vector<const uint8_t*>& payloads,
                const std::vector<uint64_t>& bytes, const std::vector<uint64_t>& versions,

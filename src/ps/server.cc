@@ -1,8 +1,16 @@
 // The server loop. One header receive is posted per worker (a receive from
-// any source cannot span the shm and tcp parts of the job's transport); the
-// loop handles whichever completes, reads its payload, answers, and posts
-// the next. Pulls that ask for a version the shard has not reached wait in
-// pending_ and are answered when it gets there.
+// any source cannot span the shm and tcp parts of the job's transport).
+// When a header arrives, the payload's receives are posted into a buffer of
+// that worker's and the loop goes on: the workers' payloads arrive at once,
+// each handled when it is complete, and the header's receive is posted
+// again. Replies leave through the ReplyQueue, not waited on either. Pulls
+// that ask for a version the shard has not reached wait in pending_ and are
+// answered when it gets there.
+//
+// Shard payloads (pushes, exchanges, the seed) are received into pooled
+// buffers of the shard's size, at most kReceiveBudgetBytes of them in all
+// (at least one, at most one per worker); a worker whose header arrives
+// when none is free waits for one, its data held by the transport.
 #include "ps/server.h"
 
 #include <algorithm>
@@ -47,10 +55,12 @@ Server::Server(transport::Transport& t, Roles roles, int serverIndex)
     : t_(t),
       roles_(std::move(roles)),
       index_(serverIndex),
-      workers_(static_cast<int>(roles_.workers.size())) {
+      workers_(static_cast<int>(roles_.workers.size())),
+      replies_(t) {
   KOLO_CHECK_EQ(roles_.servers.at(index_), t_.rank());
   headers_.resize(workers_);
   requests_.resize(workers_);
+  inbound_.resize(workers_);
   done_.assign(workers_, false);
   pushedThisRound_.assign(workers_, false);
   stats_.pushes.assign(workers_, 0);
@@ -82,35 +92,75 @@ void Server::run() {
   }
   for (int w = 0; w < workers_; ++w) postHeader(w);
   open_ = workers_;
-  std::vector<uint8_t> payload;
-  // A worker's payload is read whole before the next worker's. Each pass
-  // starts at firstWorker(), so that the servers read from different
-  // workers at once rather than all from worker 0, whose link would then
-  // carry every server's share while the others' idle.
-  const int first = firstWorker();
-  while (open_ > 0) {
-    bool moved = false;
-    for (int k = 0; k < workers_; ++k) {
-      const int w = (first + k) % workers_;
-      if (done_[w] || !requests_[w]->done()) continue;
-      moved = true;
-      try {
-        if (requests_[w]->error) std::rethrow_exception(requests_[w]->error);
-        serveOne(w, payload);
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::kPeerLost || !noticeLostWorkers(e.what())) throw;
-      }
-    }
-    if (!moved && !t_.progress()) t_.idle(std::chrono::microseconds(1000));
+  try {
+    serveAll();
+  } catch (const Error& e) {
+    stopTransfers(e);
+    throw;
+  } catch (const std::exception& e) {
+    stopTransfers(Error(ErrorCode::kInternal, e.what()));
+    throw;
   }
   KOLO_LOG(kInfo) << "parameter server " << index_ << ": every worker finished after "
                   << stats_.version << " updates";
 }
 
-// Worker w's header has arrived: check it, read its payload, handle it.
-// A transport error propagates (run() tells a lost worker from the rest);
-// any other error refuses the worker.
-void Server::serveOne(int w, std::vector<uint8_t>& payload) {
+// A server that fails with transfers in flight aborts the transport: the
+// transport must not touch the buffers this server is about to free, and
+// the workers learn why at once.
+void Server::stopTransfers(const Error& cause) {
+  bool inFlight = !replies_.empty();
+  for (const Inbound& in : inbound_) inFlight |= in.receiving;
+  if (inFlight) t_.abort(cause);
+}
+
+void Server::serveAll() {
+  // Each pass starts at firstWorker(), so that when payload buffers are
+  // short the servers start on different workers rather than all on
+  // worker 0.
+  const int first = firstWorker();
+  auto lastProgress = Transfer::Clock::now();
+  while (open_ > 0 || !replies_.empty()) {
+    bool moved = false;
+    for (int k = 0; k < workers_; ++k) moved |= step((first + k) % workers_);
+    moved |= replies_.reap([this](int w, std::exception_ptr e) { replyFailed(w, e); });
+    if (moved || t_.progress()) {
+      lastProgress = Transfer::Clock::now();
+      continue;
+    }
+    replies_.failIfStalled(lastProgress);
+    for (const Inbound& in : inbound_) {
+      if (in.receiving) in.transfer.failIfStalled(t_, lastProgress);
+    }
+    t_.idle(std::chrono::microseconds(1000));
+  }
+}
+
+// Moves worker w's message along: a header that arrived starts its
+// payload, a payload complete is handled. A transport error propagates
+// unless it is a lost worker's (noticeLostWorkers). Whether anything moved.
+bool Server::step(int w) {
+  Inbound& in = inbound_[w];
+  try {
+    if (done_[w]) {
+      // Finished, refused or lost: its buffer back once the transport lets go.
+      if (in.receiving && in.transfer.done()) dropInbound(w);
+      return false;
+    }
+    if (!in.receiving) return requests_[w]->done() && startMessage(w);
+    if (!in.transfer.done()) return false;
+    finishMessage(w);
+    return true;
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kPeerLost || !noticeLostWorkers(e.what())) throw;
+    return true;
+  }
+}
+
+// Worker w's header has arrived: checks it and posts the payload's
+// receives. false (nothing done) while a shard payload waits for a buffer.
+bool Server::startMessage(int w) {
+  if (requests_[w]->error) std::rethrow_exception(requests_[w]->error);
   const int from = roles_.workers[w];
   Header h;
   try {
@@ -125,25 +175,62 @@ void Server::serveOne(int w, std::vector<uint8_t>& payload) {
     }
   } catch (const Error& e) {
     refuse(w, e.what());
-    return;
+    return true;
   }
-  payload.resize(h.payloadBytes);
-  if (isShardPayload(h.type)) {
+  Inbound& in = inbound_[w];
+  const bool shard = isShardPayload(h.type);
+  if (shard) {
     // The decoder has checked the size against the shard's: segments_
     // exist and cover it.
-    std::vector<transport::RequestPtr> parts;
-    for (const Segment& g : segments_) {
-      parts.push_back(t_.irecv(from, kPayloadTag,
-                               payload.data() + g.shardOffset * sizeof(float),
-                               g.count * sizeof(float)));
-    }
-    t_.waitAll(parts);
-  } else if (h.payloadBytes > 0) {
-    t_.recv(from, kPayloadTag, payload.data(), payload.size());
+    if (!takeBuffer(&in.payload)) return false;
+  } else {
+    in.payload.assign(h.payloadBytes, 0);
   }
+  in.pooled = shard;
+  in.header = h;
+  in.receiving = true;
+  Transfer& x = in.transfer;
+  x.worker = w;
+  x.rank = from;
+  x.outgoing = false;
+  x.bytes = h.payloadBytes;
+  x.started = Transfer::Clock::now();
+  x.requests.clear();
+  if (shard) {
+    for (const Segment& g : segments_) {
+      x.requests.push_back(t_.irecv(from, kPayloadTag,
+                                    in.payload.data() + g.shardOffset * sizeof(float),
+                                    g.count * sizeof(float)));
+    }
+  } else if (h.payloadBytes > 0) {
+    x.requests.push_back(t_.irecv(from, kPayloadTag, in.payload.data(), h.payloadBytes));
+  }
+  return true;
+}
+
+// Worker w's payload is complete: handles the message, then waits for the
+// worker's next header. Any error but a transport's refuses the worker.
+void Server::finishMessage(int w) {
+  Inbound& in = inbound_[w];
+  const std::exception_ptr error = in.transfer.error();
+  const Header h = in.header;
+  std::vector<uint8_t> payload = std::move(in.payload);
+  const bool pooled = in.pooled;
+  in.receiving = false;
+  in.transfer.requests.clear();
+  struct Return {  // the buffer goes back to the pool however this ends
+    Server* s;
+    std::vector<uint8_t>* b;
+    bool pooled;
+    ~Return() {
+      if (pooled) s->giveBuffer(std::move(*b));
+    }
+  } back{this, &payload, pooled};
+  if (error) std::rethrow_exception(error);
   if (h.type == MessageType::kBye) {
     done_[w] = true;
     --open_;
+    applySyncRoundIfComplete();
     return;
   }
   try {
@@ -154,6 +241,41 @@ void Server::serveOne(int w, std::vector<uint8_t>& payload) {
     return;
   }
   if (!done_[w]) postHeader(w);
+}
+
+bool Server::takeBuffer(std::vector<uint8_t>* out) {
+  if (buffersOut_ >= maxBuffers_) return false;
+  ++buffersOut_;
+  if (!freeBuffers_.empty()) {
+    *out = std::move(freeBuffers_.back());
+    freeBuffers_.pop_back();
+  } else {
+    out->assign(values().size() * sizeof(float), 0);
+  }
+  return true;
+}
+
+void Server::giveBuffer(std::vector<uint8_t>&& b) {
+  --buffersOut_;
+  freeBuffers_.push_back(std::move(b));
+}
+
+void Server::dropInbound(int w) {
+  Inbound& in = inbound_[w];
+  in.receiving = false;
+  in.transfer.requests.clear();
+  if (in.pooled) giveBuffer(std::move(in.payload));
+  in.pooled = false;
+}
+
+// A reply failed: a lost worker is dropped; anything else stops the server.
+void Server::replyFailed(int w, std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kPeerLost || !t_.peerLost(roles_.workers[w])) throw;
+    loseWorker(w, e.what());
+  }
 }
 
 // A kPeerLost: which workers' links failed? Each newly lost one is dropped
@@ -173,8 +295,8 @@ bool Server::noticeLostWorkers(const std::string& why) {
 // Logs the loss once. downpour, easgd, and sync while at most
 // backup_workers are lost: the server goes on (the worker's pending pulls
 // are dropped by servePulls; a sync round needs workers - backup_workers
-// pushes, which the others still give). Plain sync, or more losses than
-// backup workers, or worker 0 before it seeded: every other worker gets a
+// pushes, or those of every trainer left: applySyncRoundIfComplete). Plain sync, or more
+// losses than backup workers, or worker 0 before it seeded: every other worker gets a
 // kError flagged kFlagErrorPeerLost naming the dead worker.
 void Server::loseWorker(int w, const std::string& why) {
   if (done_[w]) return;  // finished, refused or already lost
@@ -190,6 +312,7 @@ void Server::loseWorker(int w, const std::string& why) {
        << ") was lost (" << why << ")";
   if (survivable) {
     KOLO_LOG(kWarning) << what.str() << "; going on without it";
+    applySyncRoundIfComplete();
     return;
   }
   what << "; " << (config_ ? modeName(config_->mode) : "the")
@@ -230,7 +353,7 @@ void Server::handle(int w, const Header& h, std::vector<uint8_t>& payload) {
                                                     << index_ << ": seed from worker "
                                                     << w << " (only worker 0 seeds)");
       }
-      std::memcpy(values_.data(), floats, payload.size());
+      std::memcpy(writableValues(), floats, payload.size());
       seeded_ = true;
       servePulls();
       break;
@@ -277,7 +400,9 @@ void Server::onConfig(int w, const std::vector<uint8_t>& payload) {
   for (uint64_t n : map.shardElements) shardBytes_.push_back(n * sizeof(float));
   segments_ = segmentsOf(map.shards[index_]);
   const size_t n = map.shardElements[index_];
-  values_.assign(n, 0.0f);
+  values_ = std::make_shared<std::vector<float>>(n, 0.0f);
+  maxBuffers_ = static_cast<int>(std::clamp<uint64_t>(
+      kReceiveBudgetBytes / std::max<uint64_t>(1, n * sizeof(float)), 1, workers_));
   sum_.assign(c.mode == Mode::kSync ? n : 0, 0.0f);
   scratch_.assign(n, 0.0f);
   if (c.mode != Mode::kEasgd) rule_ = std::make_unique<UpdateRule>(c.optimizer, n);
@@ -351,16 +476,29 @@ void Server::onPush(int w, const Header& h, const float* grad) {
     roundLr_ = h.lr;
     r.version = stats_.version;
     reply(w, r, nullptr, 0);
-    if (++roundCount_ >= trainers(c, workers_) - c.backupWorkers) applySyncRound();
+    ++roundCount_;
+    applySyncRoundIfComplete();
     return;
   }
-  rule_->apply(values_.data(), grad, h.lr);
+  rule_->apply(writableValues(), grad, h.lr);
   ++stats_.version;
   ++stats_.updates;
   stats_.maxStaleness = std::max(stats_.maxStaleness, staleness);
   r.version = stats_.version;
   reply(w, r, nullptr, 0);
   servePulls();
+}
+
+// A sync round applies once workers - backup_workers trainers have pushed,
+// or every trainer still training has: a trainer that has said goodbye
+// pushes no more, and the others' last rounds must not wait for it.
+void Server::applySyncRoundIfComplete() {
+  if (!config_ || config_->mode != Mode::kSync || roundCount_ == 0) return;
+  const int trainerCount = trainers(*config_, workers_);
+  int training = 0;
+  for (int w = 0; w < trainerCount; ++w) training += done_[w] ? 0 : 1;
+  const int quorum = std::min(trainerCount - config_->backupWorkers, training);
+  if (roundCount_ >= quorum) applySyncRound();
 }
 
 // The round's gradient is the mean of its pushes, as an averaging
@@ -371,7 +509,7 @@ void Server::applySyncRound() {
     scratch_[i] = sum_[i] * inv;
     sum_[i] = 0.0f;
   }
-  rule_->apply(values_.data(), scratch_.data(), roundLr_);
+  rule_->apply(writableValues(), scratch_.data(), roundLr_);
   ++stats_.version;
   ++stats_.updates;
   roundCount_ = 0;
@@ -387,13 +525,21 @@ void Server::onExchange(int w, const float* x) {
                                                 << " mode (only easgd exchanges)");
   }
   ++stats_.pushes[w];
-  easgdExchange(values_.data(), x, scratch_.data(), values_.size(), config_->easgdAlpha);
+  // The reply's buffer is the worker's until sent: a new one when the last
+  // is still on its way.
+  replies_.releaseSent();
+  if (!exchangeOut_ || exchangeOut_.use_count() > 1) {
+    exchangeOut_ = std::make_shared<std::vector<float>>(values().size());
+  }
+  easgdExchange(writableValues(), x, exchangeOut_->data(), values().size(),
+                config_->easgdAlpha);
   ++stats_.version;
   ++stats_.updates;
   Header r;
   r.type = MessageType::kExchangeReply;
   r.version = stats_.version;
-  reply(w, r, scratch_.data(), scratch_.size() * sizeof(float));
+  replyWith(w, r, exchangeOut_, exchangeOut_->data(),
+            exchangeOut_->size() * sizeof(float));
 }
 
 // sync: from the next version, which every worker pulls in the same round,
@@ -449,7 +595,7 @@ void Server::onSave(int w, const std::vector<uint8_t>& payload) {
   }
   s.version = stats_.version;
   s.updates = stats_.updates;
-  s.values = values_;
+  s.values = values();
   const Digest d = writeShardFile(std::string(payload.begin(), payload.end()), s);
   Header r;
   r.type = MessageType::kSaveReply;
@@ -481,7 +627,7 @@ void Server::onLoad(int w, const Header& h, const std::vector<uint8_t>& payload)
     staged_.reset();
     ShardState s =
         readShardFile(file, &digest, static_cast<uint32_t>(index_),
-                      static_cast<uint32_t>(roles_.servers.size()), values_.size());
+                      static_cast<uint32_t>(roles_.servers.size()), values().size());
     const bool sameRule =
         s.hasRule == (rule_ != nullptr) && (!rule_ || s.kind == rule_->config().kind);
     if (s.mode != config_->mode || !sameRule) {
@@ -493,7 +639,7 @@ void Server::onLoad(int w, const Header& h, const std::vector<uint8_t>& payload)
               << "; this job runs " << modeName(config_->mode) << " with "
               << (rule_ ? optimizerKindName(rule_->config().kind) : "no optimizer"));
     }
-    if (rule_) UpdateRule(rule_->config(), values_.size()).restore(s.rule);  // sizes
+    if (rule_) UpdateRule(rule_->config(), values().size()).restore(s.rule);  // sizes
     staged_ = Staged{file, digest, std::move(s)};
   }
   r.version = stats_.version;
@@ -511,7 +657,7 @@ void Server::commitLoad(int w, const std::string& file, const Digest& digest) {
   ShardState s = std::move(staged_->state);
   staged_.reset();
   if (rule_) rule_->restore(std::move(s.rule));
-  values_ = std::move(s.values);
+  values_ = std::make_shared<std::vector<float>>(std::move(s.values));
   stats_.version = s.version;
   stats_.updates = s.updates;
   std::fill(sum_.begin(), sum_.end(), 0.0f);
@@ -535,12 +681,9 @@ int Server::firstWorker() const {
   return servers > 0 ? index_ * workers_ / servers : 0;
 }
 
-// The ready pulls are answered one worker at a time, starting at
-// firstWorker() and going round: the servers start at different workers, so
-// at any moment each worker receives from about one server and every
-// server's link is busy. In the same order everywhere (worker 0 first), all
-// S servers would send to one worker at once, whose link would carry S
-// times its share while the servers' links idle.
+// The ready pulls are answered all at once (the ReplyQueue sends them
+// together), in turns starting at firstWorker(): when the links cannot take
+// every reply at once, the servers' first bytes go to different workers.
 void Server::servePulls() {
   if (!seeded_) return;
   auto ready = [&](const PendingPull& p) { return p.minVersion <= stats_.version; };
@@ -561,42 +704,41 @@ void Server::servePulls() {
     Header r;
     r.type = MessageType::kPullReply;
     r.version = stats_.version;
-    reply(p.worker, r, values_.data(), values_.size() * sizeof(float));
+    replyWith(p.worker, r, values_, values_->data(), values_->size() * sizeof(float));
   }
   pending_.swap(later);
 }
 
+float* Server::writableValues() {
+  // Replies on their way hold the values they send: an update writes to a
+  // copy (copy on write), so the worker receives the version it was told.
+  replies_.releaseSent();
+  if (values_.use_count() > 1) values_ = std::make_shared<std::vector<float>>(*values_);
+  return values_->data();
+}
+
 void Server::reply(int w, Header h, const void* data, size_t bytes) {
+  const auto* b = static_cast<const uint8_t*>(data);
+  auto copy = std::make_shared<std::vector<uint8_t>>(b, b + bytes);
+  replyWith(w, h, copy, copy->data(), bytes);
+}
+
+void Server::replyWith(int w, Header h, std::shared_ptr<const void> owner,
+                       const void* data, size_t bytes) {
   if (stopAt_ && stats_.version >= *stopAt_) h.flags |= kFlagStop;
   if (trainingOver()) h.flags |= kFlagTrainingOver;
   h.worker = static_cast<uint32_t>(w);
   h.shard = static_cast<uint32_t>(index_);
   h.payloadBytes = bytes;
-  const HeaderBytes b = encodeHeader(h);
   const int to = roles_.workers[w];
   try {
-    send(to, h, b, data, bytes);
+    replies_.post(w, to, encodeHeader(h), isShardPayload(h.type), segments_,
+                  std::move(owner), data, bytes);
   } catch (const Error& e) {
     // A worker that died before its answer: dropped (loseWorker), not a
     // failure of this server.
     if (e.code() != ErrorCode::kPeerLost || !t_.peerLost(to)) throw;
     loseWorker(w, e.what());
-  }
-}
-
-void Server::send(int to, const Header& h, const HeaderBytes& b, const void* data,
-                  size_t bytes) {
-  t_.send(to, kHeaderTag, b.data(), b.size());
-  if (isShardPayload(h.type)) {
-    std::vector<transport::RequestPtr> parts;
-    const auto* floats = static_cast<const float*>(data);
-    for (const Segment& g : segments_) {
-      parts.push_back(
-          t_.isend(to, kPayloadTag, floats + g.shardOffset, g.count * sizeof(float)));
-    }
-    t_.waitAll(parts);
-  } else if (bytes > 0) {
-    t_.send(to, kPayloadTag, data, bytes);
   }
 }
 

@@ -20,6 +20,15 @@
 //   kError flagged kFlagErrorPeerLost naming the dead worker, and ends.
 //   Any other transport failure (a timeout, or a loss the transport cannot
 //   isolate) throws Error naming the rank; the server stops.
+// - Replies are sent without waiting (ReplyQueue), so a slow worker does
+//   not hold back the others; a worker that does not take its reply within
+//   the transport's timeout is an Error(kTimeout) naming it, as a
+//   blocking send's would be. The shard's values are copied on write while
+//   a pull reply still holds them, so a reply carries the version its
+//   header names.
+// - Memory: the shard's values, its optimizer state, and up to
+//   kReceiveBudgetBytes of payload buffers (at least one shard's, at most
+//   one per worker).
 // - Not thread-safe: one thread runs it, and nothing else uses the
 //   transport meanwhile.
 #pragma once
@@ -32,6 +41,7 @@
 #include <vector>
 
 #include "ps/checkpoint.h"
+#include "ps/reply_queue.h"
 #include "ps/roles.h"
 #include "ps/segments.h"
 #include "ps/shard_map.h"
@@ -40,6 +50,9 @@
 #include "transport/transport.h"
 
 namespace kolo::ps {
+
+// What the payload buffers of one server may take in all (run()).
+inline constexpr uint64_t kReceiveBudgetBytes = uint64_t{1} << 30;
 
 // One server's counters, as kStatsReply carries them.
 struct ServerStats {
@@ -68,6 +81,15 @@ class Server {
     int worker;
     uint64_t minVersion;
   };
+  // A worker's message being received: its header, once decoded, and its
+  // payload's buffer (pooled for shard payloads) and receives.
+  struct Inbound {
+    bool receiving = false;
+    bool pooled = false;
+    Header header;
+    std::vector<uint8_t> payload;
+    Transfer transfer;
+  };
 
   WireLimits limits() const;
   // Where this server's rounds over the workers start: index_ * W / S.
@@ -84,13 +106,26 @@ class Server {
   void onLoad(int w, const Header& h, const std::vector<uint8_t>& payload);
   void commitLoad(int w, const std::string& file, const Digest& digest);
   void applySyncRound();
+  void applySyncRoundIfComplete();
   void servePulls();
   // Validators exist and every trainer has finished (kFlagTrainingOver).
   bool trainingOver() const;
+  // reply() copies the payload; replyWith() sends from `data`, which
+  // `owner` keeps alive and nobody changes until it is sent.
   void reply(int w, Header h, const void* data, size_t bytes);
-  void send(int to, const Header& h, const HeaderBytes& b, const void* data,
-            size_t bytes);
-  void serveOne(int w, std::vector<uint8_t>& payload);
+  void replyWith(int w, Header h, std::shared_ptr<const void> owner, const void* data,
+                 size_t bytes);
+  void replyFailed(int w, std::exception_ptr error);
+  void serveAll();
+  void stopTransfers(const Error& cause);
+  bool step(int w);
+  bool startMessage(int w);
+  void finishMessage(int w);
+  bool takeBuffer(std::vector<uint8_t>* out);
+  void giveBuffer(std::vector<uint8_t>&& b);
+  void dropInbound(int w);
+  const std::vector<float>& values() const { return *values_; }
+  float* writableValues();
   bool noticeLostWorkers(const std::string& why);
   void loseWorker(int w, const std::string& why);
   void refuse(int w, const std::string& why);
@@ -105,8 +140,9 @@ class Server {
   int open_ = 0;             // workers neither finished nor refused
   int lost_ = 0;             // workers whose links failed
   std::vector<uint64_t> shardBytes_;
-  std::vector<Segment> segments_;  // how this shard's payloads travel
-  std::vector<float> values_;
+  std::vector<Segment> segments_;                    // how this shard's payloads travel
+  std::shared_ptr<std::vector<float>> values_;       // shared with pull replies
+  std::shared_ptr<std::vector<float>> exchangeOut_;  // the last exchange's reply
   std::unique_ptr<UpdateRule> rule_;
   bool seeded_ = false;
   std::vector<PendingPull> pending_;
@@ -129,7 +165,12 @@ class Server {
   // a refusal.
   std::vector<HeaderBytes> headers_;
   std::vector<transport::RequestPtr> requests_;
+  std::vector<Inbound> inbound_;
+  std::vector<std::vector<uint8_t>> freeBuffers_;
+  int buffersOut_ = 0;
+  int maxBuffers_ = 1;
   std::vector<bool> done_;
+  ReplyQueue replies_;
   ServerStats stats_;
 };
 
