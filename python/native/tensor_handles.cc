@@ -16,12 +16,13 @@
 //   process set) and the Python implementation, and the fast path reads the
 //   tensor through its Python attributes (dtype, is_cpu, layout,
 //   is_contiguous(), data_ptr(), shape), so one build serves any torch.
-// - Unless a native reader is set (set_tensor_reader: the capsule of
+// - When a native reader is set (set_tensor_reader: the capsule of
 //   kolo.torch._tensor_reader, built against the running torch's headers;
-//   tensor_view.h): it reads an instance of exactly torch.Tensor or
-//   torch.nn.Parameter in C++, and whatever it does not take (another type,
-//   a non-contiguous tensor, ...) is read through the attributes as above.
-//   Either way the same tensors take the fast path, with the same view.
+//   tensor_view.h), the fast path asks it first: it reads an instance of
+//   exactly torch.Tensor or torch.nn.Parameter in C++; whatever it does not
+//   take (another type, a non-contiguous tensor, ...) is then read through
+//   the attributes as above. Either way the same tensors take the fast path,
+//   with the same view.
 // - torch_allreduce_async_ takes exactly kolo.torch.allreduce_async_'s
 //   arguments. The fast path runs when: a torch.Tensor (or subclass) that is
 //   on the CPU, strided, contiguous, of a dtype in the table; name a non-empty

@@ -201,3 +201,21 @@ def test_the_environment_and_the_torch_version_decide():
     rc, line = import_state({}, "import torch; torch.__version__ = '0.0.1'; ")
     assert (rc, line) == (0, "False off: kolo.torch._tensor_reader was built for torch "
                           "%s, this is torch 0.0.1" % torch.__version__)
+
+
+def test_set_tensor_reader_refuses_anything_but_its_capsule():
+    import datetime  # a module with a capsule of another name
+    was_active = hvd._native_reader_active()
+    try:
+        for bad in (5, "reader", datetime.datetime_CAPI):
+            with pytest.raises(TypeError) as error:
+                _native.set_tensor_reader(bad)
+            assert str(error.value).startswith(
+                "set_tensor_reader: expected None or a capsule named "
+                "'kolo.torch._tensor_reader.read_v1', got "), error.value
+            assert hvd._native_reader_active() == was_active  # unchanged
+        _native.set_tensor_reader(None)
+        assert not hvd._native_reader_active()
+    finally:
+        _native.set_tensor_reader(_tensor_reader.reader if was_active else None)
+    assert hvd._native_reader_active() == was_active
