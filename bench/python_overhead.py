@@ -4,14 +4,18 @@ DistributedOptimizer step issues them, next to kolo-fusion-bench's C++ step
 of the same tensors (bench/python_overhead.sh runs both in one run).
 
     build/bin/kolorun -np 2 /usr/bin/python3 bench/python_overhead.py \\
-        [--mode torch|native|lean|sketch|pyimpl] [--windows 5] [--window-time 0.5] [--json]
+        [--mode torch|generic|native|lean|sketch|pyimpl] [--windows 5] [--window-time 0.5] [--json]
 
 (PYTHONPATH=build/python.) A step, like kolo-fusion-bench --workload small:
 an average allreduce of each of the 1,000 tensors (1,024 float32 values,
 names small0999.weight .. small0000.weight, submitted in backward order),
 then a wait for each in submission order. Modes:
   torch   hvd.allreduce_async_(t, name=...) then hvd.synchronize(h) of each
-          (the Horovod API; the figure of issue 15's goal)
+          (the Horovod API; the figure of issue 15's goal), reading tensors
+          natively (kolo.torch._tensor_reader) when kolo.torch installed it
+  generic as torch, with the native reader removed: the C fast path reads
+          tensors through torch's Python attributes (what
+          KOLO_TORCH_NATIVE_READER=0 does)
   native  kolo._native.allreduce_async(name, ptr, ptr, [1024], FLOAT32, AVG)
           then wait(h) and release(h): the binding alone, addresses and
           shapes computed once, outside the step
@@ -60,7 +64,8 @@ ELEMENTS = 1024
 def parse_args():
     p = argparse.ArgumentParser(
         description="Python step vs the runtime: 1,000 allreduces of 4 KiB")
-    p.add_argument("--mode", choices=("torch", "native", "lean", "sketch", "pyimpl"),
+    p.add_argument("--mode", choices=("torch", "generic", "native", "lean", "sketch",
+                                      "pyimpl"),
                    default="torch")
     p.add_argument("--windows", type=int, default=5)
     p.add_argument("--window-time", type=float, default=0.5)
@@ -143,8 +148,8 @@ def make_step(mode, tensors, names, times):
     ns = time.perf_counter_ns
     pairs = list(zip(tensors, names))
 
-    if mode in ("torch", "sketch", "pyimpl"):
-        if mode == "torch":
+    if mode in ("torch", "generic", "sketch", "pyimpl"):
+        if mode in ("torch", "generic"):
             submit_one, sync_one, poll_one = hvd.allreduce_async_, hvd.synchronize, hvd.poll
         elif mode == "pyimpl":
             from kolo import _ops
@@ -244,6 +249,8 @@ def main():
     tensors = [torch.zeros(ELEMENTS, dtype=torch.float32) for _ in names]
     fill(tensors, rank)
     times = [0, 0]
+    if a.mode == "generic":
+        _native.set_tensor_reader(None)
     step, submit, finish, done = make_step(a.mode, tensors, names, times)
 
     for _ in range(a.warmup):
@@ -298,6 +305,7 @@ def main():
         "sync_us_per_op": round(statistics.median(sync_us), 3),
         "sync_done_us_per_op": round(statistics.median(done_ns) / 1e3 / TENSORS, 3),
         "check": "ok" if ok else "FAIL",
+        "native_reader": bool(hvd._native_reader_active()),
     }
     if rank == 0:
         if a.json:
@@ -306,11 +314,12 @@ def main():
             print("# python_overhead.py %s: %d ranks, %d tensors of %d B\n"
                   "#   windows of %d steps (steps/s): %s\n"
                   "  python-%s  steps/s %.2f  step %.3f ms  submit %.2f us/op  "
-                  "synchronize %.2f us/op (%.2f when done)  check %s"
+                  "synchronize %.2f us/op (%.2f when done)  native reader %s  check %s"
                   % (a.mode, size, TENSORS, ELEMENTS * 4, steps,
                      " ".join("%.2f" % v for v in per_second), a.mode, med,
                      rec["step_ms"], rec["submit_us_per_op"], rec["sync_us_per_op"],
-                     rec["sync_done_us_per_op"], rec["check"]), flush=True)
+                     rec["sync_done_us_per_op"], rec["native_reader"], rec["check"]),
+                  flush=True)
     hvd.shutdown()
     return 0 if ok else 1
 

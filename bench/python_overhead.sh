@@ -20,6 +20,9 @@
 #   c++            kolorun -np 2 kolo-fusion-bench --workload small
 #   python-torch   kolorun -np 2 python_overhead.py --mode torch:
 #                  hvd.allreduce_async_(t, name=...) + hvd.synchronize(h)
+#   python-generic (--modes) as python-torch with kolo.torch's native tensor
+#                  reader removed (tensors read through torch's Python
+#                  attributes, as KOLO_TORCH_NATIVE_READER=0)
 #   python-native  (--modes) the existing binding alone: allreduce_async,
 #                  wait, release
 #   python-lean    (--modes) the lean entry points alone: allreduce_submit,
@@ -68,7 +71,7 @@ Options:
   --rounds R         rounds, each running every peer once ($ROUNDS)
   --windows N        timed windows per run ($WINDOWS)
   --window-time S    seconds per window ($WINDOW_TIME)
-  --modes M[,M...]   Python peers: torch, native, lean, sketch, pyimpl ($MODES; torch is
+  --modes M[,M...]   Python peers: torch, generic, native, lean, sketch, pyimpl ($MODES; torch is
                      always run)
   --out DIR          keep the raw JSON and logs there (default: a temp dir)
   --from DIR         no runs: the tables from DIR's raw output
@@ -113,8 +116,8 @@ IFS=, read -r -a mode_list <<< "$MODES"
 for m in "${mode_list[@]}"; do
   case "$m" in
     torch) ;;
-    native|lean|sketch|pyimpl) PEERS+=("python-$m") ;;
-    *) die_usage "--modes: '$m': expected torch, native, lean, sketch or pyimpl" ;;
+    generic|native|lean|sketch|pyimpl) PEERS+=("python-$m") ;;
+    *) die_usage "--modes: '$m': expected torch, generic, native, lean, sketch or pyimpl" ;;
   esac
 done
 
@@ -250,15 +253,22 @@ print("\n## where the Python step's time goes (us per operation, median over the
 print("submit: the loop of submissions; synchronize: the loop of synchronizes (includes "
       "waiting for the collective); sync done: that loop when every operation has "
       "already finished\n")
-print("| peer | submit | synchronize | sync done |")
-print("| --- | ---: | ---: | ---: |")
+print("native reader: whether kolo.torch's fast path read tensors with "
+      "kolo.torch._tensor_reader (torch and generic peers)\n")
+print("| peer | submit | synchronize | sync done | native reader |")
+print("| --- | ---: | ---: | ---: | --- |")
 c_submit = med([r["submit_ms"] for r in cpp.values() if "submit_ms" in r])
-print(f"| c++ (Runtime::enqueue) | {fmt(c_submit)} | - | - |")
+print(f"| c++ (Runtime::enqueue) | {fmt(c_submit)} | - | - | - |")
 for p in pythons:
     rs = list(recs[p].values())
+    reader = "-"
+    if p in ("python-torch", "python-generic"):
+        states = {r.get("native_reader") for r in rs}
+        reader = "/".join(("yes" if v else "no") if v is not None else "?"
+                          for v in sorted(states, key=str))
     print(f"| {p} | {fmt(med([r['submit_us_per_op'] for r in rs]))} | "
           f"{fmt(med([r['sync_us_per_op'] for r in rs]))} | "
-          f"{fmt(med([r['sync_done_us_per_op'] for r in rs]))} |")
+          f"{fmt(med([r['sync_done_us_per_op'] for r in rs]))} | {reader} |")
 
 print("\n## goal (issue 15)\n")
 torch_s = summary.get("python-torch")

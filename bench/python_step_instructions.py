@@ -1,10 +1,13 @@
 """One rank's step of 1,000 in-place allreduces of 4 KiB, for counting
 instructions under callgrind (bench/python_step_instructions.sh runs it).
 
-    python_step_instructions.py torch|lean|pyimpl STEPS
+    python_step_instructions.py torch|generic|lean|pyimpl STEPS
 
 torch: hvd.allreduce_async_(t, name=...) for each tensor, then
-hvd.synchronize(h) for each; lean: the binding's allreduce_submit and
+hvd.synchronize(h) for each (tensors read natively, by
+kolo.torch._tensor_reader, when kolo.torch installed it); generic: the same
+with the native reader removed (tensors read through torch's Python
+attributes, as KOLO_TORCH_NATIVE_READER=0); lean: the binding's allreduce_submit and
 wait_release on the same tensors; pyimpl: as torch, through kolo.torch's
 Python implementation (collectives._allreduce_async_py,
 _ops._synchronize_py), which the C fast path replaced in the common case. One warm-up step, then, under callgrind
@@ -25,8 +28,12 @@ from kolo import _native as n
 
 def main():
     mode, steps = sys.argv[1], int(sys.argv[2])
-    if mode not in ("torch", "lean", "pyimpl"):
-        raise SystemExit("mode must be torch, lean or pyimpl, got %r" % mode)
+    if mode not in ("torch", "generic", "lean", "pyimpl"):
+        raise SystemExit("mode must be torch, generic, lean or pyimpl, got %r" % mode)
+    if mode == "generic":
+        n.set_tensor_reader(None)
+    print("native reader: %s" % ("yes" if hvd._native_reader_active() else "no"),
+          flush=True)
     hvd.init()
     tensors = [torch.ones(1024, dtype=torch.float32) for _ in range(1000)]
     pairs = list(zip(tensors, ["step%04d.weight" % i for i in range(1000)]))

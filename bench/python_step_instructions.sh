@@ -2,7 +2,9 @@
 # Instructions per operation of one rank's step (issue 15), counted by
 # callgrind, so the figure does not depend on the machine's load: the
 # calling thread's instructions per allreduce of python-torch
-# (hvd.allreduce_async_ + hvd.synchronize), python-pyimpl (the same
+# (hvd.allreduce_async_ + hvd.synchronize; tensors read by
+# kolo.torch._tensor_reader when installed), python-generic (the same
+# reading tensors through torch's Python attributes), python-pyimpl (the same
 # through kolo.torch's Python implementation, which the C fast path
 # replaced), python-lean (the binding's allreduce_submit + wait_release)
 # and the C++ step (kolo-fusion-bench
@@ -58,13 +60,17 @@ cpp_low=$(cpp_run 1)
 cpp_high=$(cpp_run $((STEPS + 1)))
 cpp=$(( (cpp_high - cpp_low) / (STEPS * 1000) ))
 torch=$(python_count torch)
+generic=$(python_count generic)
 lean=$(python_count lean)
 pyimpl=$(python_count pyimpl)
+reader=$(sed -n 's/^native reader: //p' "$OUT/torch.log")
 echo "instructions per operation, calling thread ($STEPS steps of 1,000; raw output in $OUT)"
 echo "| path | instructions/op |"
 echo "| --- | ---: |"
 echo "| c++ (Runtime::enqueue + Handle::wait) | $cpp |"
 echo "| python-lean (allreduce_submit + wait_release) | $lean |"
 echo "| python-pyimpl (kolo.torch's Python implementation) | $pyimpl |"
-echo "| python-torch (allreduce_async_ + synchronize) | $torch |"
+echo "| python-torch (allreduce_async_ + synchronize; native reader: $reader) | $torch |"
+echo "| python-generic (the same, tensors read through torch's Python attributes) | $generic |"
 echo "| python-torch - c++ (the Python layer's share) | $(( torch - cpp )) |"
+echo "| python-generic - c++ | $(( generic - cpp )) |"

@@ -16,6 +16,13 @@
 //   process set) and the Python implementation, and the fast path reads the
 //   tensor through its Python attributes (dtype, is_cpu, layout,
 //   is_contiguous(), data_ptr(), shape), so one build serves any torch.
+// - When a native reader is set (set_tensor_reader: the capsule of
+//   kolo.torch._tensor_reader, built against the running torch's headers;
+//   tensor_view.h), the fast path asks it first: it reads an instance of
+//   exactly torch.Tensor or torch.nn.Parameter in C++; whatever it does not
+//   take (another type, a non-contiguous tensor, ...) is then read through
+//   the attributes as above. Either way the same tensors take the fast path,
+//   with the same view.
 // - torch_allreduce_async_ takes exactly kolo.torch.allreduce_async_'s
 //   arguments. The fast path runs when: a torch.Tensor (or subclass) that is
 //   on the CPU, strided, contiguous, of a dtype in the table; name a non-empty
@@ -54,6 +61,7 @@
 #include <vector>
 
 #include "native_common.h"
+#include "tensor_view.h"
 
 namespace kolo_native {
 namespace {
@@ -61,7 +69,7 @@ namespace {
 // ---- configuration (set once by kolo._ops and kolo.torch) -------------------
 
 constexpr int kMaxDtypes = 16;
-constexpr int kMaxDims = 8;
+constexpr int kMaxDims = KOLO_TENSOR_VIEW_MAX_DIMS;
 
 struct TorchConfig {
   bool ready = false;
@@ -77,6 +85,13 @@ struct TorchConfig {
   unsigned long long emptyPtr = 0;  // address for empty tensors
 };
 TorchConfig gTorch;
+
+// The native tensor reader (set_tensor_reader), or none.
+struct Reader {
+  PyObject* capsule = nullptr;  // owned; keeps the reader's module loaded
+  kolo_tensor_read_fn read = nullptr;
+};
+Reader gReader;
 
 // A tensor attribute read. For an instance of exactly torch.Tensor the
 // getter of torch's getset descriptor is called directly (what
@@ -385,13 +400,8 @@ int readOp(PyObject* o) {
   }
 }
 
-// What the runtime needs of the tensor, read through its Python attributes.
-struct TensorView {
-  int dtype = 0;
-  unsigned long long ptr = 0;
-  int ndim = 0;
-  int64_t dims[kMaxDims] = {};
-};
+// What the runtime needs of the tensor (tensor_view.h).
+using TensorView = kolo_tensor_view;
 
 // true when attribute `name` of t is `expected` (a read that fails: false).
 bool attrIs(PyObject* t, const Attribute& a, PyObject* expected) {
@@ -425,6 +435,10 @@ bool readShape(PyObject* t, TensorView* out) {
 
 // Reads a tensor the fast path takes; false (no error set) for anything else.
 bool readTensor(PyObject* t, TensorView* out) {
+  if (gReader.read != nullptr && gReader.read(t, out)) {
+    if (out->ptr == 0) out->ptr = gTorch.emptyPtr;  // an empty tensor
+    return true;
+  }
   if (!PyObject_TypeCheck(t, gTorch.tensorType)) return false;
   PyObject* dtype = readAttr(t, gDtype);
   if (dtype == nullptr) {
@@ -482,7 +496,7 @@ PyObject* submitFast(const Args& a) {
   if (size == 0 || std::char_traits<char>::length(text) != static_cast<size_t>(size)) {
     return nullptr;  // empty, or a NUL inside: the Python path's errors
   }
-  TensorView t;
+  TensorView t{};
   if (!readTensor(tensor, &t)) return nullptr;
   void* p = reinterpret_cast<void*>(static_cast<uintptr_t>(t.ptr));
   kolo_handle id = 0;
@@ -605,6 +619,34 @@ PyObject* setupTorch(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+// set_tensor_reader(capsule or None)
+PyObject* setTensorReader(PyObject*, PyObject* reader) {
+  kolo_tensor_read_fn read = nullptr;
+  if (reader != Py_None) {
+    if (!PyCapsule_IsValid(reader, KOLO_TENSOR_READER_CAPSULE)) {
+      PyErr_Format(PyExc_TypeError,
+                   "set_tensor_reader: expected None or a capsule named '%s', got %R",
+                   KOLO_TENSOR_READER_CAPSULE, reader);
+      return nullptr;
+    }
+    read = reinterpret_cast<kolo_tensor_read_fn>(
+        PyCapsule_GetPointer(reader, KOLO_TENSOR_READER_CAPSULE));
+  }
+  PyObject* old = gReader.capsule;
+  gReader.capsule = nullptr;
+  if (read != nullptr) {
+    Py_INCREF(reader);
+    gReader.capsule = reader;
+  }
+  gReader.read = read;
+  Py_XDECREF(old);  // after the change: a drop may run Python code
+  Py_RETURN_NONE;
+}
+
+PyObject* tensorReaderSet(PyObject*, PyObject*) {
+  return PyBool_FromLong(gReader.read != nullptr);
+}
+
 const char kAllreduceDoc[] =
     "torch_allreduce_async_(tensor, average=None, name=None, op=None, "
     "prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set)\n--\n\n"
@@ -631,6 +673,12 @@ PyMethodDef gFunctions[] = {
      "setup_torch_allreduce(fallback, tensor_type, dtypes, strided, global_set, "
      "orphans, reap_orphans, empty_ptr): kolo.torch's objects for "
      "torch_allreduce_async_ (called at kolo.torch's import)."},
+    {"set_tensor_reader", setTensorReader, METH_O,
+     "set_tensor_reader(capsule or None): the native tensor reader of "
+     "kolo.torch._tensor_reader (its `reader`) for torch_allreduce_async_, or "
+     "None for torch's Python attributes (kolo.torch decides at import)."},
+    {"tensor_reader_set", tensorReaderSet, METH_NOARGS,
+     "True when torch_allreduce_async_ reads tensors with a native reader."},
     {nullptr, nullptr, 0, nullptr},
 };
 

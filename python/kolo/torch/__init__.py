@@ -31,6 +31,8 @@ from kolo.torch.collectives import (
     broadcast_async, broadcast_async_,
     alltoall_async, reducescatter_async, grouped_reducescatter_async,
     synchronize, poll, join, barrier)
+# Whether the fast path reads tensors natively (tests and benchmarks).
+from kolo.torch.collectives import _native_reader_active  # noqa: F401
 from kolo.torch.differentiable import (
     allreduce, allreduce_, grouped_allreduce, grouped_allreduce_,
     allgather, grouped_allgather, broadcast, broadcast_, alltoall,

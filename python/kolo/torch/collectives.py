@@ -33,6 +33,7 @@ thread (autograd hooks call them from the backward pass); one handle must be
 synchronized by one thread.
 """
 
+import os
 import time
 
 import torch
@@ -291,6 +292,42 @@ _native.setup_torch_allreduce(_allreduce_async_py, torch.Tensor, _NATIVE_DTYPES,
                               _STRIDED, global_process_set, _ops._orphans,
                               _ops.reap_orphans, _EMPTY_PTR)
 allreduce_async_ = _native.torch_allreduce_async_
+
+
+def _install_tensor_reader():
+    """Lets the C fast path read tensors in C++ (kolo.torch._tensor_reader,
+    built against one torch's C++ headers) instead of through their Python
+    attributes, when that module was built, for this very torch version, and
+    KOLO_TORCH_NATIVE_READER is not 0 (docs/env.md). Returns why it is or is
+    not in use (_tensor_reader_state). Either way the same calls take the
+    fast path with the same results; only the cost differs."""
+    _native.set_tensor_reader(None)
+    setting = os.environ.get("KOLO_TORCH_NATIVE_READER", "")
+    if setting not in ("", "0", "1"):
+        raise errors.invalid_argument(
+            "KOLO_TORCH_NATIVE_READER=%r: expected 0 (read tensors through their "
+            "Python attributes) or 1 (natively when kolo.torch._tensor_reader "
+            "was built for this torch; the default)" % setting)
+    if setting == "0":
+        return "off: KOLO_TORCH_NATIVE_READER=0"
+    try:
+        from kolo.torch import _tensor_reader
+    except ImportError as e:
+        return "off: kolo.torch._tensor_reader not available (%s)" % e
+    if _tensor_reader.TORCH_VERSION != torch.__version__:
+        return ("off: kolo.torch._tensor_reader was built for torch %s, this is "
+                "torch %s" % (_tensor_reader.TORCH_VERSION, torch.__version__))
+    _native.set_tensor_reader(_tensor_reader.reader)
+    return "on: kolo.torch._tensor_reader (torch %s)" % torch.__version__
+
+
+_tensor_reader_state = _install_tensor_reader()
+
+
+def _native_reader_active():
+    """True when allreduce_async_'s fast path reads tensors natively
+    (kolo.torch._tensor_reader); _tensor_reader_state says why or why not."""
+    return _native.tensor_reader_set()
 
 
 def _grouped_allreduce_submit(srcs, outs, average, name, op, prescale, postscale,
