@@ -388,9 +388,19 @@ def test_allreduce_submit_bad_arguments():
     with pytest.raises(TypeError, match="keyword"):
         nat.allreduce_submit("b.kw", p, p, (8,), F, S, prescale=2.0)
     # A name pending twice: the second submission fails, the first runs.
-    h = nat.allreduce_submit("b.twice", p, p, (8,), F, S)
-    with pytest.raises(kolo.InvalidArgumentError, match="already pending"):
-        nat.allreduce_submit("b.twice", p, p, (8,), F, S)
+    # Rank 0 submits the name only once the others have tried it twice
+    # (after "b.sync"), so it cannot complete in between.
+    if size() == 1:
+        return
+    y = np.zeros(1, np.float32)
+    if rank() != 0:
+        h = nat.allreduce_submit("b.twice", p, p, (8,), F, S)
+        with pytest.raises(kolo.InvalidArgumentError, match="already pending"):
+            nat.allreduce_submit("b.twice", p, p, (8,), F, S)
+    nat.wait_release(nat.allreduce_submit("b.sync", y.ctypes.data, y.ctypes.data, (1,),
+                                          F, S))
+    if rank() == 0:
+        h = nat.allreduce_submit("b.twice", p, p, (8,), F, S)
     nat.wait_release(h)
 
 
