@@ -231,7 +231,7 @@ void Client::awaitEach(const std::vector<transport::RequestPtr>& requests,
                        const std::function<void(int)>& onDone) {
   std::vector<Transfer> waiting(requests.size());
   for (size_t s = 0; s < requests.size(); ++s) {
-    waiting[s].worker = static_cast<int>(s);
+    waiting[s].index = static_cast<int>(s);
     waiting[s].rank = roles_.servers[s];
     waiting[s].bytes = kHeaderBytes;
     waiting[s].requests = {requests[s]};
@@ -250,7 +250,7 @@ void Client::awaitEach(const std::vector<transport::RequestPtr>& requests,
       waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(k));
       moved = true;
       if (const std::exception_ptr e = x.error()) std::rethrow_exception(e);
-      onDone(x.worker);
+      onDone(x.index);
     }
     if (moved || t_.progress()) {
       backoff.reset();

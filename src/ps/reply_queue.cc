@@ -9,7 +9,7 @@ void ReplyQueue::post(int worker, int rank, const HeaderBytes& header, bool shar
   r.header = header;
   r.owner = std::move(owner);
   Transfer& x = r.transfer;
-  x.worker = worker;
+  x.index = worker;
   x.rank = rank;
   x.outgoing = true;
   x.bytes = header.size() + bytes;
@@ -39,7 +39,7 @@ bool ReplyQueue::reap(
       continue;
     }
     const std::exception_ptr error = x.error();
-    const int worker = x.worker;
+    const int worker = x.index;
     it = replies_.erase(it);
     any = true;
     if (error) onFailed(worker, error);

@@ -186,11 +186,10 @@ bool Server::startMessage(int w) {
   } else {
     in.payload.assign(h.payloadBytes, 0);
   }
-  in.pooled = shard;
   in.header = h;
   in.receiving = true;
   Transfer& x = in.transfer;
-  x.worker = w;
+  x.index = w;
   x.rank = from;
   x.outgoing = false;
   x.bytes = h.payloadBytes;
@@ -215,7 +214,7 @@ void Server::finishMessage(int w) {
   const std::exception_ptr error = in.transfer.error();
   const Header h = in.header;
   std::vector<uint8_t> payload = std::move(in.payload);
-  const bool pooled = in.pooled;
+  const bool pooled = isShardPayload(h.type);
   in.receiving = false;
   in.transfer.requests.clear();
   struct Return {  // the buffer goes back to the pool however this ends
@@ -264,8 +263,7 @@ void Server::dropInbound(int w) {
   Inbound& in = inbound_[w];
   in.receiving = false;
   in.transfer.requests.clear();
-  if (in.pooled) giveBuffer(std::move(in.payload));
-  in.pooled = false;
+  if (isShardPayload(in.header.type)) giveBuffer(std::move(in.payload));
 }
 
 // A reply failed: a lost worker is dropped; anything else stops the server.

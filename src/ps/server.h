@@ -82,10 +82,9 @@ class Server {
     uint64_t minVersion;
   };
   // A worker's message being received: its header, once decoded, and its
-  // payload's buffer (pooled for shard payloads) and receives.
+  // payload's buffer (pooled for shard payloads: isShardPayload) and receives.
   struct Inbound {
     bool receiving = false;
-    bool pooled = false;
     Header header;
     std::vector<uint8_t> payload;
     Transfer transfer;

@@ -24,7 +24,7 @@ namespace kolo::ps {
 struct Transfer {
   using Clock = std::chrono::steady_clock;
 
-  int worker = -1;        // index among the workers (a client: the server's index)
+  int index = -1;         // the peer's index among the workers (or, on a client, servers)
   int rank = -1;          // the peer's rank in the transport
   bool outgoing = false;  // sent to the peer (else received from it)
   size_t bytes = 0;       // header and payload
