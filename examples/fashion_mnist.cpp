@@ -27,7 +27,7 @@
 // its default --scale is none) and easgd steps each worker's own optimizer,
 // exchanging the elastic difference with the center every --easgd-period
 // steps (--scale linear by default: measured better than none on the
-// center's accuracy, docs/performance.md "Parameter servers"). The workers
+// center's accuracy, docs/performance-history.md "Parameter servers"). The workers
 // evaluate the servers' parameters (easgd: the center; a worker's own are
 // restored after).
 //

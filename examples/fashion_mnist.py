@@ -33,7 +33,7 @@ downpour applies each worker's gradient on its own as it arrives, at most
 default --scale is none), and easgd steps each worker's own optimizer and
 exchanges the elastic difference with the center every --easgd-period
 steps (--easgd-alpha; --scale linear by default, measured better than none
-on the center's accuracy: docs/performance.md, "Parameter servers"). Before evaluating, the workers
+on the center's accuracy: docs/performance-history.md, "Parameter servers"). Before evaluating, the workers
 load the servers' parameters (easgd: the center variable; a worker's own
 parameters are restored after). The JSON record adds each epoch's test
 accuracy, for bench/ps_convergence.sh.

@@ -5,7 +5,7 @@
 // Why: a training step calls these once per gradient. In Python, the
 // wrapper (its checks, the Handle object with __init__ and __del__, the
 // keyword call) cost about 7,600 instructions per operation above the
-// binding's own calls (docs/performance.md, "The Python layer"). Here the
+// binding's own calls (docs/performance-history.md, "The Python layer"). Here the
 // same work is done without running bytecode and without a Python-level
 // object per operation.
 //

@@ -2,7 +2,7 @@
 // in-place allreduce fast path (tensor_handles.cc), instead of through
 // torch's Python attributes (dtype, is_cpu, layout, is_contiguous(),
 // data_ptr(), shape: about 2,200 instructions per operation, a third of the
-// fast path; docs/performance.md, "The Python layer").
+// fast path; docs/performance-history.md, "The Python layer").
 //
 // Why a module of its own: it is built against the installed torch's C++
 // headers (as Horovod's torch extension is), so it serves only the torch it

@@ -9,8 +9,8 @@
 //   when its team spans hosts), gets a bucket of its own: the
 //   runtime runs it in place in the caller's buffer, since copying a large
 //   tensor into and out of the fusion buffer costs about as much as its
-//   allreduce and fusing it saves nothing (docs/performance.md, "The
-//   runtime: fusion");
+//   allreduce and fusing it saves nothing (docs/performance-history.md,
+//   "The runtime: fusion");
 // - a group's members always share one bucket, whatever its size (the group
 //   is placed whole, opening a new bucket if it does not fit);
 // - every other kind (allgather, broadcast, alltoall, reducescatter,
