@@ -1,5 +1,5 @@
 """The README's PyTorch example, run as it is written: this script takes the
-first ```python block under "## PyTorch in ten lines" of README.md, runs it
+first ```python block under "## A PyTorch job" of README.md, runs it
 (under kolorun, one process per rank), then checks what the example
 promises: every rank ends with the same model as rank 0 (the parameters
 broadcast at the start, the gradients averaged at every step) and the model
@@ -17,12 +17,12 @@ README = os.path.join(os.path.dirname(__file__), "..", "..", "README.md")
 def example_code():
     with open(README) as f:
         text = f.read()
-    section = text.split("## PyTorch in ten lines", 1)
+    section = text.split("## A PyTorch job", 1)
     if len(section) != 2:
-        sys.exit(f"{README}: no section '## PyTorch in ten lines'")
+        sys.exit(f"{README}: no section '## A PyTorch job'")
     block = re.search(r"```python\n(.*?)```", section[1], re.S)
     if block is None:
-        sys.exit(f"{README}: no ```python block under '## PyTorch in ten lines'")
+        sys.exit(f"{README}: no ```python block under '## A PyTorch job'")
     return block.group(1)
 
 
