@@ -360,6 +360,34 @@ TEST(StoreListen, HostedStoreListensOnTheRendezvousAddressOnly) {
   EXPECT_EQ(host->getString("k", milliseconds(1000)), "v");
 }
 
+// A port free right now on loopback.
+int freePort() {
+  auto probe = TcpStoreServer::start("127.0.0.1", 0);
+  return probe->port();
+}
+
+// Without a secret, a store that listens beyond loopback says so once, at
+// warning level, with the line that sets a secret; on loopback, or with a
+// secret, it says nothing.
+TEST(StoreListen, UnauthenticatedStoreOffLoopbackWarnsOnce) {
+  auto host = [](const std::string& ip, const std::string& secret) {
+    testing::internal::CaptureStderr();
+    {
+      const std::string address = "tcp://" + ip + ":" + std::to_string(freePort());
+      auto store = rendezvous::openStore(address, true, milliseconds(5000), secret);
+      store->setString("k", "v");
+    }
+    return testing::internal::GetCapturedStderr();
+  };
+  EXPECT_EQ(host("127.0.0.1", ""), "");     // a local run stays quiet
+  EXPECT_EQ(host("0.0.0.0", kSecret), "");  // authenticated
+  const std::string warned = host("0.0.0.0", "");
+  EXPECT_TRUE(contains(warned, "WARNING")) << warned;
+  EXPECT_TRUE(contains(warned, "without a job secret")) << warned;
+  EXPECT_TRUE(contains(warned, "export KOLO_JOB_SECRET=")) << warned;
+  EXPECT_EQ(host("0.0.0.0", ""), "");  // once per process
+}
+
 // ---------------------------------------------------------- tcp transport
 
 TEST(TcpAuth, StrangerCannotTakeARanksPlace) {
@@ -415,6 +443,57 @@ TEST(TcpAuth, StrangerCannotTakeARanksPlace) {
   std::thread d1([&] { t1.reset(); });
   t0.reset();
   d1.join();
+}
+
+// Strangers that connect to a rank's port during start-up and say nothing
+// do not hold up the real ranks' handshakes (they were waited for one at a
+// time, 5 s each: 15 of them outlasted a 60 s connect timeout).
+TEST(TcpAuth, SilentStrangersDoNotHoldUpTheRanks) {
+  auto server = TcpStoreServer::start("127.0.0.1", 0, kSecret);
+  transport::TcpTransport::Options o;
+  o.size = 2;
+  o.secret = kSecret;
+  o.connectTimeout = milliseconds(8000);  // shorter than two strangers' 5 s each
+  std::unique_ptr<transport::TcpTransport> t0, t1;
+  std::string error0, error1;
+  std::thread rank0([&] {
+    try {
+      auto store =
+          TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000), kSecret);
+      auto mine = o;
+      mine.rank = 0;
+      t0 = transport::TcpTransport::create(mine, *store);
+    } catch (const Error& e) {
+      error0 = e.what();
+    }
+  });
+  auto spy = TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000), kSecret);
+  std::string where = spy->getString("tcp/addr/0", milliseconds(10000));
+  std::vector<int> strangers;
+  for (int i = 0; i < 15; ++i)
+    strangers.push_back(rawConnect(std::stoi(where.substr(where.rfind(':') + 1))));
+  std::thread rank1([&] {
+    try {
+      auto store =
+          TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000), kSecret);
+      auto mine = o;
+      mine.rank = 1;
+      t1 = transport::TcpTransport::create(mine, *store);
+    } catch (const Error& e) {
+      error1 = e.what();
+    }
+  });
+  rank0.join();
+  rank1.join();
+  for (int fd : strangers) ::close(fd);
+  EXPECT_EQ(error0, "");
+  EXPECT_EQ(error1, "");
+  ASSERT_TRUE(t0 && t1);
+  int v = 7, got = 0;
+  std::thread send([&] { t1->send(0, 1, &v, sizeof(v)); });
+  t0->recv(1, 1, &got, sizeof(got));
+  send.join();
+  EXPECT_EQ(got, 7);
 }
 
 TEST(TcpAuth, HandshakeDecodersRejectWrongSecretsAndSizes) {

@@ -493,6 +493,71 @@ int reap(pid_t pid, std::chrono::milliseconds timeout = 20s) {
   return status;
 }
 
+// A store through which rank 1 publishes its segment only after making it
+// writable by everyone, as a segment that a stranger created would be.
+class LoosenSegmentStore : public rendezvous::Store {
+ public:
+  explicit LoosenSegmentStore(rendezvous::Store& base) : base_(base) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    if (key.find("/seg/") != std::string::npos) {
+      const std::string entry(value.begin(), value.end());
+      const std::string name = entry.substr(entry.find(' ') + 1);
+      int fd = shm_open(name.c_str(), O_RDWR, 0);
+      if (fd >= 0) {
+        if (fchmod(fd, 0666) != 0) ADD_FAILURE() << "fchmod " << name;
+        close(fd);
+      }
+    }
+    base_.set(key, value);
+  }
+  std::vector<uint8_t> get(const std::string& key,
+                           std::chrono::milliseconds timeout) override {
+    return base_.get(key, timeout);
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    return base_.add(key, delta);
+  }
+
+ private:
+  rendezvous::Store& base_;
+};
+
+TEST_F(ShmTransportTest, ASegmentOthersMayWriteIsRefusedByName) {
+  server_ = TcpStoreServer::start("127.0.0.1", 0);
+  std::exception_ptr errors[2];
+  std::thread peer([&] {
+    try {
+      auto store = TcpStore::connect("127.0.0.1", server_->port(), 10s);
+      LoosenSegmentStore loose(*store);
+      auto o = optionsFor(1, 2, job_);
+      o.connectTimeout = 2s;  // rank 0 refuses our segment and leaves
+      ShmTransport::create(o, loose);
+    } catch (...) {
+      errors[1] = std::current_exception();
+    }
+  });
+  try {
+    auto store = TcpStore::connect("127.0.0.1", server_->port(), 10s);
+    auto o = optionsFor(0, 2, job_);
+    o.connectTimeout = 10s;
+    ShmTransport::create(o, *store);
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  peer.join();
+  ASSERT_TRUE(errors[0]) << "rank 0 mapped a segment that others may write";
+  try {
+    std::rethrow_exception(errors[0]);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << what;
+    EXPECT_NE(what.find("segment of rank 1"), std::string::npos) << what;
+    EXPECT_NE(what.find("mode 0666"), std::string::npos) << what;
+    EXPECT_NE(what.find("kolo-" + job_), std::string::npos) << what;
+  }
+  EXPECT_TRUE(errors[1]);  // rank 1 times out at the set-up barrier
+}
+
 class ShmTransportProcessTest : public ShmTransportTest {
  protected:
   void SetUp() override {
