@@ -7,7 +7,10 @@
 #include <kolo/error.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -321,6 +324,125 @@ TEST(StoreLimits, StalledPartialFrameIsDropped) {
   std::this_thread::sleep_for(milliseconds(400));
   c->setString("still", "here");
   EXPECT_EQ(c->getString("still", milliseconds(1000)), "here");
+}
+
+// Connections that have not proven the secret are capped: a newer one
+// closes the oldest, and the ranks are still served.
+TEST(StoreLimits, UnprovenConnectionsAreCappedOldestFirst) {
+  protocol::Limits limits;
+  limits.maxUnauthenticated = 4;
+  auto server = TcpStoreServer::start("127.0.0.1", 0, kSecret, limits);
+  testing::internal::CaptureStderr();
+  std::vector<int> strangers;
+  for (int i = 0; i < 6; ++i) {
+    strangers.push_back(rawConnect(server->port()));
+    EXPECT_EQ(readExact(strangers.back(), protocol::kChallengeBytes).size(),
+              protocol::kChallengeBytes);  // accepted, in this order
+  }
+  EXPECT_TRUE(closedByPeer(strangers[0]));
+  EXPECT_TRUE(closedByPeer(strangers[1]));
+  auto c = TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000), kSecret);
+  c->setString("k", "v");
+  EXPECT_EQ(c->getString("k", milliseconds(1000)), "v");
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(contains(log, "more than 4 connections have not proven the job secret"))
+      << log;
+  EXPECT_EQ(server->usage().shed, 3u);  // the rank's connection pushed out one more
+  for (int fd : strangers) ::close(fd);
+}
+
+// A store server in a child process whose descriptor limit is `limit`;
+// its port in *port, its standard error readable from *log.
+pid_t storeWithDescriptorLimit(rlim_t limit, const protocol::Limits& limits, int* port,
+                               int* log) {
+  int ready[2], err[2];
+  EXPECT_EQ(::pipe(ready), 0);
+  EXPECT_EQ(::pipe(err), 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(err[1], 2);
+    rlimit rl{};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = limit;
+    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) ::_exit(2);
+    auto server = TcpStoreServer::start("127.0.0.1", 0, kSecret, limits);
+    int p = server->port();
+    if (::write(ready[1], &p, sizeof(p)) != sizeof(p)) ::_exit(3);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  ::close(err[1]);
+  EXPECT_EQ(::read(ready[0], port, sizeof(*port)), static_cast<ssize_t>(sizeof(*port)));
+  ::close(ready[0]);
+  *log = err[0];
+  return pid;
+}
+
+// CPU time (clock ticks) that process `pid` has used.
+long cpuTicks(pid_t pid) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return -1;
+  char buf[1024] = {0};
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  // Fields after the command's closing parenthesis: state is field 3,
+  // utime and stime are fields 14 and 15.
+  const char* p = std::strrchr(buf, ')');
+  if (n == 0 || p == nullptr) return -1;
+  long utime = 0, stime = 0;
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime,
+                  &stime) != 2)
+    return -1;
+  return utime + stime;
+}
+
+// Out of file descriptors (a limit of 64, 100 silent strangers), the store
+// still serves a rank (it closes the oldest strangers), does not spin, and
+// a rank it cannot serve is told why.
+TEST(StoreLimits, OutOfDescriptorsTheStoreServesRanksAndSaysWhy) {
+  protocol::Limits limits;
+  limits.maxUnauthenticated = 1000;  // the descriptor limit is what binds
+  limits.idleMillis = 60000;
+  int port = 0, log = -1;
+  const pid_t pid = storeWithDescriptorLimit(64, limits, &port, &log);
+  ASSERT_GT(pid, 0);
+  std::vector<int> strangers;
+  for (int i = 0; i < 100; ++i) strangers.push_back(rawConnect(port));
+  std::string error;
+  try {
+    auto rank = TcpStore::connect("127.0.0.1", port, milliseconds(10000), kSecret);
+    rank->setString("k", "v");
+    EXPECT_EQ(rank->getString("k", milliseconds(1000)), "v");
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error, "");
+  // Idle with its descriptors taken: it waits, it does not spin (a spinning
+  // server used most of a core).
+  const long before = cpuTicks(pid);
+  std::this_thread::sleep_for(milliseconds(1000));
+  const long used = cpuTicks(pid) - before;
+  EXPECT_LT(used, ::sysconf(_SC_CLK_TCK) / 5) << "ticks in 1 s: " << used;
+  // Ranks alone fill it: the one that does not fit is told the cause.
+  for (int fd : strangers) ::close(fd);
+  std::vector<std::unique_ptr<TcpStore>> ranks;
+  error.clear();
+  for (int i = 0; i < 80 && error.empty(); ++i) {
+    try {
+      ranks.push_back(TcpStore::connect("127.0.0.1", port, milliseconds(1000), kSecret));
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  EXPECT_TRUE(contains(error, "out of file descriptors (limit 64")) << error;
+  ranks.clear();
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  std::string text(65536, '\0');
+  ssize_t n = ::read(log, text.data(), text.size());
+  text.resize(n > 0 ? n : 0);
+  ::close(log);
+  EXPECT_TRUE(contains(text, "out of file descriptors (limit 64")) << text;
 }
 
 // The local addresses (hex, as /proc/net/tcp writes them) listening on `port`.
