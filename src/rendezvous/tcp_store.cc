@@ -243,6 +243,7 @@ class Server : public TcpStoreServer {
   // Accepts every waiting connection (see the file comment for what
   // happens when descriptors run out).
   void acceptClients() {
+    if (reserveFd_ < 0) reserveFd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     for (;;) {
       int fd = ::accept4(listenFd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd >= 0) {
@@ -298,9 +299,8 @@ class Server : public TcpStoreServer {
 
   // Closes the oldest refused (draining) connection, else the oldest that
   // has not proven the secret and was accepted at least minAge ago, at
-  // once; false when there is none. Its
-  // Client stays (dead, fd -1) until removeDead, so that indices into the
-  // poll set stay valid.
+  // once; false when there is none. Its Client stays (dead, fd -1) until
+  // removeDead, so that indices into the poll set stay valid.
   bool shedOldest(Clock::duration minAge, const std::string& why) {
     const auto acceptedBy = Clock::now() - minAge;
     for (bool draining : {true, false}) {
