@@ -29,6 +29,7 @@
 #include "common/check.h"
 #include "rendezvous/file_store.h"
 #include "rendezvous/tcp_store.h"
+#include "transport/shm/shm_group.h"
 
 namespace kolo::transport {
 namespace {
@@ -556,6 +557,39 @@ TEST_F(ShmTransportTest, ASegmentOthersMayWriteIsRefusedByName) {
     EXPECT_NE(what.find("kolo-" + job_), std::string::npos) << what;
   }
   EXPECT_TRUE(errors[1]);  // rank 1 times out at the set-up barrier
+}
+
+// The group segment (collectives' staging) named in the store is mapped
+// only when it is this user's and nobody else may write it.
+TEST_F(ShmTransportTest, AGroupSegmentOthersMayWriteIsRefusedByName) {
+  server_ = TcpStoreServer::start("127.0.0.1", 0);
+  auto store = TcpStore::connect("127.0.0.1", server_->port(), 10s);
+  const std::string segment = "/kolo-" + job_ + "-stranger";
+  int fd = shm_open(segment.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(fchmod(fd, 0666), 0);
+  ASSERT_EQ(ftruncate(fd, 16 * kMiB), 0);
+  close(fd);
+  const std::string name = "group-" + job_;
+  store->add("shmgroup/" + name + "/generation/0", 1);  // local rank 0 published:
+  store->setString("shmgroup/" + name + "/g1/name", segment);
+  shm::ShmGroup::Options o;
+  o.localRank = 1;
+  o.localSize = 2;
+  o.globalRanks = {0, 1};
+  o.slotBytes = 4096;
+  o.timeout = 2s;
+  o.name = name;
+  try {
+    shm::ShmGroup::create(o, *store);
+    ADD_FAILURE() << "local rank 1 mapped a segment that others may write";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << what;
+    EXPECT_NE(what.find(segment), std::string::npos) << what;
+    EXPECT_NE(what.find("mode 0666"), std::string::npos) << what;
+  }
+  shm_unlink(segment.c_str());
 }
 
 class ShmTransportProcessTest : public ShmTransportTest {
