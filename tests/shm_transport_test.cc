@@ -531,7 +531,7 @@ TEST_F(ShmTransportTest, ASegmentOthersMayWriteIsRefusedByName) {
       auto store = TcpStore::connect("127.0.0.1", server_->port(), 10s);
       LoosenSegmentStore loose(*store);
       auto o = optionsFor(1, 2, job_);
-      o.connectTimeout = 2s;  // rank 0 refuses our segment and leaves
+      o.connectTimeout = 1s;  // rank 0 refuses our segment and leaves
       ShmTransport::create(o, loose);
     } catch (...) {
       errors[1] = std::current_exception();
