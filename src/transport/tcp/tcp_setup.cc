@@ -293,7 +293,7 @@ void TcpTransport::Impl::acceptHigher(int lfd, std::vector<int>& missing,
               << rank_ << " timed out after " << options_.connectTimeout.count() / 1000.0
               << " s waiting for " << rankList(missing) << " to connect (did they start?"
               << (pending.refused > 0
-                      ? " " + std::to_string(pending.refused) +
+                      ? "; " + std::to_string(pending.refused) +
                             " connections that did not prove the job secret were closed "
                             "meanwhile"
                       : std::string())
