@@ -46,8 +46,8 @@ void makeDirectories(const std::string& dir) {
                                    << (S_ISLNK(st.st_mode) ? " (a symbolic link)" : ""));
   }
   requirePrivate(st, "the file store directory", dir,
-                 "remove it, or name a directory of your own in "
-                 "KOLO_RENDEZVOUS=file:///DIR");
+                 "remove it (or, when it is yours, chmod go-w it), or name "
+                 "another directory in KOLO_RENDEZVOUS=file:///DIR");
 }
 
 // Reads a whole file; false when it does not exist.
