@@ -7,7 +7,10 @@
 #include <kolo/error.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -323,6 +326,125 @@ TEST(StoreLimits, StalledPartialFrameIsDropped) {
   EXPECT_EQ(c->getString("still", milliseconds(1000)), "here");
 }
 
+// Connections that have not proven the secret are capped: a newer one
+// closes the oldest, and the ranks are still served.
+TEST(StoreLimits, UnprovenConnectionsAreCappedOldestFirst) {
+  protocol::Limits limits;
+  limits.maxUnauthenticated = 4;
+  auto server = TcpStoreServer::start("127.0.0.1", 0, kSecret, limits);
+  testing::internal::CaptureStderr();
+  std::vector<int> strangers;
+  for (int i = 0; i < 6; ++i) {
+    strangers.push_back(rawConnect(server->port()));
+    EXPECT_EQ(readExact(strangers.back(), protocol::kChallengeBytes).size(),
+              protocol::kChallengeBytes);  // accepted, in this order
+  }
+  EXPECT_TRUE(closedByPeer(strangers[0]));
+  EXPECT_TRUE(closedByPeer(strangers[1]));
+  auto c = TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000), kSecret);
+  c->setString("k", "v");
+  EXPECT_EQ(c->getString("k", milliseconds(1000)), "v");
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(contains(log, "more than 4 connections have not proven the job secret"))
+      << log;
+  EXPECT_EQ(server->usage().shed, 3u);  // the rank's connection pushed out one more
+  for (int fd : strangers) ::close(fd);
+}
+
+// A store server in a child process whose descriptor limit is `limit`;
+// its port in *port, its standard error readable from *log.
+pid_t storeWithDescriptorLimit(rlim_t limit, const protocol::Limits& limits, int* port,
+                               int* log) {
+  int ready[2], err[2];
+  EXPECT_EQ(::pipe(ready), 0);
+  EXPECT_EQ(::pipe(err), 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(err[1], 2);
+    rlimit rl{};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = limit;
+    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) ::_exit(2);
+    auto server = TcpStoreServer::start("127.0.0.1", 0, kSecret, limits);
+    int p = server->port();
+    if (::write(ready[1], &p, sizeof(p)) != sizeof(p)) ::_exit(3);
+    for (;;) ::pause();
+  }
+  ::close(ready[1]);
+  ::close(err[1]);
+  EXPECT_EQ(::read(ready[0], port, sizeof(*port)), static_cast<ssize_t>(sizeof(*port)));
+  ::close(ready[0]);
+  *log = err[0];
+  return pid;
+}
+
+// CPU time (clock ticks) that process `pid` has used.
+long cpuTicks(pid_t pid) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return -1;
+  char buf[1024] = {0};
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  // Fields after the command's closing parenthesis: state is field 3,
+  // utime and stime are fields 14 and 15.
+  const char* p = std::strrchr(buf, ')');
+  if (n == 0 || p == nullptr) return -1;
+  long utime = 0, stime = 0;
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime,
+                  &stime) != 2)
+    return -1;
+  return utime + stime;
+}
+
+// Out of file descriptors (a limit of 64, 100 silent strangers), the store
+// still serves a rank (it closes the oldest strangers), does not spin, and
+// a rank it cannot serve is told why.
+TEST(StoreLimits, OutOfDescriptorsTheStoreServesRanksAndSaysWhy) {
+  protocol::Limits limits;
+  limits.maxUnauthenticated = 1000;  // the descriptor limit is what binds
+  limits.idleMillis = 60000;
+  int port = 0, log = -1;
+  const pid_t pid = storeWithDescriptorLimit(64, limits, &port, &log);
+  ASSERT_GT(pid, 0);
+  std::vector<int> strangers;
+  for (int i = 0; i < 100; ++i) strangers.push_back(rawConnect(port));
+  std::string error;
+  try {
+    auto rank = TcpStore::connect("127.0.0.1", port, milliseconds(10000), kSecret);
+    rank->setString("k", "v");
+    EXPECT_EQ(rank->getString("k", milliseconds(1000)), "v");
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error, "");
+  // Idle with its descriptors taken: it waits, it does not spin (a spinning
+  // server used most of a core).
+  const long before = cpuTicks(pid);
+  std::this_thread::sleep_for(milliseconds(1000));
+  const long used = cpuTicks(pid) - before;
+  EXPECT_LT(used, ::sysconf(_SC_CLK_TCK) / 5) << "ticks in 1 s: " << used;
+  // Ranks alone fill it: the one that does not fit is told the cause.
+  for (int fd : strangers) ::close(fd);
+  std::vector<std::unique_ptr<TcpStore>> ranks;
+  error.clear();
+  for (int i = 0; i < 80 && error.empty(); ++i) {
+    try {
+      ranks.push_back(TcpStore::connect("127.0.0.1", port, milliseconds(1000), kSecret));
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  }
+  EXPECT_TRUE(contains(error, "out of file descriptors (limit 64")) << error;
+  ranks.clear();
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  std::string text(65536, '\0');
+  ssize_t n = ::read(log, text.data(), text.size());
+  text.resize(n > 0 ? n : 0);
+  ::close(log);
+  EXPECT_TRUE(contains(text, "out of file descriptors (limit 64")) << text;
+}
+
 // The local addresses (hex, as /proc/net/tcp writes them) listening on `port`.
 std::vector<std::string> listenersOn(int port) {
   std::vector<std::string> out;
@@ -358,6 +480,34 @@ TEST(StoreListen, HostedStoreListensOnTheRendezvousAddressOnly) {
   auto guest = rendezvous::openStore(address, false, milliseconds(5000), kSecret);
   guest->setString("k", "v");
   EXPECT_EQ(host->getString("k", milliseconds(1000)), "v");
+}
+
+// A port free right now on loopback.
+int freePort() {
+  auto probe = TcpStoreServer::start("127.0.0.1", 0);
+  return probe->port();
+}
+
+// Without a secret, a store that listens beyond loopback says so once, at
+// warning level, with the line that sets a secret; on loopback, or with a
+// secret, it says nothing.
+TEST(StoreListen, UnauthenticatedStoreOffLoopbackWarnsOnce) {
+  auto host = [](const std::string& ip, const std::string& secret) {
+    testing::internal::CaptureStderr();
+    {
+      const std::string address = "tcp://" + ip + ":" + std::to_string(freePort());
+      auto store = rendezvous::openStore(address, true, milliseconds(5000), secret);
+      store->setString("k", "v");
+    }
+    return testing::internal::GetCapturedStderr();
+  };
+  EXPECT_EQ(host("127.0.0.1", ""), "");     // a local run stays quiet
+  EXPECT_EQ(host("0.0.0.0", kSecret), "");  // authenticated
+  const std::string warned = host("0.0.0.0", "");
+  EXPECT_TRUE(contains(warned, "WARNING")) << warned;
+  EXPECT_TRUE(contains(warned, "without a job secret")) << warned;
+  EXPECT_TRUE(contains(warned, "export KOLO_JOB_SECRET=")) << warned;
+  EXPECT_EQ(host("0.0.0.0", ""), "");  // once per process
 }
 
 // ---------------------------------------------------------- tcp transport
@@ -415,6 +565,57 @@ TEST(TcpAuth, StrangerCannotTakeARanksPlace) {
   std::thread d1([&] { t1.reset(); });
   t0.reset();
   d1.join();
+}
+
+// Strangers that connect to a rank's port during start-up and say nothing
+// do not hold up the real ranks' handshakes (they were waited for one at a
+// time, 5 s each: 15 of them outlasted a 60 s connect timeout).
+TEST(TcpAuth, SilentStrangersDoNotHoldUpTheRanks) {
+  auto server = TcpStoreServer::start("127.0.0.1", 0, kSecret);
+  transport::TcpTransport::Options o;
+  o.size = 2;
+  o.secret = kSecret;
+  o.connectTimeout = milliseconds(8000);  // shorter than two strangers' 5 s each
+  std::unique_ptr<transport::TcpTransport> t0, t1;
+  std::string error0, error1;
+  std::thread rank0([&] {
+    try {
+      auto store =
+          TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000), kSecret);
+      auto mine = o;
+      mine.rank = 0;
+      t0 = transport::TcpTransport::create(mine, *store);
+    } catch (const Error& e) {
+      error0 = e.what();
+    }
+  });
+  auto spy = TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000), kSecret);
+  std::string where = spy->getString("tcp/addr/0", milliseconds(10000));
+  std::vector<int> strangers;
+  for (int i = 0; i < 15; ++i)
+    strangers.push_back(rawConnect(std::stoi(where.substr(where.rfind(':') + 1))));
+  std::thread rank1([&] {
+    try {
+      auto store =
+          TcpStore::connect("127.0.0.1", server->port(), milliseconds(5000), kSecret);
+      auto mine = o;
+      mine.rank = 1;
+      t1 = transport::TcpTransport::create(mine, *store);
+    } catch (const Error& e) {
+      error1 = e.what();
+    }
+  });
+  rank0.join();
+  rank1.join();
+  for (int fd : strangers) ::close(fd);
+  EXPECT_EQ(error0, "");
+  EXPECT_EQ(error1, "");
+  ASSERT_TRUE(t0 && t1);
+  int v = 7, got = 0;
+  std::thread send([&] { t1->send(0, 1, &v, sizeof(v)); });
+  t0->recv(1, 1, &got, sizeof(got));
+  send.join();
+  EXPECT_EQ(got, 7);
 }
 
 TEST(TcpAuth, HandshakeDecodersRejectWrongSecretsAndSizes) {

@@ -2,6 +2,7 @@
 // openStore addresses and launcher detection.
 #include <gtest/gtest.h>
 #include <kolo/error.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/private_path.h"
 #include "rendezvous/environment.h"
 #include "rendezvous/file_store.h"
 #include "rendezvous/store.h"
@@ -279,6 +281,86 @@ TEST(FileStore, AddIsAtomicAcrossThreadsAndProcesses) {
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   EXPECT_EQ(s.add("count", 0), 4 * kEach);
+  std::filesystem::remove_all(dir);
+}
+
+// A directory that a stranger created first (the default /tmp/kolo-JOB is
+// predictable) is refused at once by name, not after a timeout.
+TEST(FileStore, ADirectoryOthersMayWriteIsRefusedByName) {
+  std::string dir = tempDir("loose");
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  Error e = expectError([&] { FileStore s(dir); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(contains(e.what(), dir)) << e.what();
+  EXPECT_TRUE(contains(e.what(), "mode 0777")) << e.what();
+  e = expectError([&] { openStore("file://" + dir, false, milliseconds(1000)); });
+  EXPECT_TRUE(contains(e.what(), dir)) << e.what();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FileStore, ADirectoryOfAnotherUserIsRefusedByName) {
+  // Another user's directory: a real one when this test may chown (root),
+  // and the check itself on such a directory's stat either way.
+  struct stat st {};
+  st.st_uid = ::geteuid() + 1;
+  st.st_mode = S_IFDIR | 0700;
+  Error e =
+      expectError([&] { requirePrivate(st, "the file store directory", "/d", ""); });
+  EXPECT_TRUE(contains(e.what(), "belongs to uid " + std::to_string(st.st_uid)))
+      << e.what();
+  if (::geteuid() != 0) return;
+  std::string dir = tempDir("owner");
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ASSERT_EQ(::chown(dir.c_str(), 65534, 65534), 0);
+  e = expectError([&] { FileStore s(dir); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(contains(e.what(), dir)) << e.what();
+  EXPECT_TRUE(contains(e.what(), "belongs to uid 65534")) << e.what();
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FileStore, CreatesItsDirectoryAndEntriesPrivate) {
+  std::string dir = tempDir("private");
+  FileStore s(dir);
+  s.setString("k", "v");
+  EXPECT_EQ(s.add("n", 1), 1);
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 077, 0u);
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    ASSERT_EQ(::stat(entry.path().c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 077, 0u) << entry.path();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FileStore, EntriesAreSignedWithTheJobSecret) {
+  std::string dir = tempDir("signed");
+  FileStore mine(dir, "secret-a");
+  FileStore theirs(dir, "secret-b");
+  mine.setString("world/shm/seg/0", "1234 /kolo-segment");
+  EXPECT_EQ(mine.getString("world/shm/seg/0", milliseconds(100)), "1234 /kolo-segment");
+  EXPECT_EQ(mine.add("count", 2), 2);
+  Error e = expectError([&] { theirs.get("world/shm/seg/0", milliseconds(100)); });
+  EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(contains(e.what(), "world/shm/seg/0")) << e.what();
+  EXPECT_TRUE(contains(e.what(), "KOLO_JOB_SECRET")) << e.what();
+  e = expectError([&] { theirs.add("count", 1); });
+  EXPECT_TRUE(contains(e.what(), "count")) << e.what();
+  // A value written into the directory by anything but the store.
+  {
+    std::FILE* f = std::fopen((dir + "/kplanted").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("9999 /stranger", f);
+    std::fclose(f);
+  }
+  e = expectError([&] { mine.get("planted", milliseconds(100)); });
+  EXPECT_TRUE(contains(e.what(), "planted")) << e.what();
+  // A value moved from one key to another does not pass either.
+  std::filesystem::copy_file(dir + "/kworld%2Fshm%2Fseg%2F0", dir + "/kother");
+  e = expectError([&] { mine.get("other", milliseconds(100)); });
+  EXPECT_TRUE(contains(e.what(), "other")) << e.what();
   std::filesystem::remove_all(dir);
 }
 

@@ -132,6 +132,7 @@ MpiEngineStart startMpiEngine(const rendezvous::JobEnvironment& env,
       try {
         std::string host = storeAddress(settings, w.nodes == 1);
         server = rendezvous::TcpStoreServer::start(host, 0, secret);
+        rendezvous::warnWhenUnauthenticated(host, server->port(), secret);
         message = "tcp://" + host + ":" + std::to_string(server->port());
       } catch (const Error& e) {
         message = std::string("!") + e.what();

@@ -8,16 +8,24 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "common/check.h"
+#include "common/private_path.h"
+#include "common/sha256.h"
 
 namespace kolo::rendezvous {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// mkdir -p.
+constexpr std::string_view kSealContext = "kolo file store";
+constexpr size_t kMacBytes = 32;
+
+// mkdir -p; the store's own directory (the last) with mode 0700. Then the
+// store's directory must be a directory of this user that nobody else may
+// write (a symbolic link is refused too: lstat).
 void makeDirectories(const std::string& dir) {
   std::string partial;
   size_t pos = 0;
@@ -25,20 +33,26 @@ void makeDirectories(const std::string& dir) {
     pos = dir.find('/', pos + 1);
     partial = dir.substr(0, pos);
     if (partial.empty()) continue;
-    if (::mkdir(partial.c_str(), 0777) < 0 && errno != EEXIST) {
+    const mode_t mode = pos == std::string::npos ? 0700 : 0777;
+    if (::mkdir(partial.c_str(), mode) < 0 && errno != EEXIST) {
       KOLO_THROW(ErrorCode::kIo, "cannot create the file store directory '"
                                      << partial << "': " << detail::errnoString());
     }
   }
   struct stat st {};
-  if (::stat(dir.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) {
-    KOLO_THROW(ErrorCode::kIo, "file store path '" << dir << "' is not a directory");
+  if (::lstat(dir.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) {
+    KOLO_THROW(ErrorCode::kIo, "file store path '"
+                                   << dir << "' is not a directory"
+                                   << (S_ISLNK(st.st_mode) ? " (a symbolic link)" : ""));
   }
+  requirePrivate(st, "the file store directory", dir,
+                 "remove it (or, when it is yours, chmod go-w it), or name "
+                 "another directory in KOLO_RENDEZVOUS=file:///DIR");
 }
 
 // Reads a whole file; false when it does not exist.
 bool readFile(const std::string& path, std::vector<uint8_t>* out) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT) return false;
     KOLO_THROW(ErrorCode::kIo, "cannot open file store entry '"
@@ -72,7 +86,7 @@ void writeFileAtomically(const std::string& path, const std::vector<uint8_t>& va
   std::string tmp = path.substr(0, slash + 1) + ".t" + path.substr(slash + 1) + "." +
                     std::to_string(::getpid()) + "." +
                     std::to_string(counter.fetch_add(1));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     KOLO_THROW(ErrorCode::kIo, "cannot create file store entry '"
                                    << tmp << "': " << detail::errnoString());
@@ -101,7 +115,8 @@ void writeFileAtomically(const std::string& path, const std::vector<uint8_t>& va
 
 }  // namespace
 
-FileStore::FileStore(std::string directory) : directory_(std::move(directory)) {
+FileStore::FileStore(std::string directory, std::string secret)
+    : directory_(std::move(directory)), secret_(std::move(secret)) {
   while (directory_.size() > 1 && directory_.back() == '/') directory_.pop_back();
   if (directory_.empty()) {
     KOLO_THROW(ErrorCode::kInvalidArgument, "file store directory is empty");
@@ -128,8 +143,37 @@ std::string FileStore::pathOf(const std::string& key, char kind) const {
   return directory_ + "/" + name;
 }
 
+std::vector<uint8_t> FileStore::seal(const std::string& key,
+                                     const std::vector<uint8_t>& value) const {
+  std::string msg(kSealContext);
+  const uint32_t keyBytes = static_cast<uint32_t>(key.size());
+  msg.append(reinterpret_cast<const char*>(&keyBytes), sizeof(keyBytes));
+  msg.append(key);
+  msg.append(value.begin(), value.end());
+  const Digest mac = hmacSha256(secret_, msg);
+  std::vector<uint8_t> sealed(kMacBytes + value.size());
+  std::memcpy(sealed.data(), mac.data(), kMacBytes);
+  if (!value.empty()) std::memcpy(sealed.data() + kMacBytes, value.data(), value.size());
+  return sealed;
+}
+
+std::vector<uint8_t> FileStore::unseal(const std::string& key,
+                                       std::vector<uint8_t> sealed) const {
+  if (sealed.size() >= kMacBytes) {
+    std::vector<uint8_t> value(sealed.begin() + kMacBytes, sealed.end());
+    const std::vector<uint8_t> expected = seal(key, value);
+    if (constantTimeEqual(expected.data(), sealed.data(), kMacBytes)) return value;
+  }
+  KOLO_THROW(ErrorCode::kInvalidArgument,
+             "file store entry '" << pathOf(key) << "' (key '" << key
+                                  << "') is not signed with this rank's job secret: "
+                                     "the ranks' KOLO_JOB_SECRET differ, or kolo did "
+                                     "not write it (an earlier job's directory, or "
+                                     "another process)");
+}
+
 void FileStore::set(const std::string& key, const std::vector<uint8_t>& value) {
-  writeFileAtomically(pathOf(key), value);
+  writeFileAtomically(pathOf(key), seal(key, value));
 }
 
 std::vector<uint8_t> FileStore::get(const std::string& key,
@@ -139,7 +183,7 @@ std::vector<uint8_t> FileStore::get(const std::string& key,
   auto pause = std::chrono::milliseconds(1);
   std::vector<uint8_t> value;
   for (;;) {
-    if (readFile(path, &value)) return value;
+    if (readFile(path, &value)) return unseal(key, std::move(value));
     auto now = Clock::now();
     if (now >= deadline) break;
     std::this_thread::sleep_for(
@@ -156,7 +200,7 @@ std::vector<uint8_t> FileStore::get(const std::string& key,
 int64_t FileStore::add(const std::string& key, int64_t delta) {
   const std::string path = pathOf(key);
   const std::string lockPath = pathOf(key, 'l');
-  int fd = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  int fd = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) {
     KOLO_THROW(ErrorCode::kIo,
                "cannot open lock file '" << lockPath << "': " << detail::errnoString());
@@ -172,6 +216,7 @@ int64_t FileStore::add(const std::string& key, int64_t delta) {
     std::vector<uint8_t> current;
     int64_t value = 0;
     if (readFile(path, &current)) {
+      current = unseal(key, std::move(current));
       std::string text(current.begin(), current.end());
       char* end = nullptr;
       errno = 0;
@@ -184,7 +229,7 @@ int64_t FileStore::add(const std::string& key, int64_t delta) {
     }
     result = value + delta;
     std::string text = std::to_string(result);
-    writeFileAtomically(path, std::vector<uint8_t>(text.begin(), text.end()));
+    writeFileAtomically(path, seal(key, std::vector<uint8_t>(text.begin(), text.end())));
   } catch (...) {
     ::flock(fd, LOCK_UN);
     ::close(fd);

@@ -9,12 +9,25 @@
 // on the key's lock file ("l" + encoded key) while it reads, adds and
 // rewrites the decimal counter.
 //
+// Who may use it (docs/security.md): the directory is created with mode
+// 0700 and its files 0600; a directory that already exists must belong to
+// this user and be writable by nobody else, or the constructor refuses it
+// by name (a stranger may have created a predictable /tmp/kolo-JOB first).
+// Every entry is signed with the job secret: a file holds
+// HMAC-SHA256(secret, "kolo file store" u32-key-length key value) and then
+// the value, and get()/add() refuse an entry whose signature does not
+// check out, naming the key (ranks with different secrets, or a file that
+// kolo did not write). An empty secret signs too, and so authenticates
+// nothing beyond the directory's permissions.
+//
 // Contract
 // - Thread safety: any number of threads and processes may use the same
 //   directory at once.
 // - Blocking: get() up to its timeout, then Error(kTimeout) naming the key
 //   and the directory. add() blocks on the lock.
-// - Failure: file system errors are Error(kIo) naming the path.
+// - Failure: file system errors are Error(kIo) naming the path; a
+//   directory of another user or writable by others, and an entry with a
+//   bad signature, are Error(kInvalidArgument) naming it.
 // - Nothing is removed: a directory reused by a later job must be emptied
 //   by whoever reuses it.
 #pragma once
@@ -30,8 +43,8 @@ namespace kolo::rendezvous {
 class FileStore : public Store {
  public:
   // Creates `directory` (and missing parents). Throws Error(kIo) when it
-  // cannot.
-  explicit FileStore(std::string directory);
+  // cannot, Error(kInvalidArgument) when it is not private to this user.
+  explicit FileStore(std::string directory, std::string secret = "");
 
   void set(const std::string& key, const std::vector<uint8_t>& value) override;
   std::vector<uint8_t> get(const std::string& key,
@@ -43,8 +56,14 @@ class FileStore : public Store {
  private:
   // The file of `key`: kind 'k' holds the value, 'l' is add()'s lock.
   std::string pathOf(const std::string& key, char kind = 'k') const;
+  // The signed file content of key=value, and its inverse (throws naming
+  // the key when the signature does not check out).
+  std::vector<uint8_t> seal(const std::string& key,
+                            const std::vector<uint8_t>& value) const;
+  std::vector<uint8_t> unseal(const std::string& key, std::vector<uint8_t> sealed) const;
 
   std::string directory_;
+  std::string secret_;
 };
 
 }  // namespace kolo::rendezvous

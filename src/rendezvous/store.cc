@@ -4,9 +4,13 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <netinet/in.h>
+
+#include <atomic>
 #include <cstdlib>
 
 #include "common/check.h"
+#include "common/logging.h"
 #include "rendezvous/file_store.h"
 #include "rendezvous/tcp_store.h"
 
@@ -62,6 +66,31 @@ std::string listenAddressFor(const std::string& host) {
   return ip;
 }
 
+// Whether every address `host` names is a loopback address ("" is every
+// interface; a name that does not resolve is not known to be loopback).
+bool loopbackOnly(const std::string& host) {
+  if (host.empty()) return false;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
+  bool loopback = res != nullptr;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    if (ai->ai_family == AF_INET) {
+      const auto* a = reinterpret_cast<const sockaddr_in*>(ai->ai_addr);
+      loopback = loopback && (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+    } else if (ai->ai_family == AF_INET6) {
+      const auto* a = reinterpret_cast<const sockaddr_in6*>(ai->ai_addr);
+      loopback = loopback && IN6_IS_ADDR_LOOPBACK(&a->sin6_addr);
+    } else {
+      loopback = false;
+    }
+  }
+  ::freeaddrinfo(res);
+  return loopback;
+}
+
 [[noreturn]] void malformed(const std::string& address, const std::string& why) {
   KOLO_THROW(ErrorCode::kInvalidArgument,
              "malformed rendezvous address '"
@@ -81,7 +110,7 @@ std::unique_ptr<Store> openStore(const std::string& address, bool hostServer,
     std::string dir = address.substr(kFile.size());
     if (dir.empty() || dir[0] != '/')
       malformed(address, "the directory must be absolute");
-    return std::make_unique<FileStore>(dir);
+    return std::make_unique<FileStore>(dir, secret);
   }
   if (!address.starts_with(kTcp)) malformed(address, "unknown scheme");
 
@@ -115,11 +144,27 @@ std::unique_ptr<Store> openStore(const std::string& address, bool hostServer,
   }
   // Listen where the other ranks are told to connect: HOST (127.0.0.1 stays
   // on loopback), unless the caller names the address (KOLO_IFACE).
-  auto server = TcpStoreServer::start(
-      listenAddress.empty() ? listenAddressFor(host) : listenAddress,
-      static_cast<int>(port), secret);
+  const std::string bindAddress =
+      listenAddress.empty() ? listenAddressFor(host) : listenAddress;
+  auto server = TcpStoreServer::start(bindAddress, static_cast<int>(port), secret);
+  warnWhenUnauthenticated(bindAddress, static_cast<int>(port), secret);
   auto client = TcpStore::connect(host, static_cast<int>(port), connectTimeout, secret);
   return withHostedServer(std::move(server), std::move(client));
+}
+
+void warnWhenUnauthenticated(const std::string& listenAddress, int port,
+                             const std::string& secret) {
+  static std::atomic<bool> warned{false};
+  if (!secret.empty() || loopbackOnly(listenAddress) || warned.exchange(true)) return;
+  KOLO_LOG(kWarning)
+      << "the rendezvous store listens on "
+      << (listenAddress.empty() ? std::string("every interface")
+                                : "'" + listenAddress + "'")
+      << " (port " << port
+      << ") without a job secret: any process that reaches it can read and change "
+         "this job's keys and take a rank's place (docs/security.md). To authenticate "
+         "the job, start every rank with the same secret, e.g. before the launcher: "
+         "export KOLO_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')";
 }
 
 std::unique_ptr<Store> withHostedServer(std::unique_ptr<TcpStoreServer> server,

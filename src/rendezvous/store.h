@@ -48,7 +48,8 @@ class Store {
 //                       listens on every interface, see docs/security.md).
 //   "file:///DIR"       a FileStore in DIR (created if missing).
 // The tcp store authenticates with `secret` (tcp_store.h); a file store
-// cannot (its protection is the directory's permissions).
+// signs its entries with it and refuses a directory that is not private to
+// this user (file_store.h).
 // Throws Error(kInvalidArgument) for a malformed address.
 std::unique_ptr<Store> openStore(const std::string& address, bool hostServer,
                                  std::chrono::milliseconds connectTimeout,
@@ -56,6 +57,14 @@ std::unique_ptr<Store> openStore(const std::string& address, bool hostServer,
                                  const std::string& listenAddress = "");
 
 class TcpStoreServer;
+
+// Says once per process, at warning level, that a store listening on
+// `listenAddress` (the address TcpStoreServer::start was given; "" is
+// every interface) serves anyone when `secret` is empty, with the line
+// that sets one; says nothing for a loopback address or a secret
+// (docs/security.md). openStore calls it for the store it hosts.
+void warnWhenUnauthenticated(const std::string& listenAddress, int port,
+                             const std::string& secret);
 
 // A client of a server this process hosts, as one Store: the server lives
 // as long as the client (and outlives it).

@@ -7,6 +7,9 @@
 //                      HMAC-SHA256(secret, "kolo store client" Ns Nc)
 //   server -> client   a reply frame: kOk + HMAC-SHA256(secret,
 //                      "kolo store server" Ns Nc), or kBad + why (then close)
+// A server out of file descriptors answers a connection it cannot serve
+// with "KOLOBUSY", u32 length, why (at most kMaxBusyBytes) instead of the
+// challenge, and closes it; the client retries until its connect timeout.
 // Then requests, one frame each, answered in order:
 //   frame    = u32 body length, body            (host byte order)
 //   request  = u8 op, u32 key length, key, argument
@@ -33,6 +36,8 @@ inline constexpr std::string_view kMagic = "KOLOSTR1";
 inline constexpr size_t kNonceBytes = 32;
 inline constexpr size_t kChallengeBytes = 8 + kNonceBytes;
 inline constexpr size_t kProofBytes = kNonceBytes + 32;
+inline constexpr std::string_view kBusyMagic = "KOLOBUSY";
+inline constexpr size_t kMaxBusyBytes = 1024;
 
 // Limits of the server (docs/security.md says why these values).
 struct Limits {
@@ -45,6 +50,12 @@ struct Limits {
   // A connection that holds a partial frame (or has not authenticated)
   // this long without sending more is dropped.
   int64_t idleMillis = 10000;
+  // Connections that have not yet proven the secret (or were refused and
+  // are draining) held at once; a newer one makes the server close the
+  // oldest. 0: a quarter of the process's descriptor limit
+  // (RLIMIT_NOFILE), at least 16, so that strangers never take the
+  // descriptors that the ranks (and a rank hosting the store) need.
+  size_t maxUnauthenticated = 0;
 };
 
 // One decoded request; key and arg view into the body.

@@ -10,6 +10,17 @@
 // connection's idle limit). While a client is parked its later requests
 // wait in its input buffer, which is bounded: a client over a limit gets a
 // kBad reply naming it, one log line, and is closed once the reply is out.
+//
+// Descriptors (docs/security.md). Connections that have not proven the
+// secret (and refused ones still draining) are capped at
+// Limits::maxUnauthenticated: one more makes the server close the oldest
+// of them, so strangers can never hold every descriptor the ranks need.
+// When accept() still fails for want of descriptors, the server first
+// closes such a connection and accepts again; with none to close it spends
+// a reserve descriptor (/dev/null, opened at start) to accept the waiting
+// connection and answer it "KOLOBUSY" with the cause, so the listening
+// socket is never left ready and unserved (which made poll() return at
+// once: a spin). Any other accept failure pauses accepting for 100 ms.
 #include "rendezvous/tcp_store.h"
 
 #include <arpa/inet.h>
@@ -19,6 +30,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -42,6 +54,33 @@ using namespace protocol;
 using namespace wire;
 
 constexpr int kMaxLoggedRefusals = 10;  // then one "and more" line
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
+// Out of descriptors, an unproven connection is closed for a newer one only
+// once it had this long to prove the secret (a rank needs a round trip), so
+// that ranks arriving together do not push each other out.
+constexpr auto kShedAge = std::chrono::milliseconds(250);
+
+// The process's descriptor limit (RLIMIT_NOFILE's soft value).
+size_t descriptorLimit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+    return 1 << 20;
+  return static_cast<size_t>(rl.rlim_cur);
+}
+
+// Why accept() failed with `err`, for the log and for the client told busy.
+std::string acceptFailure(int err, size_t open) {
+  std::string why;
+  if (err == EMFILE) {
+    why = "out of file descriptors (limit " + std::to_string(descriptorLimit()) +
+          ", RLIMIT_NOFILE; raise it with ulimit -n)";
+  } else if (err == ENFILE) {
+    why = "the system is out of file descriptors (fs.file-max)";
+  } else {
+    why = "cannot accept connections: " + std::string(std::strerror(err));
+  }
+  return why + " with " + std::to_string(open) + " connections open";
+}
 
 // "ip:port" of a connected socket's peer, for log lines.
 std::string peerName(int fd) {
@@ -79,7 +118,11 @@ class Server : public TcpStoreServer {
       : listenFd_(listenFd),
         wakeFd_(wakeFd),
         secret_(std::move(secret)),
-        limits_(limits) {
+        limits_(limits),
+        maxUnauthenticated_(limits.maxUnauthenticated > 0
+                                ? limits.maxUnauthenticated
+                                : std::max<size_t>(16, descriptorLimit() / 4)),
+        reserveFd_(::open("/dev/null", O_RDONLY | O_CLOEXEC)) {
     sockaddr_storage addr{};
     socklen_t len = sizeof(addr);
     ::getsockname(listenFd_, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -94,7 +137,9 @@ class Server : public TcpStoreServer {
     ssize_t n = ::write(wakeFd_, &one, sizeof(one));
     (void)n;
     thread_.join();
-    for (auto& c : clients_) ::close(c.fd);
+    for (auto& c : clients_)
+      if (c.fd >= 0) ::close(c.fd);
+    if (reserveFd_ >= 0) ::close(reserveFd_);
     ::close(listenFd_);
     ::close(wakeFd_);
   }
@@ -117,9 +162,10 @@ class Server : public TcpStoreServer {
     std::string parkedKey;
     Clock::time_point deadline;
     Clock::time_point lastInput;  // for the idle limit
-    bool closing = false;         // refused: see refuse()
-    bool shutWr = false;          // closing and the refusal is out
-    Clock::time_point closeBy;    // closing: the drain ends here at the latest
+    Clock::time_point accepted;
+    bool closing = false;       // refused: see refuse()
+    bool shutWr = false;        // closing and the refusal is out
+    Clock::time_point closeBy;  // closing: the drain ends here at the latest
     bool dead = false;
   };
 
@@ -146,6 +192,7 @@ class Server : public TcpStoreServer {
       // fds[2 + i] is clients_[i] for the clients present before accept.
       for (size_t i = 2; i < fds.size(); ++i) {
         Client& c = clients_[i - 2];
+        if (c.dead) continue;  // shed by acceptClients: its fd is closed
         const bool reading = (fds[i].events & POLLIN) != 0;
         if (!reading && (fds[i].revents & (POLLHUP | POLLERR))) c.dead = true;
         if (reading && (fds[i].revents & (POLLIN | POLLHUP | POLLERR))) readFrom(c);
@@ -162,7 +209,6 @@ class Server : public TcpStoreServer {
   int buildPollSet(std::vector<pollfd>& fds) {
     fds.clear();
     fds.push_back({wakeFd_, POLLIN, 0});
-    fds.push_back({listenFd_, POLLIN, 0});
     int64_t timeoutMs = -1;
     auto now = Clock::now();
     auto consider = [&](Clock::time_point when) {
@@ -170,6 +216,9 @@ class Server : public TcpStoreServer {
       ms = std::max<int64_t>(ms, 0);
       if (timeoutMs < 0 || ms < timeoutMs) timeoutMs = ms;
     };
+    const bool accepting = now >= acceptPausedUntil_;
+    fds.push_back({listenFd_, static_cast<short>(accepting ? POLLIN : 0), 0});
+    if (!accepting) consider(acceptPausedUntil_);
     for (auto& c : clients_) {
       short events = 0;
       if (c.closing ||
@@ -191,22 +240,118 @@ class Server : public TcpStoreServer {
     return !c.dead && !c.closing && (!c.authed || (!c.in.empty() && !c.parked));
   }
 
+  // Accepts every waiting connection (see the file comment for what
+  // happens when descriptors run out).
   void acceptClients() {
+    if (reserveFd_ < 0) reserveFd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     for (;;) {
       int fd = ::accept4(listenFd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;  // EAGAIN, or a transient error: try on the next event
-      int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      Client c;
-      c.fd = fd;
-      c.peer = peerName(fd);
-      c.nonce = randomBytes(kNonceBytes);
-      c.lastInput = Clock::now();
-      c.out.append(kMagic);
-      c.out.append(c.nonce);
-      clients_.push_back(std::move(c));
-      flush(clients_.back());
+      if (fd >= 0) {
+        addClient(fd);
+        if (unauthenticated() > maxUnauthenticated_) {
+          shedOldest(Clock::duration::zero(),
+                     "more than " + std::to_string(maxUnauthenticated_) +
+                         " connections have not proven the job secret");
+        }
+        continue;
+      }
+      const int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK) return;
+      if (err == EINTR || err == ECONNABORTED) continue;
+      const std::string why = acceptFailure(err, clients_.size());
+      if (!loggedExhaustion_) {
+        loggedExhaustion_ = true;
+        KOLO_LOG(kWarning) << "rendezvous store on port " << port_ << ": " << why
+                           << "; closing the oldest connections that have not proven "
+                              "the job secret, and telling new ones when none is left "
+                              "(not logged again)";
+      }
+      const bool outOfDescriptors =
+          err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM;
+      if (outOfDescriptors && !connectionWaiting()) return;
+      if (outOfDescriptors && shedOldest(kShedAge, why)) continue;
+      if (outOfDescriptors && refuseWithReserve(why)) continue;
+      acceptPausedUntil_ = Clock::now() + kAcceptPause;
+      return;
     }
+  }
+
+  void addClient(int fd) {
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    Client c;
+    c.fd = fd;
+    c.peer = peerName(fd);
+    c.nonce = randomBytes(kNonceBytes);
+    c.lastInput = c.accepted = Clock::now();
+    c.out.append(kMagic);
+    c.out.append(c.nonce);
+    clients_.push_back(std::move(c));
+    flush(clients_.back());
+  }
+
+  // Connections that hold a descriptor without being a proven rank.
+  size_t unauthenticated() const {
+    return std::count_if(clients_.begin(), clients_.end(), [](const Client& c) {
+      return !c.dead && (!c.authed || c.closing);
+    });
+  }
+
+  // Closes the oldest refused (draining) connection, else the oldest that
+  // has not proven the secret and was accepted at least minAge ago, at
+  // once; false when there is none. Its Client stays (dead, fd -1) until
+  // removeDead, so that indices into the poll set stay valid.
+  bool shedOldest(Clock::duration minAge, const std::string& why) {
+    const auto acceptedBy = Clock::now() - minAge;
+    for (bool draining : {true, false}) {
+      for (auto& c : clients_) {
+        if (c.dead || (draining ? !c.closing : c.authed || c.accepted > acceptedBy))
+          continue;
+        if (!loggedShedding_) {
+          loggedShedding_ = true;
+          KOLO_LOG(kWarning) << "rendezvous store on port " << port_ << ": " << why
+                             << ": closed the oldest such connection (from " << c.peer
+                             << "); further ones are not logged";
+        }
+        ::close(c.fd);
+        c.fd = -1;
+        c.dead = true;
+        std::lock_guard<std::mutex> lock(usageMutex_);
+        ++usage_.shed;
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Whether a connection waits to be accepted (accept() fails for want of
+  // a descriptor whether or not one does).
+  bool connectionWaiting() const {
+    pollfd p{listenFd_, POLLIN, 0};
+    return ::poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0;
+  }
+
+  // Out of descriptors with no stranger to close: spends the reserve
+  // descriptor to accept the waiting connection and tell it why it is not
+  // served. False when there is no reserve or nothing was waiting.
+  bool refuseWithReserve(const std::string& why) {
+    if (reserveFd_ < 0) return false;
+    ::close(reserveFd_);
+    int fd = ::accept4(listenFd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      const std::string text =
+          ("the rendezvous store is " + why).substr(0, kMaxBusyBytes);
+      std::string busy(kBusyMagic);
+      appendU32(busy, static_cast<uint32_t>(text.size()));
+      busy.append(text);
+      ssize_t n = ::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL);
+      (void)n;  // best effort: the client retries either way
+      ::close(fd);
+      std::lock_guard<std::mutex> lock(usageMutex_);
+      ++usage_.shed;
+    }
+    reserveFd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    return fd >= 0;
   }
 
   // The most bytes a client may have buffered: a whole frame before it is
@@ -396,7 +541,7 @@ class Server : public TcpStoreServer {
 
   void removeDead() {
     std::erase_if(clients_, [](const Client& c) {
-      if (c.dead) ::close(c.fd);
+      if (c.dead && c.fd >= 0) ::close(c.fd);
       return c.dead;
     });
   }
@@ -453,6 +598,11 @@ class Server : public TcpStoreServer {
   int wakeFd_;
   const std::string secret_;
   const Limits limits_;
+  const size_t maxUnauthenticated_;
+  int reserveFd_;  // /dev/null, given up to tell a client that descriptors ran out
+  Clock::time_point acceptPausedUntil_{};
+  bool loggedExhaustion_ = false;
+  bool loggedShedding_ = false;
   int port_ = 0;
   std::vector<Client> clients_;  // only the server thread touches these
   std::map<std::string, std::string> data_;

@@ -13,7 +13,10 @@
 // connection that stalls idleMillis with a partial request (or without its
 // proof) gets a kBad reply naming the limit, one log line on the server,
 // and (except for a full store) is closed. The server's memory stays
-// within the limits whatever a client sends.
+// within the limits whatever a client sends, and its descriptors serve the
+// ranks first: unproven connections are capped and shed oldest first, and
+// a client that cannot be served for want of descriptors is told so
+// (tcp_store.cc).
 #pragma once
 
 #include <chrono>
@@ -42,6 +45,9 @@ class TcpStoreServer {
     size_t storedBytes = 0;  // keys and values held
     size_t keys = 0;
     size_t refused = 0;  // connections closed for a failed proof or a limit
+    // Connections closed unproven to make room (Limits::maxUnauthenticated,
+    // or out of descriptors), and ones told "busy" for want of descriptors.
+    size_t shed = 0;
   };
   virtual Usage usage() const = 0;
 };

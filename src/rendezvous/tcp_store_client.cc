@@ -151,30 +151,38 @@ class Client : public TcpStore {
                                       << "': " << reply.substr(1));
   }
 
+  // Connects and authenticates, retrying until connectTimeout while the
+  // server is not there yet or cannot serve this connection (out of
+  // descriptors: it closed it, or said why).
   void reconnect() {
     auto deadline = Clock::now() + connectTimeout_;
     std::string why = "no attempt";
+    bool busy = false;
     auto pause = std::chrono::milliseconds(5);
     for (;;) {
+      busy = false;
       fd_ = connectOnce(host_, port_, deadline, &why);
       if (fd_ >= 0) {
-        authenticate(deadline);
-        return;
+        if (authenticate(deadline, &why, &busy)) return;
       }
       if (Clock::now() + pause >= deadline) break;
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::milliseconds(200));
     }
-    KOLO_THROW(ErrorCode::kTimeout,
-               "could not reach the rendezvous store at "
-                   << endpoint(host_, port_) << " within "
-                   << connectTimeout_.count() / 1000.0 << " s (last error: " << why
-                   << "); is the process hosting it (kolorun or rank 0) running?");
+    KOLO_THROW(
+        ErrorCode::kTimeout,
+        "could not reach the rendezvous store at "
+            << endpoint(host_, port_) << " within " << connectTimeout_.count() / 1000.0
+            << " s (last error: " << why << ")"
+            << (busy ? "" : "; is the process hosting it (kolorun or rank 0) running?"));
   }
 
-  // Reads exactly n bytes before the deadline; false on EOF, error or time.
-  bool readExact(char* p, size_t n, Clock::time_point deadline) {
-    size_t done = 0;
+  // Reads exactly n bytes before the deadline; false on EOF, error or time
+  // (*got: how many came).
+  bool readExact(char* p, size_t n, Clock::time_point deadline, size_t* got = nullptr) {
+    size_t scratch = 0;
+    size_t& done = got != nullptr ? *got : scratch;
+    done = 0;
     while (done < n) {
       auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
       pollfd pfd{fd_, POLLIN, 0};
@@ -191,14 +199,31 @@ class Client : public TcpStore {
   }
 
   // The handshake of store_protocol.h: answers the server's challenge and
-  // checks the server's own proof. Throws (and drops the connection) when
+  // checks the server's own proof. Returns false (the connection dropped,
+  // *why and *busy set) when the server could not serve it: closed before
+  // its challenge or during the proof, or said "busy"; the caller retries.
+  // Throws (and drops the connection) when it is not a kolo store, or
   // either side does not know the secret.
-  void authenticate(Clock::time_point deadline) {
+  bool authenticate(Clock::time_point deadline, std::string* why, bool* busy) {
     deadline = std::max(deadline, Clock::now() + std::chrono::seconds(10));
     const std::string where = endpoint(host_, port_);
     char challenge[kChallengeBytes];
-    if (!readExact(challenge, sizeof(challenge), deadline) ||
-        std::string_view(challenge, kMagic.size()) != kMagic) {
+    size_t got = 0;
+    const bool magic = readExact(challenge, kMagic.size(), deadline, &got);
+    if (magic && std::string_view(challenge, kBusyMagic.size()) == kBusyMagic) {
+      *why = readBusy(deadline);
+      *busy = true;
+      drop();
+      return false;
+    }
+    if (!magic && got == 0) {
+      *why = "the store at " + where +
+             " closed the connection (or sent nothing) before its challenge";
+      drop();
+      return false;
+    }
+    if (!magic || std::string_view(challenge, kMagic.size()) != kMagic ||
+        !readExact(challenge + kMagic.size(), kNonceBytes, deadline)) {
       drop();
       KOLO_THROW(ErrorCode::kIo, "the process at " << where
                                                    << " is not a kolo rendezvous store "
@@ -216,10 +241,10 @@ class Client : public TcpStore {
     const uint32_t len = ok ? readU32(head) : 0;
     std::string answer(ok && len >= 1 && len <= 4096 ? len : 0, '\0');
     if (!ok || answer.empty() || !readExact(answer.data(), answer.size(), deadline)) {
+      *why = "the rendezvous store at " + where +
+             " closed the connection during authentication";
       drop();
-      KOLO_THROW(ErrorCode::kIo, "the rendezvous store at " << where
-                                                            << " closed the connection "
-                                                               "during authentication");
+      return false;
     }
     if (static_cast<uint8_t>(answer[0]) != kOk) {
       drop();
@@ -239,6 +264,20 @@ class Client : public TcpStore {
                      << " did not prove the job secret: it is another job's store, or "
                         "its job secret differs from this rank's (KOLO_JOB_SECRET)");
     }
+    return true;
+  }
+
+  // The text after a "KOLOBUSY" (store_protocol.h), bounded.
+  std::string readBusy(Clock::time_point deadline) {
+    char head[4];
+    std::string text;
+    if (readExact(head, 4, deadline)) {
+      text.resize(std::min<size_t>(readU32(head), kMaxBusyBytes));
+      if (!readExact(text.data(), text.size(), deadline)) text.clear();
+    }
+    return text.empty() ? "the rendezvous store at " + endpoint(host_, port_) +
+                              " cannot serve more connections"
+                        : text;
   }
 
   // Sends one request and returns the reply body. On any failure the

@@ -14,6 +14,7 @@
 
 #include "common/backoff.h"
 #include "common/check.h"
+#include "common/private_path.h"
 #include "rendezvous/store.h"
 #include "transport/shm/futex.h"
 
@@ -112,6 +113,17 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const Options& options,
     segment = store.getString(key + "/name", options.timeout);
     fd = shm_open(segment.c_str(), O_RDWR, 0600);
     KOLO_SYSCHECK(fd, "shm_open(" << segment << ") of local rank 0's segment");
+    struct stat st {};
+    if (fstat(fd, &st) == 0) {
+      try {
+        requirePrivate(st, "local rank 0's shared-memory segment", segment,
+                       "its name came from the store; set KOLO_JOB_SECRET so that only "
+                       "the job's ranks can publish one");
+      } catch (...) {
+        close(fd);
+        throw;
+      }
+    }
   }
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);

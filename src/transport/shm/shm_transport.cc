@@ -61,6 +61,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "common/private_path.h"
 #include "rendezvous/store.h"
 #include "transport/shm/futex.h"
 
@@ -359,7 +360,24 @@ std::unique_ptr<ShmTransport::Segment> ShmTransport::mapPeerSegment(
   KOLO_SYSCHECK(pfd, "shm transport rank " << options_.rank << ": opening segment "
                                            << seg->name << " of rank " << local[j]);
   struct stat st;
-  if (fstat(pfd, &st) != 0 || static_cast<size_t>(st.st_size) < kHeaderArea) {
+  const bool statted = fstat(pfd, &st) == 0;
+  try {
+    // A segment that a stranger created (or may write) is refused by name:
+    // its rings would carry our data to, and its data into, another user.
+    if (statted) {
+      requirePrivate(st,
+                     "shm transport rank " + std::to_string(options_.rank) +
+                         ": the shared-memory segment of rank " +
+                         std::to_string(local[j]),
+                     seg->name,
+                     "its name came from the store; set KOLO_JOB_SECRET so that only "
+                     "the job's ranks can publish one");
+    }
+  } catch (...) {
+    close(pfd);
+    throw;
+  }
+  if (!statted || static_cast<size_t>(st.st_size) < kHeaderArea) {
     close(pfd);
     KOLO_THROW(ErrorCode::kIo, "shm transport rank " << options_.rank << ": segment "
                                                      << seg->name << " of rank "

@@ -127,7 +127,7 @@ void TcpTransport::Impl::setup(rendezvous::Store& store) {
   for (int r = rank_ + 1; r < size_; ++r) {
     if (wanted(r)) missing.push_back(r);
   }
-  while (!missing.empty()) acceptHigher(listener.fd, missing, st);
+  acceptHigher(listener.fd, missing, st);
   for (int r = 0; r < rank_; ++r) {
     if (wanted(r)) checkAnswer(r, st);
   }
@@ -251,36 +251,167 @@ void TcpTransport::Impl::greetLower(int r, rendezvous::Store& store, SetupState&
   }
 }
 
-// Step 3: accept one connection; when it proves the secret and is a
-// missing higher rank, link it and answer. A stranger is closed and logged.
+// Step 3: accept the higher ranks. Every accepted connection is
+// challenged at once and then read without blocking, all of them in one
+// poll loop, each with its own deadline (kHandshakeWait): a silent stranger
+// costs a rank nothing but a descriptor until its deadline, however many
+// there are. At most kMaxPendingHandshakes wait at once; a newer one
+// pushes out the oldest (a rank answers within a round trip, so the oldest
+// is the likeliest stranger). A connection that proves the secret and is
+// a missing higher rank is linked and answered; a stranger is closed and
+// logged.
+namespace {
+
+// The connections accepted but not yet proven; closes what it still holds.
+struct PendingHandshakes {
+  std::vector<PendingHandshake> list;
+  int refused = 0;
+  ~PendingHandshakes() {
+    for (auto& p : list) ::close(p.fd);
+  }
+  void drop(size_t i, int rank, const std::string& why) {
+    KOLO_LOG(kWarning) << "tcp transport: rank " << rank
+                       << " closed a connection that did not authenticate: " << why;
+    ::close(list[i].fd);
+    list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
+    ++refused;
+  }
+};
+
+}  // namespace
+
 void TcpTransport::Impl::acceptHigher(int lfd, std::vector<int>& missing,
                                       SetupState& st) {
-  pollfd pfd{lfd, POLLIN, 0};
-  int left = millisLeft(st.deadline);
-  if (left == 0 || ::poll(&pfd, 1, left) == 0) {
-    KOLO_THROW_PEER(ErrorCode::kTimeout, missing.front(),
-                    "tcp transport: rank " << rank_ << " timed out after "
-                                           << options_.connectTimeout.count() / 1000.0
-                                           << " s waiting for " << rankList(missing)
-                                           << " to connect (did they start?)");
+  PendingHandshakes pending;
+  auto pausedUntil = Clock::time_point::min();  // accept failed: out of descriptors
+  while (!missing.empty()) {
+    const auto now = Clock::now();
+    if (now >= st.deadline) {
+      KOLO_THROW_PEER(
+          ErrorCode::kTimeout, missing.front(),
+          "tcp transport: rank "
+              << rank_ << " timed out after " << options_.connectTimeout.count() / 1000.0
+              << " s waiting for " << rankList(missing) << " to connect (did they start?"
+              << (pending.refused > 0
+                      ? "; " + std::to_string(pending.refused) +
+                            " connections that did not prove the job secret were closed "
+                            "meanwhile"
+                      : std::string())
+              << ")");
+    }
+    auto wake = st.deadline;
+    std::vector<pollfd> fds;
+    const bool listening = now >= pausedUntil;
+    fds.push_back({lfd, static_cast<short>(listening ? POLLIN : 0), 0});
+    if (!listening) wake = std::min(wake, pausedUntil);
+    for (auto& p : pending.list) {
+      fds.push_back({p.fd, POLLIN, 0});
+      wake = std::min(wake, p.deadline);
+    }
+    if (::poll(fds.data(), fds.size(), millisLeft(wake)) < 0 && errno != EINTR) {
+      KOLO_SYSCHECK(-1, "tcp transport: poll while accepting ranks");
+    }
+    // Read the pending ones first (fds[1 + i] is pending.list[i]).
+    for (size_t i = pending.list.size(); i-- > 0;) {
+      if (fds[1 + i].revents == 0) continue;
+      PendingHandshake& p = pending.list[i];
+      std::string why;
+      if (!readHello(p, &why)) {
+        pending.drop(i, rank_, why);
+      } else if (p.in.size() == tcp::kHelloBytes) {
+        const int fd = p.fd;
+        const std::string na = p.na, msg = p.in;
+        pending.list.erase(pending.list.begin() + static_cast<std::ptrdiff_t>(i));
+        if (!linkHigher(fd, na, msg, missing, st)) ++pending.refused;
+      }
+    }
+    for (size_t i = pending.list.size(); i-- > 0;) {
+      if (Clock::now() >= pending.list[i].deadline)
+        pending.drop(i, rank_,
+                     "timed out (no handshake within " +
+                         std::to_string(kHandshakeWait.count()) + " s)");
+    }
+    if (listening && (fds[0].revents & POLLIN)) {
+      if (!acceptPending(lfd, pending.list, st)) {
+        // Out of descriptors: give up the oldest stranger, or pause.
+        if (!pending.list.empty()) {
+          pending.drop(0, rank_, "pushed out: this rank is out of file descriptors");
+        } else {
+          pausedUntil = Clock::now() + std::chrono::milliseconds(50);
+        }
+      }
+    }
   }
-  int fd = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-  if (fd < 0) return;
-  // A rank greets at once; a stranger may not: wait for it a bounded time.
-  const auto wait = std::min(st.deadline, Clock::now() + kHandshakeWait);
-  const std::string na = randomBytes(tcp::kNonceBytes);
-  const std::string challenge = tcp::encodeChallenge(na);
-  std::string msg(tcp::kHelloBytes, '\0');
+}
+
+// Reads what a pending connection sent; false (and *why) when it closed or
+// sent more than a Hello before our answer.
+bool TcpTransport::Impl::readHello(PendingHandshake& p, std::string* why) {
+  char buf[tcp::kHelloBytes];
+  for (;;) {
+    const size_t room = tcp::kHelloBytes - p.in.size();
+    if (room == 0) return true;
+    ssize_t n = ::recv(p.fd, buf, room, 0);
+    if (n > 0) {
+      p.in.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    *why = n == 0 ? "connection closed" : errnoText(errno);
+    return false;
+  }
+}
+
+// Accepts what waits on the listener and challenges each; false when
+// accept failed for want of descriptors (EMFILE, ENFILE, ENOBUFS, ENOMEM).
+bool TcpTransport::Impl::acceptPending(int lfd, std::vector<PendingHandshake>& pending,
+                                       SetupState& st) {
+  for (;;) {
+    int fd = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM;
+    }
+    if (pending.size() >= kMaxPendingHandshakes) {
+      KOLO_LOG(kWarning) << "tcp transport: rank " << rank_
+                         << " closed a connection that did not authenticate: pushed out "
+                            "by newer connections ("
+                         << kMaxPendingHandshakes << " waiting)";
+      ::close(pending.front().fd);
+      pending.erase(pending.begin());
+    }
+    PendingHandshake p;
+    p.fd = fd;
+    p.na = randomBytes(tcp::kNonceBytes);
+    p.deadline = std::min(st.deadline, Clock::now() + kHandshakeWait);
+    const std::string challenge = tcp::encodeChallenge(p.na);
+    // 40 bytes into a new socket's empty send buffer: sent at once.
+    if (::send(fd, challenge.data(), challenge.size(), MSG_NOSIGNAL) !=
+        static_cast<ssize_t>(challenge.size())) {
+      KOLO_LOG(kWarning) << "tcp transport: rank " << rank_
+                         << " closed a connection that did not authenticate: "
+                         << errnoText(errno);
+      ::close(fd);
+      continue;
+    }
+    pending.push_back(std::move(p));
+  }
+}
+
+// A complete Hello from a pending connection: a missing higher rank that
+// proves the secret is linked and answered (true); a stranger is closed
+// and logged (false); a proven rank that disagrees on the layout is an
+// error.
+bool TcpTransport::Impl::linkHigher(int fd, const std::string& na, const std::string& msg,
+                                    std::vector<int>& missing, SetupState& st) {
   std::string why, nc;
   tcp::Hello hello{};
-  if (!ioExact(fd, const_cast<char*>(challenge.data()), challenge.size(), true, wait,
-               &why) ||
-      !ioExact(fd, msg.data(), msg.size(), false, wait, &why) ||
-      !tcp::decodeHello(msg, na, options_.secret, &hello, &nc, &why)) {
+  if (!tcp::decodeHello(msg, na, options_.secret, &hello, &nc, &why)) {
     KOLO_LOG(kWarning) << "tcp transport: rank " << rank_
                        << " closed a connection that did not authenticate: " << why;
     ::close(fd);
-    return;
+    return false;
   }
   if (hello.to != rank_ || hello.size != size_ ||
       std::find(missing.begin(), missing.end(), hello.from) == missing.end()) {
@@ -302,6 +433,7 @@ void TcpTransport::Impl::acceptHigher(int lfd, std::vector<int>& missing,
                     "tcp transport: rank " << rank_ << " could not answer rank "
                                            << hello.from << ": " << why);
   }
+  return true;
 }
 
 // Step 4: lower rank r's answer must prove the secret and name us.

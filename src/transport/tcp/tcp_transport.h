@@ -8,7 +8,9 @@
 // naming both ranks and the world size and proving the job secret
 // (tcp_handshake.h); the lower rank checks it and answers with its own
 // rank and proof, which the higher rank checks. A connection that does not
-// prove the secret is closed and logged, and never takes a rank's place.
+// prove the secret is closed and logged, and never takes a rank's place;
+// the lower rank handshakes every accepted connection at once, each with
+// its own deadline, so silent ones do not delay the ranks (tcp_setup.cc).
 // The result is a full mesh among the peers selected by Options::connect.
 //
 // Wire format per message: a 16-byte header (tag, byte count; the top bit of

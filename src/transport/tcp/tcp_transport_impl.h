@@ -48,10 +48,22 @@ constexpr size_t kPoolMaxBytes = size_t{128} << 20;  // unexpected-message buffe
 // How long an accepted connection may take to prove the secret: a rank
 // greets at once, a stranger that stalls is dropped after this.
 constexpr auto kHandshakeWait = std::chrono::seconds(5);
+// How many accepted connections may wait for their handshake at once
+// (tcp_setup.cc): a newer one pushes out the oldest.
+constexpr size_t kMaxPendingHandshakes = 64;
 
 // Thrown by Impl::peerLost when the lost peer was only dropped (see
 // tcp_failure.cc), to unwind to progress(), which carries on.
 struct PeerDropped {};
+
+// An accepted connection that has been challenged and not yet proven the
+// secret (tcp_setup.cc).
+struct PendingHandshake {
+  int fd = -1;
+  std::string na;  // our challenge's nonce
+  std::string in;  // the Hello so far
+  std::chrono::steady_clock::time_point deadline;
+};
 
 // "Message (errno N)".
 std::string errnoText(int e);
@@ -114,7 +126,13 @@ class TcpTransport::Impl {
   ListenSocket listenAndPublish(rendezvous::Store& store);
   int connectTo(int r, const std::string& where, Clock::time_point deadline);
   void greetLower(int r, rendezvous::Store& store, SetupState& st);
+  // Step 3 (tcp_setup.cc): until every missing higher rank is linked.
   void acceptHigher(int lfd, std::vector<int>& missing, SetupState& st);
+  bool readHello(tcp::PendingHandshake& p, std::string* why);
+  bool acceptPending(int lfd, std::vector<tcp::PendingHandshake>& pending,
+                     SetupState& st);
+  bool linkHigher(int fd, const std::string& na, const std::string& msg,
+                  std::vector<int>& missing, SetupState& st);
   void checkAnswer(int r, SetupState& st);
 
  public:
