@@ -7,7 +7,7 @@
 # Each case starts the ranks of kolo-bench as plain background processes,
 # with only the variables the launcher would set (no KOLO_RANK, no
 # KOLO_RENDEZVOUS), waits for all of them, and requires every rank to exit 0
-# and rank 0 to report every size "ok":
+# and rank 0 to be in a job of all of them and to report every size "ok":
 #   srun, one node        SLURM_* with a one-node step: file store
 #   srun, two nodes       SLURM_STEP_NUM_NODES=2 and a node list: rank 0
 #                         hosts the store on the first node (here localhost);
@@ -83,6 +83,11 @@ run_case() {
   ok=$(grep -c ' ok$' "$work/$name.0.out" || true)
   if [[ $failed == 0 && $ok != 3 ]]; then  # 8 B, 512 B and 32 KiB
     echo "FAIL $name: rank 0 checked $ok sizes, expected 3"
+    cat "$work/$name.0.out"
+    failed=1
+  fi
+  if [[ $failed == 0 ]] && ! grep -q "ranks $n " "$work/$name.0.out"; then
+    echo "FAIL $name: rank 0 was not in a job of $n ranks"
     cat "$work/$name.0.out"
     failed=1
   fi
