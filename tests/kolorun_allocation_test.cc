@@ -20,6 +20,7 @@
 
 #include "allocation.h"
 #include "kolo/error.h"
+#include "mpi_launch.h"
 #include "options.h"
 #include "rendezvous/slurm_lists.h"
 
@@ -290,6 +291,16 @@ TEST(HostSelectionTest, MoreRanksThanSlotsNamesBothNumbers) {
   o = parse({"-np", "5", "--oversubscribe", "prog"});
   EXPECT_NE(useAllocation(o, fakeEnvironment(kSlurm)), "");
   EXPECT_EQ(hostsOf(o.hosts), "n1:2,n2:2");
+}
+
+TEST(HostSelectionTest, MpirunGetsTheAllocationsHosts) {
+  LaunchOptions o = parse({"--mpi", "-np", "4", "prog"});
+  ASSERT_NE(useAllocation(o, fakeEnvironment(kSlurm)), "");
+  const std::vector<std::string> argv = mpirunCommand(o, {}, false);
+  std::string line;
+  for (const auto& a : argv) line += a + " ";
+  EXPECT_TRUE(contains(line, " -H n1:2,n2:2 ")) << line;
+  EXPECT_FALSE(contains(line, "--oversubscribe")) << line;
 }
 
 TEST(HostSelectionTest, LongHostListsAreShortenedInTheLine) {
