@@ -425,6 +425,10 @@ class ScopedEnv {
                                  "MPI_LOCALNRANKS",
                                  "PMI_LOCAL_RANK",
                                  "PMI_LOCAL_SIZE",
+                                 "JSM_NAMESPACE_RANK",
+                                 "JSM_NAMESPACE_SIZE",
+                                 "JSM_NAMESPACE_LOCAL_RANK",
+                                 "JSM_NAMESPACE_LOCAL_SIZE",
                                  "SLURM_PROCID",
                                  "SLURM_NTASKS",
                                  "SLURM_NPROCS",
@@ -619,6 +623,14 @@ TEST(JobEnvironment, SlurmOverSeveralNodesUsesTheFirstNode) {
     EXPECT_EQ(detectJobEnvironment().rendezvous, "tcp://a:20000");
   }
   {
+    // Several bracket groups: the first node is the first of each.
+    ScopedEnv env({{"SLURM_PROCID", "0"},
+                   {"SLURM_NTASKS", "2"},
+                   {"SLURM_NNODES", "2"},
+                   {"SLURM_JOB_NODELIST", "rack[2-3]-n[07-08],login1"}});
+    EXPECT_EQ(detectJobEnvironment().rendezvous, "tcp://rack2-n07:20000");
+  }
+  {
     ScopedEnv env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NNODES", "2"}});
     Error e = expectError([] { detectJobEnvironment(); });
     EXPECT_TRUE(contains(e.what(), "SLURM_STEP_NODELIST")) << e.what();
@@ -641,6 +653,75 @@ TEST(JobEnvironment, SlurmBadTaskList) {
   Error e = expectError([] { detectJobEnvironment(); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_TRUE(contains(e.what(), "SLURM_TASKS_PER_NODE='2(y3)'")) << e.what();
+}
+
+TEST(JobEnvironment, Jsrun) {
+  ScopedEnv env({{"JSM_NAMESPACE_RANK", "2"},
+                 {"JSM_NAMESPACE_SIZE", "3"},
+                 {"JSM_NAMESPACE_LOCAL_RANK", "2"},
+                 {"JSM_NAMESPACE_LOCAL_SIZE", "3"},
+                 {"PMIX_NAMESPACE", "jsm-77"}});
+  JobEnvironment j = detectJobEnvironment();
+  EXPECT_EQ(j.source, "jsrun");
+  EXPECT_EQ(j.rank, 2);
+  EXPECT_EQ(j.size, 3);
+  EXPECT_EQ(j.localRank, 2);
+  EXPECT_EQ(j.localSize, 3);
+  EXPECT_EQ(j.rendezvous, "file:///tmp/kolo-jsm-77");  // one host
+  EXPECT_FALSE(j.hostStore);
+}
+
+TEST(JobEnvironment, JsrunOverSeveralHostsHasNoFileStore) {
+  const std::map<std::string, std::string> vars = {{"JSM_NAMESPACE_RANK", "0"},
+                                                   {"JSM_NAMESPACE_SIZE", "12"},
+                                                   {"JSM_NAMESPACE_LOCAL_RANK", "0"},
+                                                   {"JSM_NAMESPACE_LOCAL_SIZE", "6"}};
+  {
+    ScopedEnv env(vars);
+    JobEnvironment j = detectJobEnvironment();
+    EXPECT_EQ(j.source, "jsrun");
+    EXPECT_EQ(j.size, 12);
+    EXPECT_EQ(j.rendezvous, "");  // /tmp is not shared between hosts
+  }
+  {
+    auto withStore = vars;
+    withStore["KOLO_RENDEZVOUS"] = "tcp://h41n01:29400";
+    ScopedEnv env(withStore);
+    JobEnvironment j = detectJobEnvironment();
+    EXPECT_EQ(j.rendezvous, "tcp://h41n01:29400");
+    EXPECT_TRUE(j.hostStore);  // rank 0, no kolorun
+  }
+}
+
+TEST(JobEnvironment, SpectrumMpiUnderJsrunIsReadAsMpirun) {
+  // IBM Spectrum MPI's ranks have both jsrun's and Open MPI's variables; its
+  // MPI library goes by the latter.
+  ScopedEnv env({{"JSM_NAMESPACE_RANK", "1"},
+                 {"JSM_NAMESPACE_SIZE", "2"},
+                 {"OMPI_COMM_WORLD_RANK", "1"},
+                 {"OMPI_COMM_WORLD_SIZE", "2"},
+                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  JobEnvironment j = detectJobEnvironment();
+  EXPECT_EQ(j.source, "mpirun");
+  EXPECT_EQ(j.rank, 1);
+  EXPECT_EQ(j.size, 2);
+}
+
+TEST(JobEnvironment, JsrunErrorsNameTheVariable) {
+  {
+    ScopedEnv env({{"JSM_NAMESPACE_RANK", "4"}, {"JSM_NAMESPACE_SIZE", "4"}});
+    Error e = expectError([] { detectJobEnvironment(); });
+    EXPECT_TRUE(
+        contains(e.what(), "JSM_NAMESPACE_RANK=4 is not below JSM_NAMESPACE_SIZE=4"))
+        << e.what();
+  }
+  {
+    ScopedEnv env(std::map<std::string, std::string>{{"JSM_NAMESPACE_RANK", "0"}});
+    Error e = expectError([] { detectJobEnvironment(); });
+    EXPECT_TRUE(contains(e.what(), "jsrun launch detected but JSM_NAMESPACE_SIZE"))
+        << e.what();
+  }
 }
 
 TEST(JobEnvironment, Torchrun) {

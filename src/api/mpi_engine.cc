@@ -77,6 +77,7 @@ std::string storeAddress(const Settings& settings, bool oneNode) {
 // The launcher variables that env.source read, for messages.
 const char* launcherVariables(const std::string& source) {
   if (source == "mpirun") return "OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE";
+  if (source == "jsrun") return "JSM_NAMESPACE_RANK/JSM_NAMESPACE_SIZE";
   if (source == "pmi") return "PMI_RANK/PMI_SIZE";
   if (source == "kolo") return "KOLO_RANK/KOLO_SIZE";
   if (source == "srun") return "SLURM_PROCID/SLURM_NTASKS";

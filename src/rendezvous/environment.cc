@@ -11,13 +11,18 @@
 //   the job and step ids, 20000 + (job * 16 + step) % 20000, so that
 //   concurrent steps rarely meet; a port in use is a clear error on rank 0
 //   and KOLO_RENDEZVOUS picks another.
-// - mpirun / PMI / one-node srun without KOLO_RENDEZVOUS: a file store in
+// - mpirun / PMI / one-node srun / one-host jsrun without KOLO_RENDEZVOUS:
+//   a file store in
 //   /tmp/kolo-<job id>, which only works when every rank sees the same /tmp
 //   (one host); multi-host mpirun jobs use the MPI engine (rank 0's store
 //   address is broadcast over MPI) or set KOLO_RENDEZVOUS. The job id comes from
 //   OMPI_MCA_ess_base_jobid or PMIX_NAMESPACE (Open MPI), SLURM_JOB_ID and
 //   SLURM_STEP_ID (srun), PMI_JOBID, or as a last resort the parent process
-//   id (the launcher daemon that all ranks of one host share).
+//   id (the launcher daemon that all ranks of one host share). jsrun over
+//   several hosts (JSM_NAMESPACE_LOCAL_SIZE < JSM_NAMESPACE_SIZE) gets no
+//   file store that would hang: the MPI engine, KOLO_RENDEZVOUS or kolorun.
+// - The launchers are a table (kLaunchers below): one reader per launcher,
+//   tried in order; a new launcher is one row and one reader.
 // - KOLO_RENDEZVOUS given to a non-kolo launcher: a tcp:// address is hosted
 //   by rank 0 (there is no kolorun to host it). Under kolorun (source
 //   "kolo") the launcher hosts the store, so no rank does.
@@ -32,6 +37,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "rendezvous/slurm_lists.h"
 
 namespace kolo::rendezvous {
 namespace {
@@ -80,64 +86,16 @@ std::optional<int> firstInt(std::initializer_list<const char*> names) {
   return std::nullopt;
 }
 
-// Slurm's compressed task counts: "2(x3),1" means nodes 0-2 run 2 tasks and
-// node 3 runs 1. Returns the count of node `node`.
+// Slurm's task count of node `node` ("2(x3),1": nodes 0-2 run 2, node 3
+// runs 1).
 int slurmTasksOnNode(const char* name, const std::string& text, int node) {
-  auto bad = [&]() -> int {
-    KOLO_THROW(ErrorCode::kInvalidArgument,
-               name << "='" << text << "' is not a Slurm task list such as 2(x3),1");
-  };
-  int index = 0;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find(',', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string item = text.substr(pos, end - pos);
-    int repeat = 1;
-    size_t paren = item.find('(');
-    std::string countText = item.substr(0, paren);
-    if (paren != std::string::npos) {
-      if (item.size() < paren + 4 || item.compare(paren, 2, "(x") != 0 ||
-          item.back() != ')') {
-        return bad();
-      }
-      std::string rep = item.substr(paren + 2, item.size() - paren - 3);
-      char* e = nullptr;
-      long r = std::strtol(rep.c_str(), &e, 10);
-      if (rep.empty() || *e != '\0' || r < 1) return bad();
-      repeat = static_cast<int>(r);
-    }
-    char* e = nullptr;
-    long count = std::strtol(countText.c_str(), &e, 10);
-    if (countText.empty() || *e != '\0' || count < 0) return bad();
-    if (node < index + repeat) return static_cast<int>(count);
-    index += repeat;
-    pos = end + 1;
+  const std::vector<int> counts = expandSlurmCounts(name, text);
+  if (node >= static_cast<int>(counts.size())) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, name << "='" << text << "' lists "
+                                                 << counts.size()
+                                                 << " nodes but SLURM_NODEID=" << node);
   }
-  KOLO_THROW(ErrorCode::kInvalidArgument, name << "='" << text << "' lists " << index
-                                               << " nodes but SLURM_NODEID=" << node);
-}
-
-// The first host of a Slurm node list: "node[01-04,07],gpu1" -> "node01".
-std::string firstSlurmNode(const char* name, const std::string& list) {
-  const size_t end = list.find_first_of(",[");
-  if (end == 0 || list.empty()) {
-    KOLO_THROW(ErrorCode::kInvalidArgument,
-               name << "='" << list << "' does not start with a node name");
-  }
-  if (end == std::string::npos) return list;
-  std::string host = list.substr(0, end);
-  if (list[end] == '[') {
-    // The first number of the range: "node[01-04]" -> "node01".
-    const size_t stop = list.find_first_of("-,]", end + 1);
-    if (stop == std::string::npos || stop == end + 1) {
-      KOLO_THROW(
-          ErrorCode::kInvalidArgument,
-          name << "='" << list << "' is not a Slurm node list such as node[01-04]");
-    }
-    host += list.substr(end + 1, stop - end - 1);
-  }
-  return host;
+  return counts[node];
 }
 
 // tcp://FIRST-NODE:PORT for an srun step over several nodes, or "" when the
@@ -160,7 +118,8 @@ std::string slurmTcpRendezvous() {
   const long job = optionalInt("SLURM_JOB_ID").value_or(0);
   const long step = firstInt({"SLURM_STEP_ID", "SLURM_STEPID"}).value_or(0);
   const long port = 20000 + (job * 16 + step) % 20000;
-  return "tcp://" + firstSlurmNode(listVar, list) + ":" + std::to_string(port);
+  return "tcp://" + expandSlurmHostList(listVar, list).front() + ":" +
+         std::to_string(port);
 }
 
 std::string sanitize(std::string id) {
@@ -206,132 +165,188 @@ void validate(JobEnvironment& job, const char* rankVar, const char* sizeVar,
   }
 }
 
-}  // namespace
+bool isTcp(const char* address) {
+  return address != nullptr && std::string(address).starts_with("tcp://");
+}
 
-JobEnvironment detectJobEnvironment() {
-  JobEnvironment job;
-  const char* override = env("KOLO_RENDEZVOUS");
-  if (override != nullptr) {
-    std::string a = override;
-    if (!a.starts_with("tcp://") && !a.starts_with("file://")) {
-      KOLO_THROW(
-          ErrorCode::kInvalidArgument,
-          "KOLO_RENDEZVOUS='" << a << "' is not tcp://HOST:PORT or file:///DIRECTORY");
-    }
-  }
-  const bool tcpOverride =
-      override != nullptr && std::string(override).starts_with("tcp://");
+// ---- the launchers, one reader each ----------------------------------------------
+//
+// A reader fills rank, size, local rank and size (validated) and the
+// rendezvous of its launcher. `override` is KOLO_RENDEZVOUS (already checked
+// to be tcp:// or file://), nullptr when unset.
 
-  if (present("KOLO_RANK") || present("KOLO_SIZE")) {
-    job.source = "kolo";
-    job.rank = requiredInt({"KOLO_RANK"}, "kolo");
-    job.size = requiredInt({"KOLO_SIZE"}, "kolo");
-    job.localRank = optionalInt("KOLO_LOCAL_RANK").value_or(-1);
-    job.localSize = optionalInt("KOLO_LOCAL_SIZE").value_or(-1);
-    validate(job, "KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE");
-    if (override != nullptr) {
-      job.rendezvous = override;
-    } else if (job.size > 1) {
-      KOLO_THROW(ErrorCode::kInvalidArgument,
-                 "KOLO_SIZE=" << job.size
-                              << " but KOLO_RENDEZVOUS is not set (kolorun sets it; by "
-                                 "hand use tcp://HOST:PORT or file:///DIRECTORY)");
-    }
-    job.hostStore = false;  // kolorun (or whoever set KOLO_*) hosts the store
-    if (present("KOLO_ELASTIC_WORKER")) {
-      job.elasticWorker =
-          parseNonNegative("KOLO_ELASTIC_WORKER", env("KOLO_ELASTIC_WORKER"));
-      job.elasticTimeoutSeconds =
-          present("KOLO_ELASTIC_TIMEOUT")
-              ? parseNonNegative("KOLO_ELASTIC_TIMEOUT", env("KOLO_ELASTIC_TIMEOUT"))
-              : 600;
-    }
-    return job;
-  }
-
-  if (present("OMPI_COMM_WORLD_RANK") || present("OMPI_COMM_WORLD_SIZE")) {
-    job.source = "mpirun";
-    job.rank = requiredInt({"OMPI_COMM_WORLD_RANK"}, "mpirun");
-    job.size = requiredInt({"OMPI_COMM_WORLD_SIZE"}, "mpirun");
-    job.localRank = optionalInt("OMPI_COMM_WORLD_LOCAL_RANK").value_or(-1);
-    job.localSize = optionalInt("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(-1);
-    validate(job, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-             "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
-  } else if (present("PMI_RANK") || present("PMI_SIZE")) {
-    job.source = "pmi";
-    job.rank = requiredInt({"PMI_RANK"}, "PMI");
-    job.size = requiredInt({"PMI_SIZE"}, "PMI");
-    job.localRank = firstInt({"MPI_LOCALRANKID", "PMI_LOCAL_RANK"}).value_or(-1);
-    job.localSize = firstInt({"MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"}).value_or(-1);
-    validate(job, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS");
-  } else if (present("SLURM_PROCID")) {
-    job.source = "srun";
-    job.rank = requiredInt({"SLURM_PROCID"}, "srun");
-    // An srun step sets SLURM_STEP_NUM_TASKS; a batch script only the
-    // allocation's SLURM_NTASKS.
-    const char* sizeVar = present("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS"
-                          : present("SLURM_NTASKS")       ? "SLURM_NTASKS"
-                                                          : "SLURM_NPROCS";
-    job.size = requiredInt({sizeVar}, "srun");
-    job.localRank = optionalInt("SLURM_LOCALID").value_or(-1);
-    const char* listVar = present("SLURM_STEP_TASKS_PER_NODE")
-                              ? "SLURM_STEP_TASKS_PER_NODE"
-                              : "SLURM_TASKS_PER_NODE";
-    if (const char* list = env(listVar)) {
-      int node = optionalInt("SLURM_NODEID").value_or(0);
-      job.localSize = slurmTasksOnNode(listVar, list, node);
-    }
-    validate(job, "SLURM_PROCID", sizeVar, "SLURM_LOCALID", listVar);
-  } else if (present("RANK") && present("WORLD_SIZE")) {
-    job.source = "torchrun";
-    job.rank = requiredInt({"RANK"}, "torchrun");
-    job.size = requiredInt({"WORLD_SIZE"}, "torchrun");
-    job.localRank = optionalInt("LOCAL_RANK").value_or(-1);
-    job.localSize = optionalInt("LOCAL_WORLD_SIZE").value_or(-1);
-    validate(job, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
-    if (override != nullptr) {
-      job.rendezvous = override;
-      job.hostStore = tcpOverride && job.rank == 0;
-      return job;
-    }
-    const char* addr = env("MASTER_ADDR");
-    const char* portText = env("MASTER_PORT");
-    if (addr == nullptr || portText == nullptr) {
-      if (job.size == 1) return job;
-      KOLO_THROW(ErrorCode::kInvalidArgument,
-                 "torchrun launch detected (RANK, WORLD_SIZE) but "
-                     << (addr == nullptr ? "MASTER_ADDR" : "MASTER_PORT")
-                     << " is not set");
-    }
-    int port = parseNonNegative("MASTER_PORT", portText);
-    if (port < 1 || port >= 65535) {
-      KOLO_THROW(ErrorCode::kInvalidArgument,
-                 "MASTER_PORT='"
-                     << portText
-                     << "' must be in 1..65534 (kolo's store uses MASTER_PORT+1)");
-    }
-    std::string host = addr;
-    if (host.find(':') != std::string::npos && host.front() != '[')
-      host = "[" + host + "]";
-    job.rendezvous = "tcp://" + host + ":" + std::to_string(port + 1);
-    job.hostStore = job.rank == 0;
-    return job;
-  } else {
-    job.source = "none";
-    if (override != nullptr) job.rendezvous = override;
-    return job;
-  }
-
-  // mpirun, PMI, srun.
+// mpirun, PMI, one-host jsrun: KOLO_RENDEZVOUS (hosted by rank 0 when tcp),
+// else a file store named after the job.
+void sharedStore(JobEnvironment& job, const char* override) {
   if (override != nullptr) {
     job.rendezvous = override;
-    job.hostStore = tcpOverride && job.rank == 0;
-  } else if (job.source == "srun" && job.size > 1 && !slurmTcpRendezvous().empty()) {
-    job.rendezvous = slurmTcpRendezvous();
-    job.hostStore = job.rank == 0;
+    job.hostStore = isTcp(override) && job.rank == 0;
   } else if (job.size > 1) {
     job.rendezvous = "file:///tmp/kolo-" + sanitize(jobId());
   }
+}
+
+void readKolo(JobEnvironment& job, const char* override) {
+  job.rank = requiredInt({"KOLO_RANK"}, "kolo");
+  job.size = requiredInt({"KOLO_SIZE"}, "kolo");
+  job.localRank = optionalInt("KOLO_LOCAL_RANK").value_or(-1);
+  job.localSize = optionalInt("KOLO_LOCAL_SIZE").value_or(-1);
+  validate(job, "KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE");
+  if (override != nullptr) {
+    job.rendezvous = override;
+  } else if (job.size > 1) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "KOLO_SIZE=" << job.size
+                            << " but KOLO_RENDEZVOUS is not set (kolorun sets it; by "
+                               "hand use tcp://HOST:PORT or file:///DIRECTORY)");
+  }
+  job.hostStore = false;  // kolorun (or whoever set KOLO_*) hosts the store
+  if (present("KOLO_ELASTIC_WORKER")) {
+    job.elasticWorker =
+        parseNonNegative("KOLO_ELASTIC_WORKER", env("KOLO_ELASTIC_WORKER"));
+    job.elasticTimeoutSeconds =
+        present("KOLO_ELASTIC_TIMEOUT")
+            ? parseNonNegative("KOLO_ELASTIC_TIMEOUT", env("KOLO_ELASTIC_TIMEOUT"))
+            : 600;
+  }
+}
+
+void readMpirun(JobEnvironment& job, const char* override) {
+  job.rank = requiredInt({"OMPI_COMM_WORLD_RANK"}, "mpirun");
+  job.size = requiredInt({"OMPI_COMM_WORLD_SIZE"}, "mpirun");
+  job.localRank = optionalInt("OMPI_COMM_WORLD_LOCAL_RANK").value_or(-1);
+  job.localSize = optionalInt("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(-1);
+  validate(job, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+           "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
+  sharedStore(job, override);
+}
+
+// jsrun's own variables (without IBM Spectrum MPI's OMPI_COMM_WORLD_*, which
+// the mpirun row reads first). Ranks on one host share a file store; over
+// several hosts there is no address every rank knows before the job
+// starts, so the rendezvous stays empty (the MPI engine needs none; without
+// it the communicator asks for KOLO_RENDEZVOUS).
+void readJsrun(JobEnvironment& job, const char* override) {
+  job.rank = requiredInt({"JSM_NAMESPACE_RANK"}, "jsrun");
+  job.size = requiredInt({"JSM_NAMESPACE_SIZE"}, "jsrun");
+  job.localRank = optionalInt("JSM_NAMESPACE_LOCAL_RANK").value_or(-1);
+  job.localSize = optionalInt("JSM_NAMESPACE_LOCAL_SIZE").value_or(-1);
+  validate(job, "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK",
+           "JSM_NAMESPACE_LOCAL_SIZE");
+  const bool severalHosts = job.localSize > 0 && job.localSize < job.size;
+  if (override != nullptr || !severalHosts) sharedStore(job, override);
+}
+
+void readPmi(JobEnvironment& job, const char* override) {
+  job.rank = requiredInt({"PMI_RANK"}, "PMI");
+  job.size = requiredInt({"PMI_SIZE"}, "PMI");
+  job.localRank = firstInt({"MPI_LOCALRANKID", "PMI_LOCAL_RANK"}).value_or(-1);
+  job.localSize = firstInt({"MPI_LOCALNRANKS", "PMI_LOCAL_SIZE"}).value_or(-1);
+  validate(job, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS");
+  sharedStore(job, override);
+}
+
+void readSrun(JobEnvironment& job, const char* override) {
+  job.rank = requiredInt({"SLURM_PROCID"}, "srun");
+  // An srun step sets SLURM_STEP_NUM_TASKS; a batch script only the
+  // allocation's SLURM_NTASKS.
+  const char* sizeVar = present("SLURM_STEP_NUM_TASKS") ? "SLURM_STEP_NUM_TASKS"
+                        : present("SLURM_NTASKS")       ? "SLURM_NTASKS"
+                                                        : "SLURM_NPROCS";
+  job.size = requiredInt({sizeVar}, "srun");
+  job.localRank = optionalInt("SLURM_LOCALID").value_or(-1);
+  const char* listVar = present("SLURM_STEP_TASKS_PER_NODE") ? "SLURM_STEP_TASKS_PER_NODE"
+                                                             : "SLURM_TASKS_PER_NODE";
+  if (const char* list = env(listVar)) {
+    int node = optionalInt("SLURM_NODEID").value_or(0);
+    job.localSize = slurmTasksOnNode(listVar, list, node);
+  }
+  validate(job, "SLURM_PROCID", sizeVar, "SLURM_LOCALID", listVar);
+  std::string tcp;
+  if (override == nullptr && job.size > 1) tcp = slurmTcpRendezvous();
+  if (!tcp.empty()) {
+    job.rendezvous = tcp;
+    job.hostStore = job.rank == 0;
+  } else {
+    sharedStore(job, override);
+  }
+}
+
+void readTorchrun(JobEnvironment& job, const char* override) {
+  job.rank = requiredInt({"RANK"}, "torchrun");
+  job.size = requiredInt({"WORLD_SIZE"}, "torchrun");
+  job.localRank = optionalInt("LOCAL_RANK").value_or(-1);
+  job.localSize = optionalInt("LOCAL_WORLD_SIZE").value_or(-1);
+  validate(job, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+  if (override != nullptr) {
+    job.rendezvous = override;
+    job.hostStore = isTcp(override) && job.rank == 0;
+    return;
+  }
+  const char* addr = env("MASTER_ADDR");
+  const char* portText = env("MASTER_PORT");
+  if (addr == nullptr || portText == nullptr) {
+    if (job.size == 1) return;
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "torchrun launch detected (RANK, WORLD_SIZE) but "
+                   << (addr == nullptr ? "MASTER_ADDR" : "MASTER_PORT") << " is not set");
+  }
+  int port = parseNonNegative("MASTER_PORT", portText);
+  if (port < 1 || port >= 65535) {
+    KOLO_THROW(
+        ErrorCode::kInvalidArgument,
+        "MASTER_PORT='" << portText
+                        << "' must be in 1..65534 (kolo's store uses MASTER_PORT+1)");
+  }
+  std::string host = addr;
+  if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
+  job.rendezvous = "tcp://" + host + ":" + std::to_string(port + 1);
+  job.hostStore = job.rank == 0;
+}
+
+// The launchers in the order they are tried: the first whose variables are
+// set started this process. kolorun's own come first (it may run under any
+// of the others); Open MPI's before jsrun's, since IBM Spectrum MPI under
+// jsrun sets both and its MPI library agrees with OMPI_COMM_WORLD_*; RANK
+// alone is too common a name, so torchrun needs WORLD_SIZE as well.
+struct Launcher {
+  const char* source;  // JobEnvironment::source
+  bool (*detected)();
+  void (*read)(JobEnvironment& job, const char* override);
+};
+
+const Launcher kLaunchers[] = {
+    {"kolo", [] { return present("KOLO_RANK") || present("KOLO_SIZE"); }, readKolo},
+    {"mpirun",
+     [] { return present("OMPI_COMM_WORLD_RANK") || present("OMPI_COMM_WORLD_SIZE"); },
+     readMpirun},
+    {"jsrun",
+     [] { return present("JSM_NAMESPACE_RANK") || present("JSM_NAMESPACE_SIZE"); },
+     readJsrun},
+    {"pmi", [] { return present("PMI_RANK") || present("PMI_SIZE"); }, readPmi},
+    {"srun", [] { return present("SLURM_PROCID"); }, readSrun},
+    {"torchrun", [] { return present("RANK") && present("WORLD_SIZE"); }, readTorchrun},
+};
+
+}  // namespace
+
+JobEnvironment detectJobEnvironment() {
+  const char* override = env("KOLO_RENDEZVOUS");
+  if (override != nullptr && !std::string(override).starts_with("tcp://") &&
+      !std::string(override).starts_with("file://")) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "KOLO_RENDEZVOUS='" << override
+                                   << "' is not tcp://HOST:PORT or file:///DIRECTORY");
+  }
+  JobEnvironment job;
+  for (const Launcher& launcher : kLaunchers) {
+    if (!launcher.detected()) continue;
+    job.source = launcher.source;
+    launcher.read(job, override);
+    return job;
+  }
+  job.source = "none";
+  if (override != nullptr) job.rendezvous = override;
   return job;
 }
 

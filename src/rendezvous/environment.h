@@ -4,6 +4,9 @@
 //   kolo      KOLO_RANK, KOLO_SIZE, KOLO_LOCAL_RANK, KOLO_LOCAL_SIZE,
 //             KOLO_RENDEZVOUS (tcp://host:port or file:///dir)
 //   mpirun    OMPI_COMM_WORLD_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE
+//   jsrun     JSM_NAMESPACE_RANK, _SIZE, _LOCAL_RANK, _LOCAL_SIZE (LSF's
+//             launcher; IBM Spectrum MPI's ranks also have the mpirun
+//             variables, which come first)
 //   PMI       PMI_RANK, PMI_SIZE (MPICH/Hydra, srun --mpi=pmi2)
 //   srun      SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID
 //   torchrun  RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
@@ -13,7 +16,8 @@
 // torchrun's own c10d store may already listen on MASTER_PORT);
 // an srun step over several nodes uses tcp://FIRST-NODE:PORT (rank 0 hosts
 // the store; environment.cc says how the port is chosen); a one-host
-// mpirun/srun job uses a file store under /tmp named after the job id.
+// mpirun/srun/jsrun job uses a file store under /tmp named after the job
+// id; jsrun over several hosts has none (the MPI engine needs none).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +26,8 @@
 namespace kolo::rendezvous {
 
 struct JobEnvironment {
-  std::string source;  // "kolo", "mpirun", "pmi", "srun", "torchrun", "none"
+  std::string source;  // "kolo", "mpirun", "jsrun", "pmi", "srun", "torchrun",
+                       // "none"
   int rank = 0;
   int size = 1;
   int localRank = -1;  // -1 when the launcher does not say

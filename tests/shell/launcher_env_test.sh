@@ -7,13 +7,15 @@
 # Each case starts the ranks of kolo-bench as plain background processes,
 # with only the variables the launcher would set (no KOLO_RANK, no
 # KOLO_RENDEZVOUS), waits for all of them, and requires every rank to exit 0
-# and rank 0 to report every size "ok":
+# and rank 0 to be in a job of all of them and to report every size "ok":
 #   srun, one node        SLURM_* with a one-node step: file store
 #   srun, two nodes       SLURM_STEP_NUM_NODES=2 and a node list: rank 0
 #                         hosts the store on the first node (here localhost);
 #                         KOLO_HOST_ID per node makes them two hosts
 #   torchrun, one node    RANK, WORLD_SIZE, LOCAL_*, MASTER_ADDR/PORT
 #   torchrun, two nodes   the same with GROUP_RANK and KOLO_HOST_ID per node
+#   jsrun, one host       JSM_NAMESPACE_* (LSF's jsrun) and PMIX_NAMESPACE:
+#                         file store
 set -euo pipefail
 build=${1:?usage: launcher_env_test.sh BUILD_DIR}
 bench="$build/bin/kolo-bench"
@@ -26,7 +28,7 @@ cleanup() {
 trap cleanup EXIT
 
 # Nothing of an outer launcher may leak in.
-for v in $(env | sed -n 's/^\(KOLO_[A-Z_]*\|OMPI_[A-Z_]*\|PMI_[A-Z_]*\|PMIX_[A-Z_]*\|SLURM_[A-Z_]*\)=.*/\1/p'); do
+for v in $(env | sed -n 's/^\(KOLO_[A-Z_]*\|OMPI_[A-Z_]*\|PMI_[A-Z_]*\|PMIX_[A-Z_]*\|SLURM_[A-Z_]*\|JSM_[A-Z_]*\)=.*/\1/p'); do
   unset "$v"
 done
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT GROUP_RANK
@@ -84,6 +86,11 @@ run_case() {
     cat "$work/$name.0.out"
     failed=1
   fi
+  if [[ $failed == 0 ]] && ! grep -q "ranks $n " "$work/$name.0.out"; then
+    echo "FAIL $name: rank 0 was not in a job of $n ranks"
+    cat "$work/$name.0.out"
+    failed=1
+  fi
   if grep -q 'FAIL' "$work/$name.0.out"; then
     echo "FAIL $name: a result was wrong"
     cat "$work/$name.0.out"
@@ -119,6 +126,10 @@ torchrun_two_nodes() {
   echo RANK=$1 WORLD_SIZE=4 LOCAL_RANK=$(($1 % 2)) LOCAL_WORLD_SIZE=2 GROUP_RANK=$node \
     MASTER_ADDR=127.0.0.1 MASTER_PORT=$torch_port KOLO_HOST_ID=node$node
 }
+jsrun_one_host() {
+  echo JSM_NAMESPACE_RANK=$1 JSM_NAMESPACE_SIZE=3 JSM_NAMESPACE_LOCAL_RANK=$1 \
+    JSM_NAMESPACE_LOCAL_SIZE=3 PMIX_NAMESPACE=jsm-test-$job
+}
 
 status=0
 run_case srun-one-node 3 srun_one_node || status=1
@@ -126,6 +137,7 @@ run_case srun-two-nodes 4 srun_two_nodes || status=1
 run_case torchrun-one-node 3 torchrun_one_node || status=1
 torch_port=$(free_ports 1)
 run_case torchrun-two-nodes 4 torchrun_two_nodes || status=1
+run_case jsrun-one-host 3 jsrun_one_host || status=1
 # The two-node cases really ran as two hosts (shm inside, tcp between).
 for name in srun-two-nodes torchrun-two-nodes; do
   if ! grep -q 'hier' "$work/$name.0.out"; then

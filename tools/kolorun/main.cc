@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "allocation.h"
 #include "kolo/config.h"
 #include "mpi_launch.h"
 #include "options.h"
@@ -17,8 +18,11 @@
 int main(int argc, char** argv) {
   using namespace kolo::kolorun;
   LaunchOptions options;
+  std::string hostsFrom;  // the allocation's hosts, when they are used
   try {
     options = parseArguments(argc, argv);
+    if (!options.showHelp && !options.showVersion)
+      hostsFrom = useAllocation(options, processEnvironment());
   } catch (const UsageError& e) {
     std::fprintf(stderr, "kolorun: %s\n\n%s", e.what(), usageText().c_str());
     return 2;
@@ -31,6 +35,7 @@ int main(int argc, char** argv) {
     std::printf("kolorun (kolo) %s\n", KOLO_VERSION);
     return 0;
   }
+  if (!hostsFrom.empty()) std::fprintf(stderr, "kolorun: %s\n", hostsFrom.c_str());
   for (const auto& note : options.notes)
     std::fprintf(stderr, "kolorun: %s\n", note.c_str());
   try {

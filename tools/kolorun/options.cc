@@ -446,7 +446,9 @@ const Flag kFlags[] = {
      ": kolorun reads no YAML file; give the flags on the command line"},
     {"-cb --check-build", false, unsupported,
      ": kolorun --version names the build; docs/launching.md lists what it honours"},
-    {"--jsrun", false, unsupported, ": launch with --mpi (mpirun) or srun instead"},
+    {"--jsrun", false, unsupported,
+     ": inside an LSF allocation kolorun takes its hosts (without -H); or start the "
+     "ranks with jsrun directly"},
     {"--binding-args", false, unsupported,
      ": kolo's ranks are not bound to cores; extra mpirun flags go in --mpi-args"},
     {"--mpi-threads-disable", false, unsupported,
@@ -604,7 +606,9 @@ std::string usageText() {
          "  --validators V      with --servers: the last V workers validate\n"
          "                      instead of training (sets KOLO_VALIDATORS)\n"
          "  -H HOST[:SLOTS],... hosts and their slots (default 1); ranks fill\n"
-         "                      them in order. Without -H: all ranks here\n"
+         "                      them in order. Without -H: the hosts of the LSF\n"
+         "                      or Slurm allocation kolorun runs in, else all\n"
+         "                      ranks here\n"
          "  --hostfile FILE     hosts from FILE: 'HOST slots=N' or 'HOST:N' lines\n"
          "  --ssh-command CMD   how remote ranks start: CMD HOST 'COMMAND LINE'\n"
          "                      (default: ssh -o BatchMode=yes)\n"

@@ -62,7 +62,8 @@ struct LaunchOptions {
   std::vector<std::string> exports;
   std::vector<std::string> notes;    // accepted flags that change nothing, and why
   std::vector<std::string> command;  // CMD ARGS..., never empty after parsing
-  std::vector<HostSlots> hosts;      // -H or --hostfile; empty = all on this host
+  std::vector<HostSlots> hosts;      // -H, --hostfile or the batch allocation
+                                     // (allocation.h); empty = all on this host
   std::string hostfile;              // --hostfile FILE, as given (for --mpi)
   std::string sshCommand = "ssh -o BatchMode=yes";  // --ssh-command CMD,
                                                     // then -p PORT -i FILE
