@@ -848,16 +848,22 @@ void CommunicatorImpl::doAlltoall(const AlltoallOptions& o) {
 
 // ---- barrier ---------------------------------------------------------------
 
+// A barrier is its descriptor exchange: every rank hears from every other
+// in it (one shared-memory step, or the allgather of descriptors over the
+// transport), and a rank that waits in another collective meets it there
+// and fails with the mismatch naming both (descriptor_check.h) instead of
+// each side waiting for messages of tags the other never sends. Only in an
+// agreed scope (agreed_scope.h: no rank can be elsewhere) does a barrier
+// over the transport take the dissemination rounds (log2 n, not n - 1).
 void CommunicatorImpl::doBarrier() {
   if (size() == 1) return;
-  if (allLocalShm_) {
-    // One shared-memory step is a barrier (agreed or not).
+  collectives::Context ctx = nextContext();
+  if (allLocalShm_ || !agreed_) {
     OpDescriptor d;
     d.kind = CollectiveKind::kBarrier;
-    exchange(nextContext(), d, nullptr);
+    exchange(ctx, d, nullptr);
     return;
   }
-  collectives::Context ctx = nextContext();
   collectives::barrierDissemination(ctx);
 }
 
