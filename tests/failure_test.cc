@@ -253,5 +253,54 @@ TEST(ShmStepTest, PeerThatPublishedThenExitedIsNotLost) {
   }
 }
 
+// A rank stopped while the others work on a team split from the world (as
+// the runtime's team is): they time out on the team, then release the
+// world, whose closing step does not wait another KOLO_TIMEOUT for the rank
+// they already found silent (a stopped elastic worker is left after
+// KOLO_TIMEOUT + the join window, docs/elastic.md). Had it waited, the
+// step would have failed with a "shutdown barrier failed" warning.
+TEST(FamilyLossTest, WorldClosesWithoutWaitingForThePeerItsTeamLost) {
+  const double timeout = 2.0;
+  test::ProcessRanks ranks(3, [&](int rank, const std::string& address) {
+    auto world = test::connectRank(rank, 3, address, timeout, "auto");
+    try {
+      auto team = world->split({0, 1, 2}, "work");
+      std::vector<float> buf(1024, 1.0f);
+      AllreduceOptions o;
+      o.send = o.recv = buf.data();
+      o.count = buf.size();
+      for (long i = 0;; ++i) {
+        team->allreduce(o);
+        if (i == 0) test::sayRank(rank, "running");
+      }
+    } catch (const Error& e) {
+      std::printf("rank %d: the team failed: %s\n", rank, e.what());
+    }
+    world.reset();  // the closing step
+    test::sayRank(rank, "closed");
+    return 0;
+  });
+  waitRunning(ranks);
+  ranks.signal(2, SIGSTOP);
+  // Each survivor: the team's timeout, then the world's release; 15 s is
+  // far more than one KOLO_TIMEOUT (2 s) but lets a waiting closing step
+  // end and say so.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (!(exited(ranks.pid(0)) && exited(ranks.pid(1))) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ranks.signal(2, SIGKILL);
+  auto outcomes = ranks.waitAll(milliseconds(5000));
+  for (int r : {0, 1}) {
+    const auto& o = outcomes[r];
+    EXPECT_FALSE(o.hung) << "rank " << r << " hung; output:\n" << o.output;
+    EXPECT_EQ(o.exitCode, 0) << o.output;
+    EXPECT_NE(o.output.find("the team failed"), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("closed"), std::string::npos) << o.output;
+    EXPECT_EQ(o.output.find("shutdown barrier failed"), std::string::npos) << o.output;
+  }
+}
+
 }  // namespace
 }  // namespace kolo

@@ -213,8 +213,10 @@ CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
 
 CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
                                    const Settings& settings,
-                                   std::shared_ptr<rendezvous::Store> store)
+                                   std::shared_ptr<rendezvous::Store> store,
+                                   std::shared_ptr<std::atomic<bool>> familyLost)
     : settings_(settings) {
+  if (familyLost) familyLost_ = std::move(familyLost);
   setUp(config, /*engineMpi=*/false, std::move(store), /*team=*/true);
   enrolForExitGoodbye(this, [this] { close(/*atExit=*/true); });
 }
@@ -444,6 +446,9 @@ void CommunicatorImpl::close(bool atExit) {
   if (shut_) return;
   shut_ = true;
   if (broken_ || layout().size == 1) return;
+  // A peer lost in a team of this communicator's family (the runtime's,
+  // found while this one was idle) would not answer this step either.
+  if (familyLost_->load()) return;
   try {
     // A rank must not close its links while a peer still receives from it:
     // the closing step is a barrier whose descriptor says "finalize", so
@@ -477,6 +482,10 @@ void CommunicatorImpl::guarded(const std::function<void()>& op) {
     if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout ||
         e.code() == ErrorCode::kIo || e.code() == ErrorCode::kInternal) {
       broken_ = std::current_exception();
+      if (!everyoneKnows_ &&
+          (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout)) {
+        familyLost_->store(true);
+      }
       // Tell the others why, so they name the rank really lost; unless they
       // all found it in the same descriptors (a departed rank), when a
       // notice could only race their own identical error.
@@ -737,7 +746,7 @@ std::shared_ptr<Communicator> CommunicatorImpl::split(const std::vector<int>& ra
       }
     }
   }
-  return std::make_shared<CommunicatorImpl>(config, settings, store_);
+  return std::make_shared<CommunicatorImpl>(config, settings, store_, familyLost_);
 }
 
 // ---- broadcast -------------------------------------------------------------
