@@ -467,7 +467,13 @@ void CommunicatorImpl::close(bool atExit) {
     // listens, so a kolo_init that follows at once can only reach the next
     // world's store (the client retries until it listens), never this one
     // as it goes away.
-    if (config_.hostStore && config_.rank == 0) store_.reset();
+    // (Stopped explicitly: the teams split from this communicator share the
+    // store object and may still be closing alongside, kolo_finalize and the
+    // exit goodbye releasing them all at once.)
+    if (config_.hostStore && config_.rank == 0) {
+      store_->stopServing();
+      store_.reset();
+    }
     queue_.runBlocking([&] { guarded([&] { doBarrier(); }); });
   } catch (const std::exception& e) {
     KOLO_LOG(kWarning) << "shutdown barrier failed: " << e.what();

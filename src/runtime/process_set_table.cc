@@ -16,19 +16,20 @@ std::string rankList(const std::vector<int>& ranks) {
   return os.str();
 }
 
-// Drops each reference on a thread of its own (the closing steps of the
-// last references run concurrently) and waits for all; inline when no
-// thread can be started.
+// Drops each reference at once: the last on the calling thread, the others
+// on a thread each (their closing steps run concurrently); waits for all.
+// Inline when no thread can be started.
 void releaseAtOnce(std::vector<std::shared_ptr<Communicator>> comms) {
+  std::erase(comms, nullptr);
   std::vector<std::thread> threads;
-  for (auto& c : comms) {
-    if (!c) continue;
+  for (size_t i = 0; i + 1 < comms.size(); ++i) {
     try {
-      threads.emplace_back([c = std::move(c)]() mutable { c.reset(); });
+      threads.emplace_back([c = std::move(comms[i])]() mutable { c.reset(); });
     } catch (const std::system_error&) {
-      c.reset();
+      comms[i].reset();
     }
   }
+  if (!comms.empty()) comms.back().reset();
   for (auto& t : threads) t.join();
 }
 
