@@ -102,6 +102,22 @@ OrphanGuard::OrphanGuard() {
     throw std::runtime_error(std::string("cannot create the ranks' guard: socketpair: ") +
                              std::strerror(errno));
   }
+  // Above stderr: the guard makes 0 and 1 /dev/null (kolorun may have been
+  // started with a standard descriptor closed, which socketpair reuses).
+  for (int& fd : fds) {
+    if (fd > STDERR_FILENO) continue;
+    const int moved = fcntl(fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+    close(fd);
+    fd = moved;
+  }
+  if (fds[0] < 0 || fds[1] < 0) {
+    int e = errno;
+    for (int fd : fds) {
+      if (fd >= 0) close(fd);
+    }
+    throw std::runtime_error(std::string("cannot create the ranks' guard: fcntl: ") +
+                             std::strerror(e));
+  }
   pid_t pid = fork();
   if (pid < 0) {
     int e = errno;
