@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <kolo/kolo.h>
 #include <kolo/runtime.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -521,6 +522,53 @@ TEST(CApiRuntime, EveryCallAcrossProcesses) {
   EXPECT_TRUE(contains(trace, "\"fc1.weight\"")) << trace.substr(0, 2000);
   EXPECT_TRUE(contains(trace, "\"a2a\"")) << trace.substr(0, 2000);
   std::remove(timeline.c_str());
+}
+
+// A rank that calls kolo_finalize while the others wait in a collective
+// (and lives on): they fail at once with the error naming it, "rank 1 left
+// the job (finalized)", as when it exits without finalize, not after
+// KOLO_TIMEOUT with "alive but not answering". The closing step of the
+// world runs alongside the runtimes' own, which wait for the others'
+// finalize.
+TEST(CApiRuntime, EarlyFinalizeFailsTheOthersAtOnce) {
+  const int n = 3;
+  kolo::test::ProcessRanks ranks(n, [&](int rank, const std::string& address) {
+    clearLauncherEnv();
+    setenv("KOLO_RANK", std::to_string(rank).c_str(), 1);
+    setenv("KOLO_SIZE", std::to_string(n).c_str(), 1);
+    setenv("KOLO_RENDEZVOUS", address.c_str(), 1);
+    setenv("KOLO_TIMEOUT", "60", 1);  // beyond the test's wait below
+    if (kolo_init() != KOLO_OK) {
+      std::printf("rank %d: kolo_init: %s\n", rank, kolo_last_error());
+      return 1;
+    }
+    float x[4] = {1, 1, 1, 1};
+    if (kolo_allreduce(x, x, 4, KOLO_FLOAT32, KOLO_SUM) != KOLO_OK) return 1;
+    if (rank == 1) {
+      std::printf("rank 1: kolo_finalize returned %d\n", kolo_finalize());
+      kolo::test::sayRank(rank, "done");
+      pause();  // lives on without kolo; the test ends it
+      return 0;
+    }
+    const int rc = kolo_allreduce(x, x, 4, KOLO_FLOAT32, KOLO_SUM);
+    std::printf("rank %d: kolo_allreduce returned %d: %s\n", rank, rc,
+                rc == KOLO_OK ? "" : kolo_last_error());
+    kolo_finalize();
+    kolo::test::sayRank(rank, "done");
+    return rc == KOLO_ERR_PEER_LOST ? 0 : 1;
+  });
+  const bool done = ranks.waitForOutput("done", std::chrono::milliseconds(30000));
+  ranks.signal(1, SIGKILL);
+  auto outcomes = ranks.waitAll(std::chrono::milliseconds(10000));
+  EXPECT_TRUE(done) << "the ranks were still waiting after 30 s";
+  for (int r : {0, 2}) {
+    const auto& o = outcomes[r];
+    EXPECT_FALSE(o.hung) << o.output;
+    EXPECT_EQ(o.exitCode, 0) << "rank " << r << ":\n" << o.output;
+    EXPECT_TRUE(contains(o.output, "rank 1 left the job (finalized)")) << o.output;
+  }
+  EXPECT_TRUE(contains(outcomes[1].output, "kolo_finalize returned 0"))
+      << outcomes[1].output;
 }
 
 }  // namespace

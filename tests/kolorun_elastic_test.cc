@@ -158,6 +158,14 @@ TEST_F(ElasticDriverTest, TooFewWorkersFailTheJobEvenWhenNoneAsks) {
   }
 }
 
+// The window's part of a stopped worker's time to leave (docs/elastic.md:
+// KOLO_TIMEOUT to notice, then this window): 2 x KOLO_TIMEOUT + 5 s.
+TEST(ElasticJoinWindowTest, IsTwiceTheTimeoutPlusFiveSeconds) {
+  EXPECT_EQ(joinWindowFor(5.0), 15000ms);
+  EXPECT_EQ(joinWindowFor(30.0), 65000ms);
+  EXPECT_EQ(joinWindowFor(0.5), 6000ms);
+}
+
 TEST_F(ElasticDriverTest, AWorkerThatDoesNotAskInTheJoinWindowIsRemoved) {
   ElasticLimits limits;
   limits.joinWindow = 200ms;

@@ -579,6 +579,32 @@ TEST(KolorunTest, KolorunKilledTakesItsRanksWithIt) {
   expectAllGone(ranks);
 }
 
+TEST(KolorunTest, KolorunKilledTakesEveryProcessOfARanksTree) {
+  // Ranks started through a shell: what the shell starts (a background job,
+  // a subshell's command after `cd dir &&`) would outlive the killed shell
+  // with parent 1; it is still in the rank's process group, which kolorun's
+  // guard kills.
+  TempDir pidDir;
+  const std::string dir = pidDir.path.string();
+  bool sent = false;
+  auto r = runKolorun({"-np", "3", "sh", "-c",
+                       "echo $$ > " + dir + "/$KOLO_RANK.sh; sleep 300 & echo $! > " +
+                           dir + "/$KOLO_RANK.bg; (cd / && { sleep 300 & echo $! > " +
+                           dir + "/$KOLO_RANK.sub; wait; }) & while [ ! -s " + dir +
+                           "/$KOLO_RANK.sub ]; do sleep 0.01; done; echo ready; wait"},
+                      10, [&](pid_t pid, const RunResult& sofar) {
+                        if (!sent && lines(sofar.out).size() == 3) {
+                          sent = true;
+                          kill(pid, SIGKILL);
+                        }
+                      });
+  EXPECT_TRUE(sent) << describe(r);
+  EXPECT_FALSE(r.timedOut) << describe(r);
+  auto processes = pidsIn(pidDir.path);
+  EXPECT_EQ(processes.size(), 9u);
+  expectAllGone(processes);
+}
+
 TEST(KolorunTest, TimeoutEndsTheJob) {
   auto r = runKolorun({"-np", "2", "--timeout", "0.5", "sleep", "100"}, 30);
   EXPECT_EQ(r.exitCode, 124) << describe(r);

@@ -213,8 +213,10 @@ CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
 
 CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
                                    const Settings& settings,
-                                   std::shared_ptr<rendezvous::Store> store)
+                                   std::shared_ptr<rendezvous::Store> store,
+                                   std::shared_ptr<std::atomic<bool>> familyLost)
     : settings_(settings) {
+  if (familyLost) familyLost_ = std::move(familyLost);
   setUp(config, /*engineMpi=*/false, std::move(store), /*team=*/true);
   enrolForExitGoodbye(this, [this] { close(/*atExit=*/true); });
 }
@@ -444,6 +446,9 @@ void CommunicatorImpl::close(bool atExit) {
   if (shut_) return;
   shut_ = true;
   if (broken_ || layout().size == 1) return;
+  // A peer lost in a team of this communicator's family (the runtime's,
+  // found while this one was idle) would not answer this step either.
+  if (familyLost_->load()) return;
   try {
     // A rank must not close its links while a peer still receives from it:
     // the closing step is a barrier whose descriptor says "finalize", so
@@ -462,7 +467,13 @@ void CommunicatorImpl::close(bool atExit) {
     // listens, so a kolo_init that follows at once can only reach the next
     // world's store (the client retries until it listens), never this one
     // as it goes away.
-    if (config_.hostStore && config_.rank == 0) store_.reset();
+    // (Stopped explicitly: the teams split from this communicator share the
+    // store object and may still be closing alongside, kolo_finalize and the
+    // exit goodbye releasing them all at once.)
+    if (config_.hostStore && config_.rank == 0) {
+      store_->stopServing();
+      store_.reset();
+    }
     queue_.runBlocking([&] { guarded([&] { doBarrier(); }); });
   } catch (const std::exception& e) {
     KOLO_LOG(kWarning) << "shutdown barrier failed: " << e.what();
@@ -477,6 +488,10 @@ void CommunicatorImpl::guarded(const std::function<void()>& op) {
     if (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout ||
         e.code() == ErrorCode::kIo || e.code() == ErrorCode::kInternal) {
       broken_ = std::current_exception();
+      if (!everyoneKnows_ &&
+          (e.code() == ErrorCode::kPeerLost || e.code() == ErrorCode::kTimeout)) {
+        familyLost_->store(true);
+      }
       // Tell the others why, so they name the rank really lost; unless they
       // all found it in the same descriptors (a departed rank), when a
       // notice could only race their own identical error.
@@ -737,7 +752,7 @@ std::shared_ptr<Communicator> CommunicatorImpl::split(const std::vector<int>& ra
       }
     }
   }
-  return std::make_shared<CommunicatorImpl>(config, settings, store_);
+  return std::make_shared<CommunicatorImpl>(config, settings, store_, familyLost_);
 }
 
 // ---- broadcast -------------------------------------------------------------
@@ -848,16 +863,22 @@ void CommunicatorImpl::doAlltoall(const AlltoallOptions& o) {
 
 // ---- barrier ---------------------------------------------------------------
 
+// A barrier is its descriptor exchange: every rank hears from every other
+// in it (one shared-memory step, or the allgather of descriptors over the
+// transport), and a rank that waits in another collective meets it there
+// and fails with the mismatch naming both (descriptor_check.h) instead of
+// each side waiting for messages of tags the other never sends. Only in an
+// agreed scope (agreed_scope.h: no rank can be elsewhere) does a barrier
+// over the transport take the dissemination rounds (log2 n, not n - 1).
 void CommunicatorImpl::doBarrier() {
   if (size() == 1) return;
-  if (allLocalShm_) {
-    // One shared-memory step is a barrier (agreed or not).
+  collectives::Context ctx = nextContext();
+  if (allLocalShm_ || !agreed_) {
     OpDescriptor d;
     d.kind = CollectiveKind::kBarrier;
-    exchange(nextContext(), d, nullptr);
+    exchange(ctx, d, nullptr);
     return;
   }
-  collectives::Context ctx = nextContext();
   collectives::barrierDissemination(ctx);
 }
 

@@ -46,9 +46,11 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
                    EngineOptions engine = {});
   // A team (split()): collective over config.size ranks that meet through
   // `store` (the parent's open store, shared) under config.name. Leaves the
-  // process's log rank and level alone.
+  // process's log rank and level alone. `familyLost`: the parent's record
+  // of a lost peer (see familyLost_), shared.
   CommunicatorImpl(const CommunicatorConfig& config, const Settings& settings,
-                   std::shared_ptr<rendezvous::Store> store);
+                   std::shared_ptr<rendezvous::Store> store,
+                   std::shared_ptr<std::atomic<bool>> familyLost = nullptr);
   ~CommunicatorImpl() override;
 
   const Layout& layout() const override { return topology_.layout; }
@@ -181,6 +183,12 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
   std::atomic<uint64_t> skipped_{0};
   std::exception_ptr broken_;
   bool everyoneKnows_ = false;  // broken_ is a departure every rank saw
+  // Set when this communicator, or one split from the same root (a
+  // runtime's team, a process set), broke on a lost or silent peer (not a
+  // departure): that peer will not come to any closing step either, so
+  // close() skips its own instead of waiting KOLO_TIMEOUT for it.
+  std::shared_ptr<std::atomic<bool>> familyLost_ =
+      std::make_shared<std::atomic<bool>>(false);
   std::mutex shutdownMu_;
   bool shut_ = false;
   OpQueue queue_;  // last member: destroyed first, draining pending work

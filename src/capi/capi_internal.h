@@ -25,12 +25,12 @@ int callOnWorld(const char* name, const std::function<void(Communicator&)>& fn);
 // Collective over every rank. Throws kolo::Error.
 void startRuntimes(const std::shared_ptr<Communicator>& world);
 
-// Called by kolo_finalize before the world communicator is released: shuts
-// down every runtime (pending handles fail), drops every handle and process
-// set, and releases the runtimes' communicators (each runs its closing
-// barrier; process sets in id order, which is the same on every member).
+// Shuts down every runtime (pending handles fail), drops every handle and
+// process set, then releases the runtimes' communicators and `world` (from
+// kolo_finalize: its last reference to the world communicator) at once, so
+// that each one's closing step runs (runtime/process_set_table.h).
 // Never throws.
-void stopRuntimes();
+void stopRuntimes(std::shared_ptr<Communicator> world = nullptr);
 
 // kolo_init's world (kolo_ps_c.cc): the job's communicator, or with
 // KOLO_SERVERS > 0 the workers' team (and on a server rank it serves and

@@ -135,9 +135,12 @@ int kolo_finalize(void) {
   }
   if (!comm)
     return fail(KOLO_ERR_NOT_INITIALIZED, "kolo_finalize called before kolo_init");
-  kolo::capi::stopRuntimes();  // pending handles fail; before the world goes
-  comm.reset();                // the destructor runs the closing barrier
-  kolo::capi::leaveJob();      // with parameter servers: goodbye, the job's barrier
+  // The runtimes stop first (their pending handles fail); then the closing
+  // steps of the world and of the runtimes' communicators run at once, as
+  // at exit (api/exit_goodbye.h): a rank waiting in a collective on the
+  // world learns at once that this rank finalized.
+  kolo::capi::stopRuntimes(std::move(comm));
+  kolo::capi::leaveJob();  // with parameter servers: goodbye, the job's barrier
   return KOLO_OK;
 }
 

@@ -175,8 +175,8 @@ void startRuntimes(const std::shared_ptr<Communicator>& world) {
   gSets.open(world, runtime::RuntimeOptions::fromSettings(Settings::fromEnvironment()));
 }
 
-void stopRuntimes() {
-  gSets.close();
+void stopRuntimes(std::shared_ptr<Communicator> world) {
+  gSets.close(std::move(world));
 }
 
 }  // namespace kolo::capi

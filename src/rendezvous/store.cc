@@ -34,6 +34,7 @@ class HostedTcpStore : public Store {
   int64_t add(const std::string& key, int64_t delta) override {
     return client_->add(key, delta);
   }
+  void stopServing() override { server_.reset(); }
 
  private:
   std::unique_ptr<TcpStoreServer> server_;

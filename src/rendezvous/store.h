@@ -28,6 +28,13 @@ class Store {
                                    std::chrono::milliseconds timeout) = 0;
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
 
+  // A store whose server this process hosts (openStore with hostServer)
+  // stops serving: the server closes its port and connections now, even
+  // while other holders of this object keep it (teams split from the
+  // hosting communicator); the store is not used afterwards. Other stores:
+  // nothing. Called once, by the hosting communicator's closing step.
+  virtual void stopServing() {}
+
   // Convenience for strings.
   void setString(const std::string& key, const std::string& value) {
     set(key, std::vector<uint8_t>(value.begin(), value.end()));

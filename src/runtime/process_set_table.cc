@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <sstream>
 #include <string>
+#include <system_error>
+#include <thread>
 
 namespace kolo::runtime {
 namespace {
@@ -12,6 +14,23 @@ std::string rankList(const std::vector<int>& ranks) {
   std::ostringstream os;
   for (size_t i = 0; i < ranks.size(); ++i) os << (i > 0 ? "-" : "") << ranks[i];
   return os.str();
+}
+
+// Drops each reference at once: the last on the calling thread, the others
+// on a thread each (their closing steps run concurrently); waits for all.
+// Inline when no thread can be started.
+void releaseAtOnce(std::vector<std::shared_ptr<Communicator>> comms) {
+  std::erase(comms, nullptr);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i + 1 < comms.size(); ++i) {
+    try {
+      threads.emplace_back([c = std::move(comms[i])]() mutable { c.reset(); });
+    } catch (const std::system_error&) {
+      comms[i].reset();
+    }
+  }
+  if (!comms.empty()) comms.back().reset();
+  for (auto& t : threads) t.join();
 }
 
 }  // namespace
@@ -37,7 +56,7 @@ void ProcessSetTable::open(const std::shared_ptr<Communicator>& world,
   handles_.open();
 }
 
-void ProcessSetTable::close() {
+void ProcessSetTable::close(std::shared_ptr<Communicator> world) {
   std::lock_guard<std::mutex> life(lifecycleMu_);
   std::unique_ptr<State> state;
   std::vector<HandleEntry> handles;  // dropped once no runtime writes to them
@@ -48,9 +67,9 @@ void ProcessSetTable::close() {
   }
   if (!state) return;
   // Every runtime first (each stops in its next cycle on all its members,
-  // failing what is pending), then the communicators in id order: each
-  // release is a closing barrier over the set's members, and every member
-  // goes through its sets in the same order.
+  // failing what is pending), then the communicators, all at once: each
+  // release is a closing step over its members, which may wait for
+  // different peers (see the header).
   for (auto& [id, set] : state->sets) {
     try {
       set->runtime->shutdown();
@@ -58,12 +77,15 @@ void ProcessSetTable::close() {
     }
   }
   handles.clear();
+  std::vector<std::shared_ptr<Communicator>> comms;
   for (auto& [id, set] : state->sets) {
     set->runtime.reset();
-    set->comm.reset();
+    comms.push_back(std::move(set->comm));
   }
   state->sets.clear();
   state->world.reset();
+  comms.push_back(std::move(world));
+  releaseAtOnce(std::move(comms));
 }
 
 ProcessSetTable::Lookup ProcessSetTable::find(int id) {

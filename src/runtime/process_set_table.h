@@ -68,11 +68,19 @@ class ProcessSetTable {
   // Starts process set 0 with `options`. Collective over every rank of
   // `world`. Throws kolo::Error (the table stays closed then).
   void open(const std::shared_ptr<Communicator>& world, const RuntimeOptions& options);
-  // Shuts down every runtime (pending handles fail), drops every handle and
-  // process set, and releases the runtimes' communicators (each runs its
-  // closing barrier; in id order, which is the same on every member).
-  // Never throws. Nothing when closed.
-  void close();
+  // Shuts down every runtime (pending handles fail; every member's runtime
+  // stops in the same cycle), drops every handle and process set, then
+  // releases the runtimes' communicators and `world` (the caller's
+  // reference to the world, its last one at kolo_finalize) at once, a thread
+  // each, as the exit goodbye does (api/exit_goodbye.h). Each release runs
+  // that communicator's closing step, and those steps wait for different
+  // peers: a peer that waits in a collective on the world meets the world's
+  // closing step at once and fails naming this rank ("left the job
+  // (finalized)"), while a set's closing step waits for that peer's own
+  // finalize (or its timeout). One after the other, the world's goodbye
+  // would come only after the sets' steps, a KOLO_TIMEOUT later.
+  // Never throws. When closed: only releases `world`.
+  void close(std::shared_ptr<Communicator> world = nullptr);
 
   Lookup find(int id);
   // Runtime::enqueue on set `id`; *worldRank is set for kUnknown's error.

@@ -7,6 +7,10 @@
 
 namespace kolo::kolorun {
 
+std::chrono::milliseconds joinWindowFor(double timeoutSeconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>((2 * timeoutSeconds + 5) * 1000));
+}
+
 namespace elastic = rendezvous::elastic;
 
 ElasticDriver::ElasticDriver(std::unique_ptr<rendezvous::Store> store, int workers,

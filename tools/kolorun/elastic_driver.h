@@ -42,6 +42,14 @@ struct ElasticLimits {
   std::optional<int> resetLimit;  // worlds after the first; none: no limit
 };
 
+// The join window for a job whose KOLO_TIMEOUT is `timeoutSeconds`:
+// 2 x KOLO_TIMEOUT + 5 s. The survivors of a failure ask for the next world
+// within KOLO_TIMEOUT of each other (a dead peer is seen within about 2 s,
+// a stopped one at the timeout, and their tear-down does not wait for it),
+// so a stopped worker leaves the job about 3 x KOLO_TIMEOUT + 5 s after it
+// stopped (docs/elastic.md).
+std::chrono::milliseconds joinWindowFor(double timeoutSeconds);
+
 class ElasticDriver {
  public:
   using Clock = std::chrono::steady_clock;

@@ -193,6 +193,10 @@ void RankProcess::start(const std::string& executable, const sigset_t& childMask
         "rank " + std::to_string(rank_) + ": cannot fork: " + std::strerror(errno), 1);
   }
   if (pid == 0) execChild(setup);  // never returns
+  // The child does the same; done here too, the group exists as soon as
+  // fork returns (kolorun signals it, the guard watches it). EACCES once
+  // the child has exec'd: it did it itself then.
+  setpgid(pid, pid);
   close(execError.fds[1]);
   execError.fds[1] = -1;
   int childErrno = 0;

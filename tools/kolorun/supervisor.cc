@@ -282,6 +282,7 @@ bool Supervisor::startRank(const Placement& p, const JobIdentity& job,
           rankEnvironment(context.base, options_.exports, p, job));
     }
     rank->start(executable, signals_.originalMask(), remote);
+    guard_.watch(rank->pid());
     if (remote) rank->sendControl(job.secret);  // read first by the wrapper
   } catch (const LaunchError& e) {
     output_.note(remote ? "--ssh-command: " + std::string(e.what()) : e.what());
@@ -395,7 +396,7 @@ void Supervisor::reap() {
   while (true) {
     int status = 0;
     pid_t pid = waitpid(-1, &status, WNOHANG);
-    if (pid <= 0) return;  // 0: none ready; -1: no children left
+    if (pid <= 0) break;  // 0: none ready; -1: no children left
     RankProcess* rank = findRank(pid);
     if (rank == nullptr) continue;
     ExitStatus exit = ExitStatus::fromWaitStatus(status);
@@ -404,6 +405,7 @@ void Supervisor::reap() {
     if (remote_[rank->rank()]) rank->closeControl();
     onRankExit(*rank, exit);
   }
+  guard_.forgetEnded();
 }
 
 // The first failure ends a job; in an elastic job the others go on without

@@ -26,6 +26,9 @@
 // - --timeout: when the job outlives it, it is ended the same way; exit 124.
 // - After a rank exits, its pipes are read to end-of-file; if something it
 //   left behind keeps them open longer than kDrainSeconds they are closed.
+// - kolorun killed (SIGKILL included): each rank's own process gets SIGKILL
+//   from the kernel (PR_SET_PDEATHSIG), and the guard (orphan_guard.h) kills
+//   every process of each rank's group, what a shell started included.
 // - When every rank has exited and its output is drained, whatever the ranks
 //   left running in their process groups gets SIGKILL; kolorun prints the
 //   failure (rank, pid, code or signal, its last lines) and returns the exit
@@ -50,6 +53,7 @@
 #include "elastic_driver.h"
 #include "host_discovery.h"
 #include "options.h"
+#include "orphan_guard.h"
 #include "output_multiplexer.h"
 #include "placement.h"
 #include "rank_process.h"
@@ -163,6 +167,7 @@ class Supervisor {
   LaunchOptions options_;
   OutputMultiplexer& output_;
   SignalChannel signals_;
+  OrphanGuard guard_;  // kills the ranks' process groups if kolorun dies
   std::unique_ptr<rendezvous::TcpStoreServer> store_;
   std::unique_ptr<ElasticDriver> elastic_;    // elastic jobs only
   std::unique_ptr<HostDiscovery> discovery_;  // --host-discovery-script only

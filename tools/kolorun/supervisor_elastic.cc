@@ -26,8 +26,7 @@ bool Supervisor::startElasticDriver(JobIdentity& job) {
   limits.minWorkers = options_.elastic.minRanks;
   limits.elasticTimeout = std::chrono::milliseconds(
       static_cast<int64_t>(options_.elastic.timeoutSeconds * 1000));
-  limits.joinWindow =
-      std::chrono::milliseconds(static_cast<int64_t>((2 * timeout + 5) * 1000));
+  limits.joinWindow = joinWindowFor(timeout);
   limits.resetLimit = options_.elastic.resetLimit;
   try {
     elastic_ = std::make_unique<ElasticDriver>(

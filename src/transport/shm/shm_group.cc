@@ -269,7 +269,7 @@ void ShmGroup::waitOn(const std::atomic<uint64_t>* c, int r, uint64_t value) {
     auto now = Backoff::Clock::now();
     if (now - lastCheck > std::chrono::milliseconds(100)) {
       lastCheck = now;
-      checkPeers(r, "shared-memory step");
+      checkPeer(r, c, value, "shared-memory step");
       if (backoff.idleFor() > options_.timeout) {
         int peer = options_.globalRanks[r];
         KOLO_THROW_PEER(
@@ -289,11 +289,17 @@ void ShmGroup::waitForAll(int which, uint64_t value) {
   }
 }
 
-void ShmGroup::checkPeers(int r, const char* what) const {
+// A peer that published `value` and then exited (it finished the step and
+// went on to end its process, as after the closing barrier) is not lost:
+// its death is checked first and the counter read again after, so a
+// publish that came before the exit is always seen (the waiter may have
+// slept through both). Only a peer that died short of the value is.
+void ShmGroup::checkPeer(int r, const std::atomic<uint64_t>* c, uint64_t value,
+                         const char* what) const {
   auto* header = static_cast<const Header*>(base_);
   auto* pids = reinterpret_cast<const std::atomic<int64_t>*>(header + 1);
   pid_t pid = static_cast<pid_t>(pids[r].load(std::memory_order_acquire));
-  if (processDead(pid)) {
+  if (processDead(pid) && c->load(std::memory_order_acquire) < value) {
     int peer = options_.globalRanks[r];
     KOLO_THROW_PEER(ErrorCode::kPeerLost, peer,
                     "rank " << peer << " (pid " << pid << ") died during a " << what

@@ -19,9 +19,10 @@
 // Waiting spins (Backoff), then yields, then sleeps on a futex in the
 // waiter's own control area, which every publish rings when the waiter is
 // asleep (see ringSleepers()); every ~100 ms of waiting it checks
-// that the awaited ranks' processes are alive (a dead one is
-// Error(kPeerLost) naming its global rank) and gives up after the timeout
-// (Error(kTimeout)).
+// that the awaited ranks' processes are alive (a dead one that had not
+// published the awaited value is Error(kPeerLost) naming its global rank;
+// one that published it and then exited is not an error) and gives up
+// after the timeout (Error(kTimeout)).
 //
 // Thread safety: one thread at a time per process uses a ShmGroup.
 #pragma once
@@ -95,7 +96,9 @@ class ShmGroup {
 
  private:
   ShmGroup(const Options& options, void* base, size_t bytes);
-  void checkPeers(int r, const char* what) const;
+  // Throws kPeerLost when local rank r's process is dead and *c < value.
+  void checkPeer(int r, const std::atomic<uint64_t>* c, uint64_t value,
+                 const char* what) const;
   void waitOn(const std::atomic<uint64_t>* c, int r, uint64_t value);
   void ringSleepers();  // wakes peers asleep in waitOn
 
