@@ -17,7 +17,7 @@
 #                   seed corpus, FUZZ_JOBS (2) at a time; a crash fails (its
 #                   input is left in build-fuzz/artifacts/)
 #   make format     clang-format every C/C++ source in place
-#   make clean      remove build/ and build-asan/
+#   make clean      remove build/, build-asan/, build-tsan/ and build-fuzz/
 #
 # BUILD_DIR, ASAN_DIR, JOBS, CTEST_TIMEOUT, DEBUG_INFO and CUDA (the last two
 # apply to a newly configured BUILD_DIR; CUDA is KOLO_WITH_CUDA: auto, ON or
