@@ -13,7 +13,9 @@
 // the counts are summed), images per second (all ranks) and the epoch's
 // time. A 1-rank run records its throughput in
 // <build>/fashion_mnist_1rank.json (or --baseline FILE); a run on more
-// ranks prints its speedup over that record.
+// ranks prints its speedup over that record, beside the machine's ceiling
+// when the record carries one (scripts/demo.py adds it: two 1-rank runs at
+// once), and says so when the record's run was of other steps or batches.
 //
 // --mode chooses how the ranks combine their work: allreduce (the
 // default, above), or parameter servers (docs/parameter_server.md) among
@@ -292,6 +294,40 @@ double jsonNumber(const std::string& text, const std::string& key, double otherw
   return std::strtod(text.c_str() + at + key.size() + 3, nullptr);
 }
 
+// The speedup of this run (rate images/s on size ranks) over the 1-rank
+// record: with the record's ceiling (ceiling_images_per_second: two 1-rank
+// runs at once, written by scripts/demo.py) how near this run comes to what
+// the machine allows, else the efficiency against size x the record.
+// Figures from runs of another batch size, number of steps per epoch or of
+// epochs are not comparable: the line says which differ.
+void printSpeedup(const std::string& record, double rate, int size, const Flags& f,
+                  int64_t steps) {
+  const double one = jsonNumber(record, "images_per_second", 0);
+  if (one <= 0) return;
+  std::string differ;
+  auto check = [&](const char* key, double mine, const char* what) {
+    const double theirs = jsonNumber(record, key, -1);
+    if (theirs >= 0 && theirs != mine)
+      differ += std::string(differ.empty() ? "" : ", ") + what;
+  };
+  check("batch_size", f.batchSize, "batch size");
+  check("steps_per_epoch", static_cast<double>(steps), "steps per epoch");
+  check("epochs", f.epochs, "epochs");
+  const std::string note =
+      differ.empty() ? "" : " [the 1-rank run used another " + differ + "]";
+  const double ceiling = jsonNumber(record, "ceiling_images_per_second", 0);
+  if (ceiling > 0) {
+    std::printf(
+        "speedup over 1 rank: %.2fx (%.0f -> %.0f images/s); ceiling of this machine "
+        "(two 1-rank runs at once): %.2fx; kolo reaches %.0f%% of it%s\n",
+        rate / one, one, rate, ceiling / one, 100 * rate / ceiling, note.c_str());
+  } else {
+    std::printf(
+        "speedup over 1 rank: %.2fx (%.0f -> %.0f images/s; efficiency %.0f%%)%s\n",
+        rate / one, one, rate, 100 * rate / one / size, note.c_str());
+  }
+}
+
 // The ranks' cooperation: allreduce (kolo::torch::Context and its
 // DistributedOptimizer) or the parameter servers (fashion_mnist_ps.h).
 class Distributed {
@@ -502,7 +538,8 @@ int main(int argc, char** argv) {
            << ", \"optimizer\": \"" << f.optimizer << "\", \"base_lr\": " << base
            << ", \"peak_lr\": " << schedule.peakLr << ", \"scale\": \"" << f.scale
            << "\", \"train_loss\": " << lastLoss << ", \"test_accuracy\": " << accuracy
-           << ", \"images_per_second\": " << rate << ", \"epoch_seconds\": [";
+           << ", \"images_per_second\": " << rate << ", \"steps_per_epoch\": " << steps
+           << ", \"epoch_seconds\": [";
       for (size_t i = 0; i < epochSeconds.size(); ++i) {
         json << (i ? ", " : "") << epochSeconds[i];
       }
@@ -522,14 +559,7 @@ int main(int argc, char** argv) {
       } else if (std::ifstream in{baselinePath}) {
         std::stringstream text;
         text << in.rdbuf();
-        const double one = jsonNumber(text.str(), "images_per_second", 0);
-        const double bs = jsonNumber(text.str(), "batch_size", 0);
-        if (one > 0) {
-          std::printf(
-              "speedup over 1 rank: %.2fx (%.0f -> %.0f images/s; efficiency %.0f%%)%s\n",
-              rate / one, one, rate, 100 * rate / one / size,
-              bs == f.batchSize ? "" : " [the 1-rank run used another batch size]");
-        }
+        printSpeedup(text.str(), rate, size, f, steps);
       } else {
         std::printf("no 1-rank baseline at %s: run with -np 1 first for the speedup\n",
                     baselinePath.c_str());

@@ -17,7 +17,10 @@ prints the epoch's training loss (averaged over ranks), the accuracy on the
 full test set (each rank evaluates a part, the counts are summed), images
 per second (all ranks, over the slowest rank's time) and the time. A 1-rank
 run records its results as JSON (the scheme of the C++ example) in
---baseline; a run on more ranks prints its speedup over that record.
+--baseline; a run on more ranks prints its speedup over that record, beside
+the machine's ceiling when the record carries one (scripts/demo.py adds it:
+two 1-rank runs at once), and says so when the record's run was of other
+steps or batches.
 
 --mode chooses how the ranks combine their work (docs/parameter_server.md):
 allreduce (the default, above), or parameter servers: sync-ps, downpour,
@@ -382,6 +385,31 @@ def default_baseline_path():
     return "fashion_mnist_py_1rank.json"
 
 
+def speedup_line(one, run):
+    """The speedup of the record `run` over the 1-rank record `one`: with
+    one's ceiling (ceiling_images_per_second: two 1-rank runs at once, written
+    by scripts/demo.py) how near the run comes to what the machine allows,
+    else the efficiency against ranks x one. Records of another batch size,
+    number of steps per epoch or of epochs are not comparable: the line says
+    which differ. None when `one` has no throughput."""
+    r1 = float(one.get("images_per_second", 0))
+    if r1 <= 0:
+        return None
+    rate, size = run["images_per_second"], run["ranks"]
+    differ = [what for key, what in (("batch_size", "batch size"),
+                                     ("steps_per_epoch", "steps per epoch"),
+                                     ("epochs", "epochs"))
+              if key in one and one[key] != run[key]]
+    note = " [the 1-rank run used another %s]" % ", ".join(differ) if differ else ""
+    ceiling = float(one.get("ceiling_images_per_second", 0))
+    if ceiling > 0:
+        return ("speedup over 1 rank: %.2fx (%.0f -> %.0f images/s); ceiling of this "
+                "machine (two 1-rank runs at once): %.2fx; kolo reaches %.0f%% of it%s"
+                % (rate / r1, r1, rate, ceiling / r1, 100 * rate / ceiling, note))
+    return ("speedup over 1 rank: %.2fx (%.0f -> %.0f images/s; efficiency %.0f%%)%s"
+            % (rate / r1, r1, rate, 100 * rate / r1 / size, note))
+
+
 def global_value(value, name, op):
     t = torch.tensor(float(value), dtype=torch.float64)
     return float(kolo.allreduce(t, name="metric." + name, op=op).item())
@@ -508,7 +536,8 @@ def main(argv=None):
                   "threads": args.threads, "optimizer": args.optimizer,
                   "base_lr": base, "peak_lr": peak, "scale": args.scale,
                   "train_loss": loss_avg, "test_accuracy": accuracy,
-                  "images_per_second": rate, "epoch_seconds": epoch_seconds,
+                  "images_per_second": rate, "steps_per_epoch": steps,
+                  "epoch_seconds": epoch_seconds,
                   "mode": args.mode, "epoch_accuracy": epoch_accuracy}
         text = json.dumps(record) + "\n"
         if args.json:
@@ -523,13 +552,9 @@ def main(argv=None):
             print("recorded as the 1-rank baseline in %s" % baseline)
         elif os.path.exists(baseline):
             with open(baseline) as f:
-                one = json.load(f)
-            r1 = float(one.get("images_per_second", 0))
-            if r1 > 0:
-                print("speedup over 1 rank: %.2fx (%.0f -> %.0f images/s; efficiency "
-                      "%.0f%%)%s" % (rate / r1, r1, rate, 100 * rate / r1 / size,
-                                     "" if one.get("batch_size") == args.batch_size
-                                     else " [the 1-rank run used another batch size]"))
+                line = speedup_line(json.load(f), record)
+            if line:
+                print(line)
         else:
             print("no 1-rank baseline at %s: run with -np 1 first for the speedup"
                   % baseline)

@@ -9,8 +9,9 @@
 set -euo pipefail
 
 PACKAGES=(
-  # build
-  cmake ninja-build make g++ gcc pkg-config
+  # build (ccache: the Makefile compiles through it when installed, so a
+  # machine that builds again compiles only what changed)
+  cmake ninja-build make g++ gcc pkg-config ccache
   # tests and formatting
   libgtest-dev libgmock-dev clang-format procps
   # make fuzz: libFuzzer targets (tests/fuzz/)

@@ -14,6 +14,7 @@ that starts kolorun itself; the environment names the programs:
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -24,6 +25,8 @@ from paths import DATA, EXAMPLE, KOLORUN, ROOT, SYNTHETIC
 CPP = os.environ.get("FASHION_MNIST_BIN")
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import demo  # noqa: E402
 import fashion_mnist  # noqa: E402
 
 needs_data = pytest.mark.skipif(
@@ -112,12 +115,51 @@ def test_bad_magic_is_reported(tmp_path):
         fashion_mnist.load_fashion_mnist(str(tmp_path), train=True)
 
 
+# ---------------------------------------------------------------- speedup
+
+
+def record(**kw):
+    r = {"ranks": 1, "images_per_second": 1000.0, "batch_size": 64,
+         "steps_per_epoch": 150, "epochs": 2}
+    r.update(kw)
+    return r
+
+
+def test_speedup_line_puts_the_ceiling_beside_the_speedup():
+    one = record(ceiling_images_per_second=1600.0)
+    line = fashion_mnist.speedup_line(one, record(ranks=2, images_per_second=1530.0))
+    assert line == ("speedup over 1 rank: 1.53x (1000 -> 1530 images/s); ceiling of "
+                    "this machine (two 1-rank runs at once): 1.60x; kolo reaches 96% "
+                    "of it")
+
+
+def test_speedup_line_without_a_ceiling_gives_the_efficiency():
+    line = fashion_mnist.speedup_line(record(), record(ranks=2, images_per_second=1530.0))
+    assert line == "speedup over 1 rank: 1.53x (1000 -> 1530 images/s; efficiency 76%)"
+
+
+def test_speedup_line_names_what_the_runs_do_not_share():
+    line = fashion_mnist.speedup_line(
+        record(), record(ranks=2, images_per_second=1530.0, steps_per_epoch=469,
+                         batch_size=32))
+    assert line.endswith(" [the 1-rank run used another batch size, steps per epoch]")
+    # A record without the field (an older one) is taken as it is.
+    old = record()
+    del old["steps_per_epoch"]
+    assert "[" not in fashion_mnist.speedup_line(old, record(ranks=2))
+
+
+def test_no_speedup_without_a_throughput():
+    assert fashion_mnist.speedup_line(record(images_per_second=0), record(ranks=2)) is None
+
+
 # ---------------------------------------------------------------- runs
 
 
 def check_training_run(cmd, tmp_path, name):
     """A 1-rank record, then 2 ranks: both learn, the second reports its
-    speedup over the first."""
+    speedup over the first beside the ceiling that scripts/demo.py adds to
+    the record (here: the 1-rank run counted twice, a ceiling of 2.00x)."""
     base = str(tmp_path / (name + "_1rank.json"))
     out = str(tmp_path / (name + "_2ranks.json"))
     common = ["--epochs", "2", "--max-steps", "30", "--baseline", base]
@@ -125,6 +167,9 @@ def check_training_run(cmd, tmp_path, name):
     with open(base) as f:
         one = json.load(f)
     assert one["ranks"] == 1 and one["images_per_second"] > 0
+    assert one["steps_per_epoch"] == 30 and one["epochs"] == 2
+    with open(base, "w") as f:
+        json.dump(demo.ceiling_record(one, [one, one]), f)
     p = run([KOLORUN, "-np", "2"] + cmd + common + ["--json", out])
     with open(out) as f:
         two = json.load(f)
@@ -135,7 +180,14 @@ def check_training_run(cmd, tmp_path, name):
     assert two["test_accuracy"] > 0.6, p.stdout
     assert "[0] epoch 2/2: loss" in p.stdout
     assert "[1] epoch" not in p.stdout              # rank 0 alone reports
-    assert "speedup over 1 rank:" in p.stdout
+    speedup = re.search(r"speedup over 1 rank: ([0-9.]+)x \(([0-9]+) -> ([0-9]+) images/s\); "
+                        r"ceiling of this machine \(two 1-rank runs at once\): 2\.00x; "
+                        r"kolo reaches ([0-9]+)% of it\n", p.stdout)
+    assert speedup, p.stdout  # and no note: the runs are of the same steps
+    assert float(speedup.group(1)) == pytest.approx(
+        two["images_per_second"] / one["images_per_second"], abs=0.006)
+    assert int(speedup.group(4)) == round(
+        50 * two["images_per_second"] / one["images_per_second"])
     assert "\repoch 1/2 [" in p.stderr                  # the progress bar
 
 
