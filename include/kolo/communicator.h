@@ -19,6 +19,7 @@
 #include <kolo/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -107,6 +108,16 @@ class Work {
   virtual bool test() = 0;
 };
 
+// The elastic world a communicator belongs to (kolorun --min-np/--max-np,
+// docs/elastic.md): its generation, numbered 1, 2, ... by the launcher (0:
+// not an elastic job), and the launcher's host-update counters when it
+// formed that world (later counts mean the hosts changed since).
+struct ElasticWorld {
+  int64_t generation = 0;
+  int64_t hostUpdates = 0;
+  int64_t hostAdditions = 0;
+};
+
 // How to build a communicator without reading the environment.
 struct CommunicatorConfig {
   int rank = 0;
@@ -147,6 +158,10 @@ class Communicator {
       const ReduceScatterOptions& options) = 0;
   virtual std::shared_ptr<Work> alltoallAsync(const AlltoallOptions& options) = 0;
   virtual std::shared_ptr<Work> barrierAsync() = 0;
+
+  // The elastic world this communicator was formed in (fromEnvironment in
+  // an elastic job; its teams inherit it); generation 0 otherwise.
+  virtual ElasticWorld elasticWorld() const { return {}; }
 
   // The algorithm the selection table picks for an allreduce of this size.
   virtual std::string allreduceAlgorithm(size_t bytes) const = 0;

@@ -33,10 +33,17 @@ struct EngineOptions {
   bool mpi = false;
   // The rendezvous store, already open; null: open config.rendezvous.
   std::shared_ptr<rendezvous::Store> store;
+  // The elastic world the launcher assigned (generation 0: not elastic).
+  ElasticWorld elastic;
 };
 
 class CommunicatorImpl : public Communicator, public collectives::AgreementHost {
  public:
+  // Communicator::fromEnvironment, typed: the job's layout from KOLO_*,
+  // mpirun, srun or torchrun variables; in an elastic job, the world the
+  // launcher assigns (asked again while a world fails to form).
+  static std::shared_ptr<CommunicatorImpl> fromEnvironment();
+
   // Collective over all ranks: rendezvous, topology, transports, shm group.
   // Transports by KOLO_TRANSPORT: auto/shm = shm within a host, and between
   // hosts mpi when engine.mpi, else tcp; tcp = tcp to every peer; mpi = the
@@ -68,6 +75,7 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
   std::shared_ptr<Work> barrierAsync() override;
 
   std::string allreduceAlgorithm(size_t bytes) const override;
+  ElasticWorld elasticWorld() const override { return elastic_; }
 
   std::shared_ptr<Communicator> split(const std::vector<int>& ranks,
                                       const std::string& name) override;
@@ -159,6 +167,7 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
 
   Settings settings_;
   CommunicatorConfig config_;  // as given (hostId filled in); for split()
+  ElasticWorld elastic_;       // EngineOptions::elastic; the parent's in a team
   // Shared with the teams split from this communicator.
   std::shared_ptr<rendezvous::Store> store_;
   Topology topology_;
