@@ -26,14 +26,6 @@
 
 namespace kolo {
 
-// One piece of a segmented allreduce: `count` elements read from `send` and
-// written to `recv` (== send for in place).
-struct AllreduceSegment {
-  const void* send = nullptr;
-  void* recv = nullptr;
-  size_t count = 0;
-};
-
 struct AllreduceOptions {
   const void* send = nullptr;  // == recv for in place
   void* recv = nullptr;
@@ -85,17 +77,6 @@ struct AlltoallOptions {
   void* recv = nullptr;
   size_t countPerRank = 0;
   DataType dtype = DataType::kFloat32;
-};
-
-// Where this rank sits in the job.
-struct Layout {
-  int rank = 0;
-  int size = 1;
-  int localRank = 0;  // among ranks with the same host id
-  int localSize = 1;
-  int crossRank = 0;  // index of this host among hosts
-  int crossSize = 1;
-  std::string hostId;
 };
 
 // Handle of an async collective.

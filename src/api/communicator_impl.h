@@ -14,7 +14,7 @@
 
 #include "api/op_queue.h"
 #include "api/topology.h"
-#include "collectives/agreed_scope.h"
+#include "collectives/agreement_host.h"
 #include "collectives/context.h"
 #include "collectives/descriptor_check.h"
 #include "collectives/staging_stores.h"
@@ -156,7 +156,7 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
   collectives::Context nextContext();
   // exchange(), unless the operation is agreed (an AgreedScope marked it):
   // then nothing to exchange, and a local validation error breaks the
-  // communicator (kInternal: the peers could not be told; agreed_scope.h).
+  // communicator (kInternal: the peers could not be told; runtime/agreed_scope.h).
   void agree(const collectives::Context& ctx, const collectives::OpDescriptor& d,
              std::exception_ptr localError);
   // Exchanges and verifies the descriptor. Throws the local validation
