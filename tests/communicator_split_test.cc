@@ -179,5 +179,49 @@ TEST(CommunicatorSplit, NameUsedTwice) {
   });
 }
 
+// The elastic world a communicator was formed in (Communicator::elasticWorld)
+// is the communicator's own: each world reports the one it was given, its
+// teams inherit it, and a communicator of no elastic job reports 0.
+TEST(CommunicatorSplit, TeamsCarryTheirWorldsElasticGeneration) {
+  auto server = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
+  const std::string address = "tcp://127.0.0.1:" + std::to_string(server->port());
+  std::vector<std::thread> threads;
+  std::vector<ElasticWorld> world(2), team(2);
+  std::atomic<int> failures{0};
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        CommunicatorConfig config;
+        config.rank = r;
+        config.size = 2;
+        config.rendezvous = address;
+        config.hostStore = false;
+        config.name = "world/e7";
+        api::EngineOptions engine;
+        engine.elastic = {7, 3, 1};
+        api::CommunicatorImpl comm(config, testSettings(), std::move(engine));
+        world[r] = comm.elasticWorld();
+        team[r] = comm.split({1, 0}, "team/elastic")->elasticWorld();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << r << ": " << e.what();
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(failures.load(), 0);
+  for (int r = 0; r < 2; ++r) {
+    for (const ElasticWorld& w : {world[r], team[r]}) {
+      EXPECT_EQ(w.generation, 7) << "rank " << r;
+      EXPECT_EQ(w.hostUpdates, 3) << "rank " << r;
+      EXPECT_EQ(w.hostAdditions, 1) << "rank " << r;
+    }
+  }
+  withCommunicators(2, testSettings(), [](Communicator& comm) {
+    EXPECT_EQ(comm.elasticWorld().generation, 0);
+    EXPECT_EQ(comm.split({0, 1}, "team/plain")->elasticWorld().generation, 0);
+  });
+}
+
 }  // namespace
 }  // namespace kolo

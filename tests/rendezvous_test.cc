@@ -17,8 +17,10 @@
 #include <vector>
 
 #include "common/private_path.h"
+#include "rendezvous/elastic_membership.h"
 #include "rendezvous/environment.h"
 #include "rendezvous/file_store.h"
+#include "rendezvous/host_updates.h"
 #include "rendezvous/store.h"
 #include "rendezvous/tcp_store.h"
 #include "support/expect_error.h"
@@ -767,6 +769,37 @@ TEST(JobEnvironment, TorchrunErrors) {
     ScopedEnv env(std::map<std::string, std::string>{{"RANK", "3"}});
     EXPECT_EQ(detectJobEnvironment().source, "none");
   }
+}
+
+// ------------------------------------------------------------- elastic::HostUpdates
+
+// A worker reads the launcher's host-update counters through a connection of
+// its own; a store that went away is an error naming it, and the next read
+// connects afresh (to a launcher's store back on the same address).
+TEST(ElasticHostUpdates, ReadsTheCountersAndReconnectsAfterAFailure) {
+  auto server = TcpStoreServer::start("127.0.0.1", 0);
+  const int port = server->port();
+  elastic::HostUpdates reader("tcp://127.0.0.1:" + std::to_string(port),
+                              milliseconds(2000), "");
+  auto counts = reader.read();  // keys never added read 0
+  EXPECT_EQ(counts.updates, 0);
+  EXPECT_EQ(counts.additions, 0);
+  auto launcher = TcpStore::connect("127.0.0.1", port, milliseconds(5000));
+  launcher->add(elastic::kHostUpdatesKey, 2);
+  launcher->add(elastic::kHostAdditionsKey, 1);
+  counts = reader.read();
+  EXPECT_EQ(counts.updates, 2);
+  EXPECT_EQ(counts.additions, 1);
+
+  launcher.reset();
+  server.reset();
+  EXPECT_THROW(reader.read(), Error);
+  server = TcpStoreServer::start("127.0.0.1", port);
+  launcher = TcpStore::connect("127.0.0.1", port, milliseconds(5000));
+  launcher->add(elastic::kHostUpdatesKey, 5);
+  counts = reader.read();
+  EXPECT_EQ(counts.updates, 5);
+  EXPECT_EQ(counts.additions, 0);
 }
 
 }  // namespace

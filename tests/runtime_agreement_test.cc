@@ -1,5 +1,5 @@
 // The runtime's operations skip the communicator's descriptor exchange
-// (collectives/agreed_scope.h): its negotiation agreed on them already.
+// (runtime/agreed_scope.h): its negotiation agreed on them already.
 // Checked here with real communicators: the runtime's collectives skip it,
 // direct calls still exchange, an agreed operation with a bad argument
 // fails every rank naming the rank (no hang), and a rank that exits while
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "api/communicator_impl.h"
-#include "collectives/agreed_scope.h"
+#include "runtime/agreed_scope.h"
 #include "runtime/runtime.h"
 #include "support/comm_world.h"
 #include "support/process_ranks.h"
@@ -147,7 +147,7 @@ TEST_P(RuntimeAgreement, AgreedOperationWithABadArgumentFailsEveryRankNamingIt) 
     o.recv = recv.data();
     o.count = buf.size();
     try {
-      collectives::AgreedScope scope(c);
+      runtime::AgreedScope scope(c);
       scope.agreedFromHere();
       c.allgather(o);
     } catch (const Error& e) {

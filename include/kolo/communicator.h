@@ -19,19 +19,12 @@
 #include <kolo/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace kolo {
-
-// One piece of a segmented allreduce: `count` elements read from `send` and
-// written to `recv` (== send for in place).
-struct AllreduceSegment {
-  const void* send = nullptr;
-  void* recv = nullptr;
-  size_t count = 0;
-};
 
 struct AllreduceOptions {
   const void* send = nullptr;  // == recv for in place
@@ -86,17 +79,6 @@ struct AlltoallOptions {
   DataType dtype = DataType::kFloat32;
 };
 
-// Where this rank sits in the job.
-struct Layout {
-  int rank = 0;
-  int size = 1;
-  int localRank = 0;  // among ranks with the same host id
-  int localSize = 1;
-  int crossRank = 0;  // index of this host among hosts
-  int crossSize = 1;
-  std::string hostId;
-};
-
 // Handle of an async collective.
 class Work {
  public:
@@ -105,6 +87,16 @@ class Work {
   virtual void wait() = 0;
   // True when done (successfully or not); never blocks.
   virtual bool test() = 0;
+};
+
+// The elastic world a communicator belongs to (kolorun --min-np/--max-np,
+// docs/elastic.md): its generation, numbered 1, 2, ... by the launcher (0:
+// not an elastic job), and the launcher's host-update counters when it
+// formed that world (later counts mean the hosts changed since).
+struct ElasticWorld {
+  int64_t generation = 0;
+  int64_t hostUpdates = 0;
+  int64_t hostAdditions = 0;
 };
 
 // How to build a communicator without reading the environment.
@@ -147,6 +139,10 @@ class Communicator {
       const ReduceScatterOptions& options) = 0;
   virtual std::shared_ptr<Work> alltoallAsync(const AlltoallOptions& options) = 0;
   virtual std::shared_ptr<Work> barrierAsync() = 0;
+
+  // The elastic world this communicator was formed in (fromEnvironment in
+  // an elastic job; its teams inherit it); generation 0 otherwise.
+  virtual ElasticWorld elasticWorld() const { return {}; }
 
   // The algorithm the selection table picks for an allreduce of this size.
   virtual std::string allreduceAlgorithm(size_t bytes) const = 0;

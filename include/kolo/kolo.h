@@ -69,12 +69,13 @@ int kolo_barrier(void);
 
 /* Elastic jobs (kolorun --min-np, docs/elastic.md). kolo_elastic_world:
  * the generation of this process's world (1, 2, ... as the launcher forms
- * them; 0 outside an elastic job or before kolo_init) and the launcher's
- * host-update counters when it formed that world. kolo_elastic_host_updates:
- * the counters now (how many times the discovered hosts changed, and how
- * many of those changes added a host; one round trip to the launcher's
- * store, KOLO_ERR_IO when it cannot be reached; 0 and 0 outside an elastic
- * job). Counters above the world's mean the hosts changed since. */
+ * them; 0 outside an elastic job, before kolo_init or after kolo_finalize)
+ * and the launcher's host-update counters when it formed that world.
+ * kolo_elastic_host_updates: the counters now (how many times the
+ * discovered hosts changed, and how many of those changes added a host; one
+ * round trip to the launcher's store, KOLO_ERR_IO when it cannot be reached;
+ * 0 and 0 where the generation is 0). Counters above the world's mean the
+ * hosts changed since. */
 int kolo_elastic_world(int64_t* generation, int64_t* updates, int64_t* additions);
 int kolo_elastic_host_updates(int64_t* updates, int64_t* additions);
 

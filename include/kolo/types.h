@@ -1,8 +1,11 @@
-// Element types and reduction operations shared by every layer and API.
+// Element types, reduction operations and the values every layer shares
+// with the API: where a rank sits (Layout), a piece of a segmented
+// allreduce (AllreduceSegment).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace kolo {
@@ -45,5 +48,24 @@ bool isValid(ReduceOp op);
 // Throws kolo::Error(kInvalidArgument) naming the bad string.
 DataType parseDataType(std::string_view name);
 ReduceOp parseReduceOp(std::string_view name);
+
+// Where this rank sits in the job.
+struct Layout {
+  int rank = 0;
+  int size = 1;
+  int localRank = 0;  // among ranks with the same host id
+  int localSize = 1;
+  int crossRank = 0;  // index of this host among hosts
+  int crossSize = 1;
+  std::string hostId;
+};
+
+// One piece of a segmented allreduce: `count` elements read from `send` and
+// written to `recv` (== send for in place).
+struct AllreduceSegment {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+};
 
 }  // namespace kolo

@@ -30,8 +30,8 @@ namespace {
 // An elastic worker's world comes from the launcher: its rank, the size
 // and the generation, whose name keeps each world's keys apart
 // (rendezvous/elastic_membership.h).
-void joinElasticWorld(const rendezvous::JobEnvironment& env, const Settings& settings,
-                      CommunicatorConfig& config) {
+ElasticWorld joinElasticWorld(const rendezvous::JobEnvironment& env,
+                              const Settings& settings, CommunicatorConfig& config) {
   auto store = rendezvous::openStore(env.rendezvous, false,
                                      std::chrono::milliseconds(static_cast<int64_t>(
                                          settings.connectTimeoutSeconds * 1000)),
@@ -41,15 +41,23 @@ void joinElasticWorld(const rendezvous::JobEnvironment& env, const Settings& set
   const auto wait = std::chrono::milliseconds(static_cast<int64_t>(
       (env.elasticTimeoutSeconds + 2 * settings.timeoutSeconds + 10) * 1000));
   const auto a = rendezvous::elastic::joinGeneration(*store, env.elasticWorker, wait);
-  rendezvous::elastic::setCurrentWorld(a);
   config.rank = a.rank;
   config.size = a.size;
   config.name = rendezvous::elastic::worldName(a.generation);
+  return {a.generation, a.hostUpdates, a.hostAdditions};
 }
 
 }  // namespace
 
 std::shared_ptr<Communicator> Communicator::fromEnvironment() {
+  return api::CommunicatorImpl::fromEnvironment();
+}
+
+std::shared_ptr<Communicator> Communicator::create(const CommunicatorConfig& config) {
+  return std::make_shared<api::CommunicatorImpl>(config, Settings::fromEnvironment());
+}
+
+std::shared_ptr<api::CommunicatorImpl> api::CommunicatorImpl::fromEnvironment() {
   Settings settings = Settings::fromEnvironment();
   rendezvous::JobEnvironment env = rendezvous::detectJobEnvironment();
   if (api::mpiEngineWanted(env, settings)) {
@@ -71,19 +79,16 @@ std::shared_ptr<Communicator> Communicator::fromEnvironment() {
   // meanwhile) is not the end: the launcher forms the next one without it.
   // Its reset limit and elastic timeout bound the attempts.
   while (true) {
-    joinElasticWorld(env, settings, config);
+    api::EngineOptions engine;
+    engine.elastic = joinElasticWorld(env, settings, config);
     try {
-      return std::make_shared<api::CommunicatorImpl>(config, settings);
+      return std::make_shared<api::CommunicatorImpl>(config, settings, std::move(engine));
     } catch (const Error& e) {
       if (e.code() != ErrorCode::kPeerLost && e.code() != ErrorCode::kTimeout) throw;
       KOLO_LOG(kInfo) << "elastic: " << config.name << " did not form (" << e.what()
                       << "); asking for the next world";
     }
   }
-}
-
-std::shared_ptr<Communicator> Communicator::create(const CommunicatorConfig& config) {
-  return std::make_shared<api::CommunicatorImpl>(config, Settings::fromEnvironment());
 }
 
 namespace api {
@@ -206,7 +211,7 @@ std::exception_ptr validate(const Checks& checks) {
 
 CommunicatorImpl::CommunicatorImpl(const CommunicatorConfig& config,
                                    const Settings& settings, EngineOptions engine)
-    : settings_(settings) {
+    : settings_(settings), elastic_(engine.elastic) {
   setUp(config, engine.mpi, std::move(engine.store), /*team=*/false);
   enrolForExitGoodbye(this, [this] { close(/*atExit=*/true); });
 }
@@ -752,7 +757,9 @@ std::shared_ptr<Communicator> CommunicatorImpl::split(const std::vector<int>& ra
       }
     }
   }
-  return std::make_shared<CommunicatorImpl>(config, settings, store_, familyLost_);
+  auto team = std::make_shared<CommunicatorImpl>(config, settings, store_, familyLost_);
+  team->elastic_ = elastic_;
+  return team;
 }
 
 // ---- broadcast -------------------------------------------------------------

@@ -14,7 +14,7 @@
 
 #include "api/op_queue.h"
 #include "api/topology.h"
-#include "collectives/agreed_scope.h"
+#include "collectives/agreement_host.h"
 #include "collectives/context.h"
 #include "collectives/descriptor_check.h"
 #include "collectives/staging_stores.h"
@@ -33,10 +33,17 @@ struct EngineOptions {
   bool mpi = false;
   // The rendezvous store, already open; null: open config.rendezvous.
   std::shared_ptr<rendezvous::Store> store;
+  // The elastic world the launcher assigned (generation 0: not elastic).
+  ElasticWorld elastic;
 };
 
 class CommunicatorImpl : public Communicator, public collectives::AgreementHost {
  public:
+  // Communicator::fromEnvironment, typed: the job's layout from KOLO_*,
+  // mpirun, srun or torchrun variables; in an elastic job, the world the
+  // launcher assigns (asked again while a world fails to form).
+  static std::shared_ptr<CommunicatorImpl> fromEnvironment();
+
   // Collective over all ranks: rendezvous, topology, transports, shm group.
   // Transports by KOLO_TRANSPORT: auto/shm = shm within a host, and between
   // hosts mpi when engine.mpi, else tcp; tcp = tcp to every peer; mpi = the
@@ -70,6 +77,7 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
   std::shared_ptr<Work> barrierAsync() override;
 
   std::string allreduceAlgorithm(size_t bytes) const override;
+  ElasticWorld elasticWorld() const override { return elastic_; }
 
   std::shared_ptr<Communicator> split(const std::vector<int>& ranks,
                                       const std::string& name) override;
@@ -150,7 +158,7 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
   collectives::Context nextContext();
   // exchange(), unless the operation is agreed (an AgreedScope marked it):
   // then nothing to exchange, and a local validation error breaks the
-  // communicator (kInternal: the peers could not be told; agreed_scope.h).
+  // communicator (kInternal: the peers could not be told; runtime/agreed_scope.h).
   void agree(const collectives::Context& ctx, const collectives::OpDescriptor& d,
              std::exception_ptr localError);
   // Exchanges and verifies the descriptor. Throws the local validation
@@ -161,6 +169,7 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
 
   Settings settings_;
   CommunicatorConfig config_;  // as given (hostId filled in); for split()
+  ElasticWorld elastic_;       // EngineOptions::elastic; the parent's in a team
   // Shared with the teams split from this communicator.
   std::shared_ptr<rendezvous::Store> store_;
   Topology topology_;

@@ -5,7 +5,7 @@
 // and then runs on the caller's thread (no thread hand-off on the latency
 // path). Errors cross threads as std::exception_ptr: Work::wait() rethrows.
 //
-// hold() reserves the queue for the calling thread (collectives/
+// hold() reserves the queue for the calling thread (runtime/
 // agreed_scope.h): it waits like a blocking call, then, until release(),
 // that thread's blocking calls run at once and every other thread's calls
 // and the submitted work wait. A thread that holds must not wait for work

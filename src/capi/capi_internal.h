@@ -14,6 +14,9 @@ namespace kolo::capi {
 // Sets the calling thread's kolo_last_error() text and returns `code`.
 int fail(int code, std::string message);
 
+// kolo_init's communicator; null before kolo_init and after kolo_finalize.
+std::shared_ptr<Communicator> world();
+
 // Runs fn on kolo_init's communicator (kolo_c.cc): KOLO_ERR_NOT_INITIALIZED
 // before kolo_init, KOLO_OK when fn returns, else the code and message of
 // what it threw. `name` is the C function, for messages.

@@ -11,7 +11,6 @@
 #include <string>
 
 #include "capi/capi_internal.h"
-#include "rendezvous/elastic_membership.h"
 
 namespace {
 
@@ -19,6 +18,8 @@ thread_local std::string tLastError;
 
 std::mutex gMu;  // guards gComm (swapped only by init/finalize)
 std::shared_ptr<kolo::Communicator> gComm;
+// A world kolo_init formed in this process was elastic (guarded by gMu).
+bool gElastic = false;
 
 using kolo::capi::fail;
 
@@ -89,6 +90,10 @@ int kolo::capi::fail(int code, std::string message) {
   return code;
 }
 
+std::shared_ptr<kolo::Communicator> kolo::capi::world() {
+  return current();
+}
+
 int kolo::capi::callOnWorld(const char* name,
                             const std::function<void(Communicator&)>& fn) {
   return call(name, fn);
@@ -108,6 +113,7 @@ int kolo_init(void) {
       // The runtimes (kolo/runtime.h) start here, on every rank at once:
       // their cycles are collective, so a runtime started lazily on one rank
       // would keep the others' cycles waiting.
+      if (gComm->elasticWorld().generation > 0) gElastic = true;
       kolo::capi::startRuntimes(gComm);
       return KOLO_OK;
     } catch (const kolo::Error& e) {
@@ -117,7 +123,7 @@ int kolo_init(void) {
       // forms the next one without it (its limits bound the attempts).
       const bool lost =
           e.code() == kolo::ErrorCode::kPeerLost || e.code() == kolo::ErrorCode::kTimeout;
-      if (lost && kolo::rendezvous::elastic::currentWorld()) continue;
+      if (lost && gElastic) continue;
       return fail(static_cast<int>(e.code()), std::string("kolo_init: ") + e.what());
     } catch (const std::exception& e) {
       kolo::capi::stopRuntimes();

@@ -1,38 +1,43 @@
-// kolo_elastic_world and kolo_elastic_host_updates (kolo.h): this process's
-// elastic world and the launcher's host-update counters
-// (rendezvous/elastic_membership.h). The store is reached through a
-// connection of its own, opened at the first call and kept (one round trip
-// per call after that).
+// kolo_elastic_world and kolo_elastic_host_updates (kolo.h): kolo_init's
+// world's elastic generation (Communicator::elasticWorld) and the
+// launcher's host-update counters (rendezvous/host_updates.h), read through
+// one connection for the process, opened at the first call.
 #include <kolo/kolo.h>
 
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "capi/capi_internal.h"
 #include "common/settings.h"
 #include "kolo/error.h"
-#include "rendezvous/elastic_membership.h"
 #include "rendezvous/environment.h"
-#include "rendezvous/store.h"
+#include "rendezvous/host_updates.h"
 
 namespace {
 
-namespace elastic = kolo::rendezvous::elastic;
-
 std::mutex gMu;
-std::unique_ptr<kolo::rendezvous::Store> gStore;  // guarded by gMu
+std::unique_ptr<kolo::rendezvous::elastic::HostUpdates> gUpdates;  // guarded by gMu
 
-kolo::rendezvous::Store& launcherStore() {
-  if (!gStore) {
+kolo::rendezvous::elastic::HostUpdates& launcherCounters() {
+  std::lock_guard<std::mutex> lock(gMu);
+  if (!gUpdates) {
     const auto settings = kolo::Settings::fromEnvironment();
-    const auto env = kolo::rendezvous::detectJobEnvironment();
-    gStore = kolo::rendezvous::openStore(env.rendezvous, false,
-                                         std::chrono::milliseconds(static_cast<int64_t>(
-                                             settings.connectTimeoutSeconds * 1000)),
-                                         settings.resolveJobSecret());
+    gUpdates = std::make_unique<kolo::rendezvous::elastic::HostUpdates>(
+        kolo::rendezvous::detectJobEnvironment().rendezvous,
+        std::chrono::milliseconds(
+            static_cast<int64_t>(settings.connectTimeoutSeconds * 1000)),
+        settings.resolveJobSecret());
   }
-  return *gStore;
+  return *gUpdates;
+}
+
+// kolo_init's world's; generation 0 before kolo_init or outside an elastic
+// job.
+kolo::ElasticWorld currentWorld() {
+  const auto world = kolo::capi::world();
+  return world ? world->elasticWorld() : kolo::ElasticWorld{};
 }
 
 }  // namespace
@@ -43,10 +48,10 @@ extern "C" int kolo_elastic_world(int64_t* generation, int64_t* updates,
     return kolo::capi::fail(KOLO_ERR_INVALID_ARGUMENT,
                             "kolo_elastic_world: null output pointer");
   }
-  const auto world = elastic::currentWorld();
-  *generation = world ? world->generation : 0;
-  *updates = world ? world->hostUpdates : 0;
-  *additions = world ? world->hostAdditions : 0;
+  const kolo::ElasticWorld world = currentWorld();
+  *generation = world.generation;
+  *updates = world.hostUpdates;
+  *additions = world.hostAdditions;
   return KOLO_OK;
 }
 
@@ -56,20 +61,17 @@ extern "C" int kolo_elastic_host_updates(int64_t* updates, int64_t* additions) {
                             "kolo_elastic_host_updates: null output pointer");
   }
   *updates = *additions = 0;
-  const auto world = elastic::currentWorld();
-  if (!world) return KOLO_OK;  // not an elastic job (or not initialized yet)
-  std::lock_guard<std::mutex> lock(gMu);
+  // Not an elastic job (or not initialized yet).
+  if (currentWorld().generation == 0) return KOLO_OK;
   try {
-    auto& store = launcherStore();
-    *updates = store.add(elastic::kHostUpdatesKey, 0);
-    *additions = store.add(elastic::kHostAdditionsKey, 0);
+    const auto counts = launcherCounters().read();
+    *updates = counts.updates;
+    *additions = counts.additions;
     return KOLO_OK;
   } catch (const kolo::Error& e) {
-    gStore.reset();
     return kolo::capi::fail(static_cast<int>(e.code()),
                             std::string("kolo_elastic_host_updates: ") + e.what());
   } catch (const std::exception& e) {
-    gStore.reset();
     return kolo::capi::fail(KOLO_ERR_IO,
                             std::string("kolo_elastic_host_updates: ") + e.what());
   }

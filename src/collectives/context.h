@@ -6,7 +6,6 @@
 // host's ShmGroup), never a concrete transport.
 #pragma once
 
-#include <kolo/communicator.h>
 #include <kolo/types.h>
 
 #include <cstddef>

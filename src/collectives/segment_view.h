@@ -16,7 +16,7 @@
 // - Holds pointers only: the segments must outlive the view.
 #pragma once
 
-#include <kolo/communicator.h>
+#include <kolo/types.h>
 
 #include <algorithm>
 #include <cstdint>

@@ -48,6 +48,9 @@ constexpr SettingAlias horovod(const char* env, AliasForm form = AliasForm::kSam
   X(int64_t, servers, "KOLO_SERVERS", 0, kNoAlias,                                  \
     "Parameter servers among the job's ranks (kolorun --servers): on them "         \
     "kolo_init runs the server and exits; the others are the workers' world.")      \
+  X(std::string, validators, "KOLO_VALIDATORS", "", kNoAlias,                       \
+    "With KOLO_SERVERS: the last V workers validate instead of training "           \
+    "(kolorun --validators V; kolo_ps_validators). Empty: none.")                   \
   X(std::string, allreduceAlgorithm, "KOLO_ALLREDUCE_ALGO", "", kNoAlias,           \
     "Force one allreduce algorithm: shm, ring, rhd, tree, hier or ordered "         \
     "(rank-order sums). Empty: the selection table picks by size and "              \

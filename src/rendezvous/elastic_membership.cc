@@ -1,6 +1,5 @@
 #include "rendezvous/elastic_membership.h"
 
-#include <mutex>
 #include <sstream>
 
 #include "common/check.h"
@@ -69,21 +68,6 @@ Assignment joinGeneration(Store& store, int64_t worker,
         "elastic worker " << worker << " was not taken into the next world: " << refusal);
   }
   return *a;
-}
-
-namespace {
-std::mutex gWorldMu;
-std::optional<Assignment> gWorld;
-}  // namespace
-
-void setCurrentWorld(const Assignment& a) {
-  std::lock_guard<std::mutex> lock(gWorldMu);
-  gWorld = a;
-}
-
-std::optional<Assignment> currentWorld() {
-  std::lock_guard<std::mutex> lock(gWorldMu);
-  return gWorld;
 }
 
 }  // namespace kolo::rendezvous::elastic

@@ -22,7 +22,8 @@
 //   that moment); to a worker it will not take, "refused REASON".
 // - When the discovered hosts change, the launcher ADDs to
 //   elastic/host_updates (and elastic/host_additions for an added host);
-//   a worker compares them with its world's (kolo_elastic_host_updates).
+//   a worker compares them with its world's (HostUpdates, host_updates.h;
+//   the world's are the communicator's, Communicator::elasticWorld).
 //
 // Contract: encode/decode are pure; joinGeneration() blocks up to
 // `timeout` and throws Error(kTimeout) naming the worker and the key, or
@@ -69,10 +70,5 @@ std::string worldName(int64_t generation);
 // Worker side: asks for the next world and waits for the launcher's answer.
 Assignment joinGeneration(Store& store, int64_t worker,
                           std::chrono::milliseconds timeout);
-
-// The world this process joined last (set by the communicator's start-up
-// in an elastic job), for the host-update check; nullopt otherwise.
-void setCurrentWorld(const Assignment& a);
-std::optional<Assignment> currentWorld();
 
 }  // namespace kolo::rendezvous::elastic

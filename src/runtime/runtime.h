@@ -36,8 +36,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "collectives/agreed_scope.h"
 #include "common/settings.h"
+#include "runtime/agreed_scope.h"
 #include "runtime/autotuner.h"
 #include "runtime/handle.h"
 #include "runtime/negotiator.h"
@@ -142,8 +142,7 @@ class Runtime {
   bool runCycle(Exchange& exchange);
   CycleFlags cycleFlags() const;
   // Marks `scope` agreed once the fixed parts are in (runtime_loop.cc).
-  void exchangeMessages(const Message& message, Exchange& exchange,
-                        collectives::AgreedScope& scope);
+  void exchangeMessages(const Message& message, Exchange& exchange, AgreedScope& scope);
   void settleNegotiation(const Outcome& outcome);
   bool stopIfAnnounced(const Outcome& outcome);
   void pace(const Outcome& outcome, Clock::time_point cycleStart);

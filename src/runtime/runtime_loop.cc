@@ -20,10 +20,10 @@
 
 #include <algorithm>
 
-#include "collectives/agreed_scope.h"
 #include "common/backoff.h"
 #include "common/check.h"
 #include "common/logging.h"
+#include "runtime/agreed_scope.h"
 #include "runtime/fusion_planner.h"
 #include "runtime/runtime.h"
 
@@ -196,7 +196,7 @@ bool Runtime::runCycle(Exchange& exchange) {
     // The communicator is this thread's for the cycle: a closing step
     // (another thread's finalize, the exit goodbye) lands between cycles,
     // where the peers meet it in the checked exchange of the fixed parts.
-    collectives::AgreedScope scope(*comm_);
+    AgreedScope scope(*comm_);
     exchangeMessages(message, exchange, scope);
     outcome = negotiator_.process(exchange.fixed, exchange.variable, cycleStart);
     settleNegotiation(outcome);
@@ -243,9 +243,8 @@ CycleFlags Runtime::cycleFlags() const {
 // different cache capacity). What follows is agreed: the variable parts'
 // counts come from the fixed parts, the buckets from the negotiation, alike
 // on every rank, so those collectives skip the descriptor exchange
-// (collectives/agreed_scope.h; docs/collectives.md, "Agreement").
-void Runtime::exchangeMessages(const Message& message, Exchange& ex,
-                               collectives::AgreedScope& scope) {
+// (runtime/agreed_scope.h; docs/collectives.md, "Agreement").
+void Runtime::exchangeMessages(const Message& message, Exchange& ex, AgreedScope& scope) {
   const size_t fixedBytes = negotiator_.fixedBytes();
   ex.gathered.resize(fixedBytes * size_);
   AllgatherOptions ag;

@@ -1,12 +1,14 @@
 #include "frameworks/torch/elastic_state.h"
 
-#include <kolo/kolo.h>
-
 #include <algorithm>
+#include <chrono>
 
 #include "common/logging.h"
+#include "common/settings.h"
 #include "frameworks/torch/byte_collectives.h"
 #include "frameworks/torch/distributed_optimizer.h"
+#include "rendezvous/environment.h"
+#include "rendezvous/host_updates.h"
 
 namespace kolo::torch {
 namespace {
@@ -51,6 +53,8 @@ ElasticState::ElasticState(std::shared_ptr<Context> context, ElasticStateOptions
   if (!context_) invalid("needs a Context (got null)");
   worldSize_ = savedWorldSize_ = context_->size();
 }
+
+ElasticState::~ElasticState() = default;
 
 // ---- registration ------------------------------------------------------------------
 
@@ -210,13 +214,20 @@ void ElasticState::notifyHostsUpdated(int64_t timestamp, bool removedOnly) {
 // that every rank throws at the same commit.
 void ElasticState::checkHostUpdates() {
   if (context_->rank() == 0) {
-    int64_t generation = 0, baseUpdates = 0, baseAdditions = 0;
-    if (kolo_elastic_world(&generation, &baseUpdates, &baseAdditions) == KOLO_OK &&
-        generation > 0) {
-      int64_t updates = 0, additions = 0;
-      const int rc = kolo_elastic_host_updates(&updates, &additions);
-      if (rc != KOLO_OK) throw Error(static_cast<ErrorCode>(rc), kolo_last_error());
-      if (updates > baseUpdates) notifyHostsUpdated(updates, additions == baseAdditions);
+    const ElasticWorld world = context_->world().elasticWorld();
+    if (world.generation > 0) {
+      if (!launcherCounters_) {
+        const Settings settings = Settings::fromEnvironment();
+        launcherCounters_ = std::make_unique<rendezvous::elastic::HostUpdates>(
+            rendezvous::detectJobEnvironment().rendezvous,
+            std::chrono::milliseconds(
+                static_cast<int64_t>(settings.connectTimeoutSeconds * 1000)),
+            settings.resolveJobSecret());
+      }
+      const auto now = launcherCounters_->read();
+      if (now.updates > world.hostUpdates) {
+        notifyHostsUpdated(now.updates, now.additions == world.hostAdditions);
+      }
     }
   }
   int64_t last = lastHostUpdate_;

@@ -47,6 +47,10 @@
 #include "train/elastic_sampler.h"
 #include "train/lr_schedule.h"
 
+namespace kolo::rendezvous::elastic {
+class HostUpdates;
+}
+
 namespace kolo::torch {
 
 // The hosts of an elastic job changed (Horovod's name): thrown by commit()
@@ -75,6 +79,7 @@ class ElasticState {
  public:
   explicit ElasticState(std::shared_ptr<Context> context,
                         ElasticStateOptions options = {});
+  ~ElasticState();
   ElasticState(const ElasticState&) = delete;
   ElasticState& operator=(const ElasticState&) = delete;
 
@@ -109,7 +114,7 @@ class ElasticState {
   void sync();
   // Throws HostsUpdatedInterrupt on every rank, together, when rank 0 has
   // been told that the hosts changed since the last check (by the elastic
-  // launcher, kolo_elastic_host_updates, or notifyHostsUpdated).
+  // launcher's counters in the job's store, or notifyHostsUpdated).
   void checkHostUpdates();
   // Announces a change of hosts at `timestamp` (grows with every change) to
   // this rank's state; rank 0's announcements decide.
@@ -172,6 +177,9 @@ class ElasticState {
   // last timestamp every rank agreed on.
   std::vector<std::pair<int64_t, bool>> hostUpdates_;
   int64_t lastHostUpdate_ = 0;
+  // Rank 0's reader of the launcher's counters, opened at the first check
+  // in an elastic world.
+  std::unique_ptr<rendezvous::elastic::HostUpdates> launcherCounters_;
 };
 
 namespace elastic {

@@ -1,9 +1,9 @@
-#include "collectives/agreed_scope.h"
+#include "runtime/agreed_scope.h"
 
-namespace kolo::collectives {
+namespace kolo::runtime {
 
 AgreedScope::AgreedScope(Communicator& comm)
-    : host_(dynamic_cast<AgreementHost*>(&comm)) {
+    : host_(dynamic_cast<collectives::AgreementHost*>(&comm)) {
   if (host_ != nullptr) host_->holdOperations();
 }
 
@@ -17,4 +17,4 @@ void AgreedScope::agreedFromHere() {
   if (host_ != nullptr) host_->setAgreed(true);
 }
 
-}  // namespace kolo::collectives
+}  // namespace kolo::runtime

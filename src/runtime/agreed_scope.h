@@ -28,28 +28,18 @@
 // - Barriers and closing steps are never skipped (on one host the exchange
 //   is the barrier).
 // - ~AgreedScope: checked again, and the hold is released.
-// - A communicator that is not the library's own (no AgreementHost) is
-//   left alone: nothing is held, nothing skipped.
+// - A communicator that is not the library's own (no
+//   collectives::AgreementHost, agreement_host.h) is left alone: nothing is
+//   held, nothing skipped.
 // - Not copyable; one scope per thread and communicator at a time; not for
 //   async operations (they would wait for the scope's end).
 #pragma once
 
 #include <kolo/communicator.h>
 
-namespace kolo::collectives {
+#include "collectives/agreement_host.h"
 
-// What a communicator offers to AgreedScope (api::CommunicatorImpl).
-class AgreementHost {
- public:
-  // hold / release: as AgreedScope's constructor and destructor above.
-  virtual void holdOperations() = 0;
-  virtual void releaseOperations() = 0;
-  // Only while held, on the holding thread.
-  virtual void setAgreed(bool agreed) = 0;
-
- protected:
-  ~AgreementHost() = default;
-};
+namespace kolo::runtime {
 
 class AgreedScope {
  public:
@@ -61,7 +51,7 @@ class AgreedScope {
   void agreedFromHere();
 
  private:
-  AgreementHost* host_;  // null: not the library's communicator
+  collectives::AgreementHost* host_;  // null: not the library's communicator
 };
 
-}  // namespace kolo::collectives
+}  // namespace kolo::runtime
