@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/byte_codec.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "transport/mpi/mpi_runtime.h"
@@ -391,8 +392,10 @@ bool MpiTransport::Impl::pollControlLocked() {
   AbortNotice notice{static_cast<int32_t>(ErrorCode::kPeerLost), -1};
   std::string message = "rank " + std::to_string(status.MPI_SOURCE) + " failed";
   if (count >= static_cast<int>(sizeof(notice))) {
-    std::memcpy(&notice, controlBuffer_.data(), sizeof(notice));
-    message.assign(controlBuffer_.data() + sizeof(notice), count - sizeof(notice));
+    ByteReader in(controlBuffer_.data(), static_cast<size_t>(count), kHostOrder);
+    notice.code = in.get<int32_t>();
+    notice.blamed = in.get<int32_t>();
+    message.assign(in.rest());
   }
   auto code = static_cast<ErrorCode>(notice.code);
   if (code != ErrorCode::kTimeout && code != ErrorCode::kPeerLost)
@@ -502,10 +505,11 @@ void MpiTransport::Impl::abort(const Error& cause) {
   }
   std::string message = cause.what();
   message.resize(std::min(message.size(), kMaxAbortBytes - sizeof(AbortNotice)));
-  abortFrame_ = new std::vector<char>(sizeof(AbortNotice) + message.size());
-  AbortNotice notice{static_cast<int32_t>(cause.code()), cause.peer()};
-  std::memcpy(abortFrame_->data(), &notice, sizeof(notice));
-  std::memcpy(abortFrame_->data() + sizeof(notice), message.data(), message.size());
+  abortFrame_ = new std::vector<char>();
+  ByteWriter(*abortFrame_, kHostOrder)
+      .put<int32_t>(static_cast<int32_t>(cause.code()))
+      .put<int32_t>(cause.peer())
+      .bytes(message);
   for (int peer = 0; peer < options_.size; ++peer) {
     if (peer == options_.rank || (!options_.connect.empty() && !options_.connect[peer])) {
       continue;

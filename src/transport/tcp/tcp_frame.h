@@ -17,8 +17,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <kolo/error.h>
+
+#include "common/byte_codec.h"
 
 namespace kolo::transport::tcp {
 
@@ -49,8 +52,16 @@ struct FrameInfo {
   uint64_t payloadBytes;  // what follows the header
 };
 
+// Headers and abort notices are in host byte order (both ends are one
+// build of kolo).
+inline constexpr ByteOrder kOrder = kHostOrder;
+
+// Appends h's 16 bytes.
+void appendHeader(std::vector<uint8_t>& out, const Header& h);
 // Reads a header from 16 bytes (any alignment).
 Header readHeader(const uint8_t* bytes);
+// Appends the notice's sizeof(AbortNotice) bytes.
+void appendAbortNotice(std::vector<uint8_t>& out, const AbortNotice& notice);
 
 // What a received header announces; never throws.
 FrameInfo classifyHeader(const Header& h);
