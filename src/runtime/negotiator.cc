@@ -36,6 +36,7 @@
 
 #include "common/byte_codec.h"
 #include "common/check.h"
+#include "common/rank_text.h"
 
 namespace kolo::runtime {
 
@@ -62,15 +63,6 @@ template <typename T>
 T getAt(const std::vector<uint8_t>& in, size_t at) {
   KOLO_CHECK_LE(at + sizeof(T), in.size());
   return loadBytes<T>(in.data() + at, kOrder);
-}
-
-std::string rankList(const std::vector<int>& ranks) {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i) s += ",";
-    s += std::to_string(ranks[i]);
-  }
-  return s;
 }
 
 // "allreduce 'w': shape differs: ranks 0,2 have [128, 64], rank 1 has

@@ -14,6 +14,7 @@
 
 #include "common/backoff.h"
 #include "common/check.h"
+#include "common/rank_text.h"
 #include "rendezvous/store.h"
 #include "transport/shm/futex.h"
 
@@ -284,8 +285,8 @@ void ShmGroup::checkPeers(int r, const char* what) const {
   if (processDead(pid)) {
     int peer = options_.globalRanks[r];
     KOLO_THROW_PEER(ErrorCode::kPeerLost, peer,
-                    "rank " << peer << " (pid " << pid << ") died during a " << what
-                            << " with rank " << options_.globalRanks[options_.localRank]);
+                    rankText(peer, {}, pid) << " died during a " << what << " with rank "
+                                            << options_.globalRanks[options_.localRank]);
   }
 }
 

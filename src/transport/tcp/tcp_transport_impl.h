@@ -61,8 +61,6 @@ int millisLeft(Clock::time_point deadline);
 // `deadline`; false on timeout, EOF or error (*why says which).
 bool ioExact(int fd, void* buf, size_t n, bool write, Clock::time_point deadline,
              std::string* why);
-// "rank 3" or "ranks 1, 3".
-std::string rankList(const std::vector<int>& ranks);
 // SO_SNDBUF/SO_RCVBUF, only where the kernel allows the full size.
 void setBufferSizes(int fd, size_t bytes);
 void setNoDelay(int fd);
