@@ -13,6 +13,7 @@
 
 #include "common/byte_codec.h"
 #include "common/check.h"
+#include "common/heartbeat_schedule.h"
 #include "common/logging.h"
 #include "transport/mpi/mpi_runtime.h"
 
@@ -117,8 +118,9 @@ class MpiTransport::Impl {
   MPI_Request heartbeatRequest_ = MPI_REQUEST_NULL;
   char heartbeatBuffer_ = 0;
   std::vector<MPI_Request> heartbeatSends_;
-  Clock::time_point lastHeartbeat_{};
-  std::vector<Clock::time_point> lastHeard_;  // per rank: data or heartbeat
+  // When heartbeats go out, when each rank was last heard from (data or
+  // heartbeat).
+  HeartbeatSchedule heartbeat_{options_.timeout, options_.size};
   std::vector<char> controlBuffer_ = std::vector<char>(kMaxAbortBytes);
   // Abort notices sent; a buffer whose send never completed is leaked on
   // purpose (MPI may still read it).
@@ -218,7 +220,7 @@ void MpiTransport::Impl::setUp() {
   }
   tagMask_ = (uint64_t{1} << tagBits_) - 1;
 
-  lastHeard_.assign(options_.size, Clock::now());
+  heartbeat_.restart(Clock::now());
   rc = MPI_Irecv(controlBuffer_.data(), static_cast<int>(controlBuffer_.size()), MPI_BYTE,
                  MPI_ANY_SOURCE, kAbortTag, control_, &controlRequest_);
   if (rc == MPI_SUCCESS) {
@@ -364,7 +366,7 @@ void MpiTransport::Impl::finishPiece(const Piece& piece, const MPI_Status& statu
     }
     r.peer = source;
   }
-  if (source >= 0 && source < options_.size) lastHeard_[source] = Clock::now();
+  if (source >= 0 && source < options_.size) heartbeat_.heard(source, Clock::now());
   if (--p.piecesLeft == 0) {
     p.finished = true;
     r.complete();
@@ -378,7 +380,7 @@ bool MpiTransport::Impl::pollControlLocked() {
     MPI_Status status;
     if (MPI_Test(&heartbeatRequest_, &done, &status) != MPI_SUCCESS || !done) break;
     if (status.MPI_SOURCE >= 0 && status.MPI_SOURCE < options_.size) {
-      lastHeard_[status.MPI_SOURCE] = Clock::now();
+      heartbeat_.heard(status.MPI_SOURCE, Clock::now());
     }
     MPI_Irecv(&heartbeatBuffer_, 1, MPI_BYTE, MPI_ANY_SOURCE, kHeartbeatTag, control_,
               &heartbeatRequest_);
@@ -457,12 +459,7 @@ bool MpiTransport::Impl::progress() {
 // out, so the ranks next to a stopped one name it, and the others hear
 // why through the abort notice.
 void MpiTransport::Impl::sendHeartbeatsLocked() {
-  const auto now = Clock::now();
-  const auto interval =
-      std::clamp<Clock::duration>(options_.timeout / 4, std::chrono::milliseconds(50),
-                                  std::chrono::milliseconds(1000));
-  if (now - lastHeartbeat_ < interval) return;
-  lastHeartbeat_ = now;
+  if (!heartbeat_.takeRound(Clock::now())) return;
   // Finished sends are dropped (empty messages go out at once).
   if (!heartbeatSends_.empty()) {
     int all = 0;
@@ -491,7 +488,7 @@ void MpiTransport::Impl::idle(std::chrono::microseconds max) {
 std::optional<bool> MpiTransport::Impl::silentFor(int peer,
                                                   std::chrono::milliseconds d) const {
   if (peer < 0 || peer >= options_.size || !linked(peer)) return std::nullopt;
-  return Clock::now() - lastHeard_[peer] >= d;
+  return heartbeat_.silentFor(peer, d, Clock::now());
 }
 
 void MpiTransport::Impl::abort(const Error& cause) {

@@ -31,6 +31,7 @@
 
 #include <poll.h>
 
+#include "common/heartbeat_schedule.h"
 #include "transport/tcp/tcp_frame.h"
 #include "transport/tcp/tcp_transport.h"
 
@@ -173,7 +174,6 @@ class TcpTransport::Impl {
     // Our stream to it stopped in the middle of a frame when the transport
     // broke: nothing more can be framed on it.
     bool midFrame = false;
-    Clock::time_point lastHeard = Clock::now();
     bool abortFrame = false;  // the payload being read is an abort notice
     std::vector<uint8_t> abortPayload;
     std::deque<SendItem> sendQueue;
@@ -233,7 +233,8 @@ class TcpTransport::Impl {
   size_t sendsPending_ = 0;  // frames in send queues
   std::exception_ptr error_;
   bool isolate_ = false;  // per-peer failure isolation (transport.h)
-  Clock::time_point lastHeartbeat_ = Clock::now();
+  // When heartbeats go out, when each peer was last heard from.
+  HeartbeatSchedule heartbeat_{options_.timeout, size_};
 };
 
 }  // namespace kolo::transport
