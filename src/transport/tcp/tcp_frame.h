@@ -25,11 +25,14 @@
 
 namespace kolo::transport::tcp {
 
+// In memory as on the wire: two host-order u64 and no padding, so the send
+// path queues a Header as its 16 bytes; readHeader and appendHeader are the
+// byte codec's view of the same layout.
 struct Header {
   uint64_t tag;
   uint64_t bytes;
 };
-static_assert(sizeof(Header) == 16);
+static_assert(sizeof(Header) == 16 && offsetof(Header, bytes) == 8);
 
 inline constexpr uint64_t kControlBit = uint64_t{1} << 63;
 inline constexpr uint64_t kGoodbye = kControlBit | 1;
