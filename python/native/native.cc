@@ -57,6 +57,14 @@ PyObject* classFor(int code) {
   }
 }
 
+PyObject* newError(py::module_& m, const char* name, PyObject* bases, const char* doc) {
+  const std::string full = std::string("kolo._native.") + name;
+  PyObject* cls = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases, nullptr);
+  if (cls == nullptr) throw py::error_already_set();
+  m.add_object(name, py::handle(cls));  // the module keeps a reference
+  return cls;
+}
+
 }  // namespace
 
 namespace kolo_native {
@@ -82,22 +90,6 @@ void setError(int code, std::string_view message) noexcept {
 PyObject* invalidArgumentClass() noexcept {
   return gErrors.invalidArgument;
 }
-
-}  // namespace kolo_native
-
-namespace {
-
-PyObject* newError(py::module_& m, const char* name, PyObject* bases, const char* doc) {
-  const std::string full = std::string("kolo._native.") + name;
-  PyObject* cls = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases, nullptr);
-  if (cls == nullptr) throw py::error_already_set();
-  m.add_object(name, py::handle(cls));  // the module keeps a reference
-  return cls;
-}
-
-}  // namespace
-
-namespace kolo_native {
 
 [[noreturn]] void raise(int code, const std::string& message) {
   setError(code, message);
