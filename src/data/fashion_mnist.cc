@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "common/byte_codec.h"
 #include "common/check.h"
 
 namespace kolo::data {
@@ -34,8 +35,9 @@ std::vector<uint8_t> readGzip(const std::string& path) {
   return out;
 }
 
+// IDX headers are big endian; the caller checked the 4 bytes are there.
 uint32_t bigEndian32(const uint8_t* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+  return loadBytes<uint32_t>(p, ByteOrder::kBig);
 }
 
 bool exists(const std::string& path) {

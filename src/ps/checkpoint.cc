@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/byte_codec.h"
 #include "common/check.h"
 
 namespace kolo::ps {
@@ -29,32 +30,16 @@ constexpr char kShardMagic[8] = {'K', 'P', 'S', 'C', 'K', 'P', 'T', '1'};
 constexpr size_t kShardHeaderBytes = 80;
 constexpr const char* kManifestFirstLine = "kolo parameter-server checkpoint 1";
 
-void put64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
+// Shard files are little endian on every machine.
+constexpr ByteOrder kOrder = ByteOrder::kLittle;
+
+void putFloats(ByteWriter<std::string>& out, const std::vector<float>& v) {
+  for (float f : v) out.put<float>(f);
 }
-void put32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>(v >> (8 * i)));
-}
-uint64_t get(const std::string& in, size_t at, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) {
-    v |= static_cast<uint64_t>(static_cast<uint8_t>(in[at + i])) << (8 * i);
-  }
-  return v;
-}
-void putFloats(std::string& out, const std::vector<float>& v) {
-  for (float f : v) {
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    put32(out, bits);
-  }
-}
-std::vector<float> getFloats(const std::string& in, size_t& at, uint64_t n) {
+// n floats; the caller checked that the reader holds them.
+std::vector<float> getFloats(ByteReader& in, uint64_t n) {
   std::vector<float> v(n);
-  for (uint64_t i = 0; i < n; ++i, at += 4) {
-    const uint32_t bits = static_cast<uint32_t>(get(in, at, 4));
-    std::memcpy(&v[i], &bits, 4);
-  }
+  for (float& f : v) f = in.get<float>();
   return v;
 }
 
@@ -121,26 +106,26 @@ std::string manifestPath(const std::string& dir) {
 }
 
 Digest writeShardFile(const std::string& file, const ShardState& s) {
-  std::string b(kShardMagic, sizeof(kShardMagic));
-  put32(b, s.shard);
-  put32(b, s.shards);
-  b.push_back(static_cast<char>(s.mode));
-  b.push_back(static_cast<char>(s.hasRule ? 1 : 0));
-  b.push_back(static_cast<char>(s.kind));
-  b.push_back(0);
-  put32(b, 0);
+  std::string b;
+  ByteWriter w(b, kOrder);
+  w.bytes(kShardMagic, sizeof(kShardMagic));
+  w.put<uint32_t>(s.shard).put<uint32_t>(s.shards);
+  w.put<uint8_t>(static_cast<uint8_t>(s.mode));
+  w.put<uint8_t>(s.hasRule ? 1 : 0);
+  w.put<uint8_t>(static_cast<uint8_t>(s.kind));
+  w.put<uint8_t>(0).put<uint32_t>(0);
   for (uint64_t v : {s.version, s.updates, s.rule.steps, uint64_t{s.values.size()},
                      uint64_t{s.rule.a.size()}, uint64_t{s.rule.b.size()},
                      uint64_t{s.rule.c.size()}}) {
-    put64(b, v);
+    w.put<uint64_t>(v);
   }
   KOLO_CHECK_EQ(b.size(), kShardHeaderBytes);
-  putFloats(b, s.values);
-  putFloats(b, s.rule.a);
-  putFloats(b, s.rule.b);
-  putFloats(b, s.rule.c);
+  putFloats(w, s.values);
+  putFloats(w, s.rule.a);
+  putFloats(w, s.rule.b);
+  putFloats(w, s.rule.c);
   const Digest d = sha256(b);
-  b.append(reinterpret_cast<const char*>(d.data()), d.size());
+  w.bytes(d.data(), d.size());
   writeAtomically(file, b);
   return d;
 }
@@ -157,12 +142,17 @@ ShardState readShardFile(const std::string& file, const Digest* expected, uint32
         " bytes, no KPSCKPT1 header)");
   }
   ShardState s;
-  s.shard = static_cast<uint32_t>(get(b, 8, 4));
-  s.shards = static_cast<uint32_t>(get(b, 12, 4));
-  const uint8_t mode = static_cast<uint8_t>(b[16]), kind = static_cast<uint8_t>(b[18]);
-  s.hasRule = b[17] != 0;
+  ByteReader in(b, kOrder);
+  in.bytes(sizeof(kShardMagic));
+  s.shard = in.get<uint32_t>();
+  s.shards = in.get<uint32_t>();
+  const uint8_t mode = in.get<uint8_t>();
+  s.hasRule = in.get<uint8_t>() != 0;
+  const uint8_t kind = in.get<uint8_t>();
+  in.bytes(5);  // padding
   uint64_t n[7];
-  for (int i = 0; i < 7; ++i) n[i] = get(b, 24 + 8 * i, 8);
+  for (uint64_t& v : n) v = in.get<uint64_t>();
+  KOLO_CHECK(in.ok());  // the size was checked above
   // Sizes first (a torn file), before trusting any count to allocate.
   const uint64_t limit = b.size() / 4;
   if (n[3] > limit || n[4] > limit || n[5] > limit || n[6] > limit) {
@@ -199,11 +189,11 @@ ShardState readShardFile(const std::string& file, const Digest* expected, uint32
   s.version = n[0];
   s.updates = n[1];
   s.rule.steps = n[2];
-  size_t at = kShardHeaderBytes;
-  s.values = getFloats(b, at, n[3]);
-  s.rule.a = getFloats(b, at, n[4]);
-  s.rule.b = getFloats(b, at, n[5]);
-  s.rule.c = getFloats(b, at, n[6]);
+  s.values = getFloats(in, n[3]);
+  s.rule.a = getFloats(in, n[4]);
+  s.rule.b = getFloats(in, n[5]);
+  s.rule.c = getFloats(in, n[6]);
+  KOLO_CHECK(in.ok() && in.remaining() == 32);  // the size was checked above
   return s;
 }
 

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/byte_codec.h"
 #include "common/check.h"
 #include "common/logging.h"
 #include "ps/checkpoint.h"
@@ -28,19 +29,17 @@ std::vector<uint8_t> ServerStats::encode() const {
   std::vector<uint64_t> v{version, updates, rejected, maxStaleness};
   v.insert(v.end(), pushes.begin(), pushes.end());
   v.insert(v.end(), pulls.begin(), pulls.end());
-  std::vector<uint8_t> b(v.size() * 8);
-  for (size_t i = 0; i < v.size(); ++i) {
-    for (int k = 0; k < 8; ++k) b[8 * i + k] = static_cast<uint8_t>(v[i] >> (8 * k));
-  }
+  std::vector<uint8_t> b;
+  ByteWriter w(b, ByteOrder::kLittle);
+  for (uint64_t x : v) w.put<uint64_t>(x);
   return b;
 }
 
 ServerStats ServerStats::decode(const uint8_t* b, size_t size, uint32_t workers) {
   KOLO_CHECK_EQ(size, statsBytes(workers));
+  ByteReader in(b, size, ByteOrder::kLittle);
   std::vector<uint64_t> v(size / 8, 0);
-  for (size_t i = 0; i < v.size(); ++i) {
-    for (int k = 0; k < 8; ++k) v[i] |= static_cast<uint64_t>(b[8 * i + k]) << (8 * k);
-  }
+  for (uint64_t& x : v) x = in.get<uint64_t>();
   ServerStats s;
   s.version = v[0];
   s.updates = v[1];

@@ -1,24 +1,26 @@
-// Encoding is explicit byte by byte (little-endian), so the layout does not
-// depend on the compiler's struct padding or the host's byte order.
+// Encoding is explicit field by field (little-endian, common/byte_codec.h),
+// so the layout does not depend on the compiler's struct padding or the
+// host's byte order. Fixed layouts are written at their offsets after the
+// caller checked the size.
 #include "ps/wire.h"
 
-#include <cstring>
-
+#include "common/byte_codec.h"
 #include "common/check.h"
 
 namespace kolo::ps {
 namespace {
 
+// Every parameter-server message is little endian.
+constexpr ByteOrder kOrder = ByteOrder::kLittle;
+
 template <typename T>
 void put(uint8_t* p, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+  storeBytes<T>(p, v, kOrder);
 }
 
 template <typename T>
 T get(const uint8_t* p) {
-  T v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(p[i]) << (8 * i);
-  return v;
+  return loadBytes<T>(p, kOrder);
 }
 
 }  // namespace
@@ -55,8 +57,6 @@ const char* messageTypeName(MessageType t) {
 
 HeaderBytes encodeHeader(const Header& h) {
   HeaderBytes b{};
-  uint32_t lrBits;
-  std::memcpy(&lrBits, &h.lr, sizeof(lrBits));
   put<uint32_t>(&b[0], kMagic);
   put<uint16_t>(&b[4], static_cast<uint16_t>(h.type));
   put<uint16_t>(&b[6], h.flags);
@@ -64,7 +64,7 @@ HeaderBytes encodeHeader(const Header& h) {
   put<uint32_t>(&b[12], h.shard);
   put<uint64_t>(&b[16], h.version);
   put<uint64_t>(&b[24], h.payloadBytes);
-  put<uint32_t>(&b[32], lrBits);
+  put<float>(&b[32], h.lr);
   put<uint32_t>(&b[36], 0);
   return b;
 }
@@ -95,8 +95,7 @@ Header decodeHeader(const uint8_t* bytes, size_t size, const WireLimits& limits,
   h.shard = get<uint32_t>(bytes + 12);
   h.version = get<uint64_t>(bytes + 16);
   h.payloadBytes = get<uint64_t>(bytes + 24);
-  const uint32_t lrBits = get<uint32_t>(bytes + 32);
-  std::memcpy(&h.lr, &lrBits, sizeof(h.lr));
+  h.lr = get<float>(bytes + 32);
   const char* name = messageTypeName(h.type);
   if (h.worker >= limits.workers) {
     KOLO_THROW(ErrorCode::kMismatch, "parameter-server " << name << " from rank " << from
@@ -233,11 +232,7 @@ std::vector<uint8_t> encodeConfig(const PsConfig& c) {
   put<uint32_t>(&b[8], static_cast<uint32_t>(c.backupWorkers));
   const float floats[] = {c.easgdAlpha, o.lr,    o.weightDecay, o.momentum, o.dampening,
                           o.beta1,      o.beta2, o.eps,         o.alpha};
-  for (size_t i = 0; i < 9; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &floats[i], 4);
-    put<uint32_t>(&b[12 + 4 * i], bits);
-  }
+  for (size_t i = 0; i < 9; ++i) put<float>(&b[12 + 4 * i], floats[i]);
   put<uint32_t>(&b[48], static_cast<uint32_t>(c.tensorElements.size()));
   put<uint32_t>(&b[52], static_cast<uint32_t>(c.pushers));
   put<uint32_t>(&b[56], static_cast<uint32_t>(c.validators));
@@ -281,10 +276,7 @@ PsConfig decodeConfig(const uint8_t* b, size_t size, int from, uint32_t maxTenso
   c.validators = static_cast<int32_t>(get<uint32_t>(b + 56));
   float* floats[] = {&c.easgdAlpha, &o.lr,    &o.weightDecay, &o.momentum, &o.dampening,
                      &o.beta1,      &o.beta2, &o.eps,         &o.alpha};
-  for (size_t i = 0; i < 9; ++i) {
-    const uint32_t bits = get<uint32_t>(b + 12 + 4 * i);
-    std::memcpy(floats[i], &bits, 4);
-  }
+  for (size_t i = 0; i < 9; ++i) *floats[i] = get<float>(b + 12 + 4 * i);
   c.tensorElements.resize(count);
   for (uint32_t i = 0; i < count; ++i) {
     c.tensorElements[i] = get<uint64_t>(b + kConfigFixedBytes + 8 * i);

@@ -1,17 +1,17 @@
 #include "rendezvous/store_protocol.h"
 
-#include <cstring>
+#include "rendezvous/store_wire.h"
 
 namespace kolo::rendezvous::protocol {
 
 bool decodeFrameLength(std::string_view header4, size_t minBytes, size_t limit,
                        uint32_t* out, std::string* why) {
-  if (header4.size() < 4) {
+  ByteReader in(header4, wire::kOrder);
+  const uint32_t len = in.get<uint32_t>();
+  if (!in.ok()) {
     *why = "short frame header";
     return false;
   }
-  uint32_t len;
-  std::memcpy(&len, header4.data(), 4);
   if (len < minBytes || len > limit) {
     *why = "frame of " + std::to_string(len) + " bytes is outside the store's limits (" +
            std::to_string(minBytes) + ".." + std::to_string(limit) + " bytes)";
@@ -26,16 +26,16 @@ bool decodeRequest(std::string_view body, Request* out, std::string* why) {
     *why = "request of " + std::to_string(body.size()) + " bytes (at least 5 expected)";
     return false;
   }
-  const uint8_t op = static_cast<uint8_t>(body[0]);
-  uint32_t keyLen;
-  std::memcpy(&keyLen, body.data() + 1, 4);
-  if (keyLen > body.size() - 5) {
+  ByteReader in(body, wire::kOrder);
+  const uint8_t op = in.get<uint8_t>();
+  const uint32_t keyLen = in.get<uint32_t>();
+  if (keyLen > in.remaining()) {
     *why = "key length " + std::to_string(keyLen) + " exceeds the request's " +
-           std::to_string(body.size() - 5) + " bytes";
+           std::to_string(in.remaining()) + " bytes";
     return false;
   }
-  out->key = body.substr(5, keyLen);
-  out->arg = body.substr(5 + keyLen);
+  out->key = in.bytes(keyLen);
+  out->arg = in.rest();
   if (op != kSet && op != kGet && op != kAdd) {
     *why = "unknown op " + std::to_string(op);
     return false;
@@ -47,7 +47,7 @@ bool decodeRequest(std::string_view body, Request* out, std::string* why) {
              std::to_string(out->arg.size()) + " bytes (8 expected)";
       return false;
     }
-    std::memcpy(&out->number, out->arg.data(), 8);
+    out->number = ByteReader(out->arg, wire::kOrder).get<int64_t>();
   }
   return true;
 }

@@ -3,30 +3,31 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <string>
+
+#include "common/byte_codec.h"
 
 namespace kolo::rendezvous::wire {
 
 // A GET's "forever": about 35 years.
 inline constexpr int64_t kMaxWaitMs = int64_t{1} << 40;
 
+// The store's frame fields, in its byte order (store_protocol.h).
+inline constexpr ByteOrder kOrder = kHostOrder;
+
 inline void appendU32(std::string& s, uint32_t v) {
-  s.append(reinterpret_cast<char*>(&v), 4);
+  ByteWriter(s, kOrder).put(v);
 }
 inline void appendI64(std::string& s, int64_t v) {
-  s.append(reinterpret_cast<char*>(&v), 8);
+  ByteWriter(s, kOrder).put(v);
 }
 
+// The value at p, whose 4 (8) bytes the caller has checked are there.
 inline uint32_t readU32(const char* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
+  return loadBytes<uint32_t>(reinterpret_cast<const uint8_t*>(p), kOrder);
 }
 inline int64_t readI64(const char* p) {
-  int64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
+  return loadBytes<int64_t>(reinterpret_cast<const uint8_t*>(p), kOrder);
 }
 
 inline std::string endpoint(const std::string& host, int port) {

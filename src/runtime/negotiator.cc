@@ -34,7 +34,9 @@
 #include <cstring>
 #include <set>
 
+#include "common/byte_codec.h"
 #include "common/check.h"
+#include "common/rank_text.h"
 
 namespace kolo::runtime {
 
@@ -46,32 +48,21 @@ constexpr uint8_t kFlagShutdown = 1;
 constexpr uint8_t kFlagJoined = 2;
 constexpr uint8_t kFlagStall = 4;
 
+// Both ends of a negotiation are one build of kolo: host byte order.
+constexpr ByteOrder kOrder = kHostOrder;
+
 template <typename T>
 void putAt(std::vector<uint8_t>& out, size_t at, T v) {
-  std::memcpy(out.data() + at, &v, sizeof(T));
+  KOLO_CHECK_LE(at + sizeof(T), out.size());
+  storeBytes<T>(out.data() + at, v, kOrder);
 }
 
+// The header field at `at` of a message the caller checked is a whole
+// header.
 template <typename T>
 T getAt(const std::vector<uint8_t>& in, size_t at) {
-  T v;
-  std::memcpy(&v, in.data() + at, sizeof(T));
-  return v;
-}
-
-template <typename T>
-void append(std::vector<uint8_t>& out, T v) {
-  const size_t at = out.size();
-  out.resize(at + sizeof(T));
-  std::memcpy(out.data() + at, &v, sizeof(T));
-}
-
-std::string rankList(const std::vector<int>& ranks) {
-  std::string s = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (i) s += ",";
-    s += std::to_string(ranks[i]);
-  }
-  return s;
+  KOLO_CHECK_LE(at + sizeof(T), in.size());
+  return loadBytes<T>(in.data() + at, kOrder);
 }
 
 // "allreduce 'w': shape differs: ranks 0,2 have [128, 64], rank 1 has
@@ -237,11 +228,11 @@ Message Negotiator::prepare(const CycleFlags& flags) {
     }
   }
   if (count > 0 || !flags.stallShutdown.empty()) {
-    append<uint32_t>(m.variable, count);
-    m.variable.insert(m.variable.end(), specs.begin(), specs.end());
-    append<uint32_t>(m.variable, static_cast<uint32_t>(flags.stallShutdown.size()));
-    m.variable.insert(m.variable.end(), flags.stallShutdown.begin(),
-                      flags.stallShutdown.end());
+    ByteWriter(m.variable, kOrder)
+        .put<uint32_t>(count)
+        .bytes(specs.data(), specs.size())
+        .put<uint32_t>(static_cast<uint32_t>(flags.stallShutdown.size()))
+        .bytes(flags.stallShutdown);
   }
   uint8_t f = 0;
   if (flags.shutdown) f |= kFlagShutdown;
@@ -338,20 +329,13 @@ void Negotiator::readMessages(Cycle& c, const std::vector<std::vector<uint8_t>>&
 // when its flags announce one (the first such rank's wins).
 void Negotiator::readVariable(Cycle& c, int r, const std::vector<uint8_t>& part,
                               bool stall) {
-  const uint8_t* p = part.data();
-  const uint8_t* end = p + part.size();
-  uint32_t count;
-  if (end - p < 4) KOLO_THROW(ErrorCode::kInvalidArgument, "malformed request list");
-  std::memcpy(&count, p, 4);
-  p += 4;
-  for (uint32_t i = 0; i < count; ++i) c.newSpecs[r].push_back(OpSpec::decode(p, end));
-  uint32_t stallBytes = 0;
-  if (end - p >= 4) {
-    std::memcpy(&stallBytes, p, 4);
-    p += 4;
-  }
-  if (stall && c.out.stallShutdown.empty() && end - p >= stallBytes) {
-    c.out.stallShutdown.assign(reinterpret_cast<const char*>(p), stallBytes);
+  ByteReader in(part.data(), part.size(), kOrder);
+  const uint32_t count = in.get<uint32_t>();
+  if (!in.ok()) KOLO_THROW(ErrorCode::kInvalidArgument, "malformed request list");
+  for (uint32_t i = 0; i < count; ++i) c.newSpecs[r].push_back(OpSpec::decode(in));
+  const uint32_t stallBytes = in.remaining() >= 4 ? in.get<uint32_t>() : 0;
+  if (stall && c.out.stallShutdown.empty() && in.remaining() >= stallBytes) {
+    c.out.stallShutdown.assign(in.bytes(stallBytes));
   }
 }
 

@@ -1,7 +1,6 @@
 #include "runtime/op_spec.h"
 
 #include <algorithm>
-#include <cstring>
 #include <sstream>
 
 #include "common/check.h"
@@ -10,32 +9,24 @@ namespace kolo::runtime {
 
 namespace {
 
-// Encoding, version 1, little endian (the machines kolo runs on):
+// Encoding, version 1, in host byte order (both ends are one build of
+// kolo):
 //   u8 version, u32 name length, name bytes, u8 kind, u8 dtype, u8 op,
 //   u32 dims, i64 x dims, i32 root, f64 prescale, f64 postscale,
 //   u64 group, u32 groupSize.
 constexpr uint8_t kVersion = 1;
 constexpr uint32_t kMaxNameBytes = 1 << 20;
 constexpr uint32_t kMaxDims = 64;
+constexpr ByteOrder kOrder = kHostOrder;
 
 template <typename T>
-void put(std::vector<uint8_t>& out, T v) {
-  const size_t at = out.size();
-  out.resize(at + sizeof(T));
-  std::memcpy(out.data() + at, &v, sizeof(T));
-}
-
-template <typename T>
-T take(const uint8_t*& p, const uint8_t* end) {
-  if (end - p < static_cast<std::ptrdiff_t>(sizeof(T))) {
+T take(ByteReader& in) {
+  if (in.remaining() < sizeof(T)) {
     KOLO_THROW(ErrorCode::kInvalidArgument, "malformed operation spec: truncated ("
-                                                << (end - p) << " bytes left, "
+                                                << in.remaining() << " bytes left, "
                                                 << sizeof(T) << " needed)");
   }
-  T v;
-  std::memcpy(&v, p, sizeof(T));
-  p += sizeof(T);
-  return v;
+  return in.get<T>();
 }
 
 std::string number(double v) {
@@ -71,62 +62,69 @@ size_t OpSpec::bytes() const {
 }
 
 void OpSpec::encode(std::vector<uint8_t>& out) const {
-  put<uint8_t>(out, kVersion);
-  put<uint32_t>(out, static_cast<uint32_t>(name.size()));
-  out.insert(out.end(), name.begin(), name.end());
-  put<uint8_t>(out, static_cast<uint8_t>(kind));
-  put<uint8_t>(out, static_cast<uint8_t>(dtype));
-  put<uint8_t>(out, static_cast<uint8_t>(op));
-  put<uint32_t>(out, static_cast<uint32_t>(shape.size()));
-  for (int64_t d : shape) put<int64_t>(out, d);
-  put<int32_t>(out, root);
-  put<double>(out, prescale);
-  put<double>(out, postscale);
-  put<uint64_t>(out, group);
-  put<uint32_t>(out, groupSize);
+  ByteWriter w(out, kOrder);
+  w.put<uint8_t>(kVersion);
+  w.put<uint32_t>(static_cast<uint32_t>(name.size()));
+  w.bytes(name);
+  w.put<uint8_t>(static_cast<uint8_t>(kind));
+  w.put<uint8_t>(static_cast<uint8_t>(dtype));
+  w.put<uint8_t>(static_cast<uint8_t>(op));
+  w.put<uint32_t>(static_cast<uint32_t>(shape.size()));
+  for (int64_t d : shape) w.put<int64_t>(d);
+  w.put<int32_t>(root);
+  w.put<double>(prescale);
+  w.put<double>(postscale);
+  w.put<uint64_t>(group);
+  w.put<uint32_t>(groupSize);
 }
 
 OpSpec OpSpec::decode(const uint8_t*& p, const uint8_t* end) {
+  ByteReader in(p, static_cast<size_t>(end - p), kOrder);
+  OpSpec s = decode(in);
+  p = in.cursor();
+  return s;
+}
+
+OpSpec OpSpec::decode(ByteReader& in) {
   OpSpec s;
-  const auto version = take<uint8_t>(p, end);
+  const auto version = take<uint8_t>(in);
   if (version != kVersion) {
     KOLO_THROW(ErrorCode::kInvalidArgument, "malformed operation spec: version "
                                                 << int(version) << ", expected "
                                                 << int(kVersion));
   }
-  const auto nameBytes = take<uint32_t>(p, end);
-  if (nameBytes > kMaxNameBytes || end - p < static_cast<std::ptrdiff_t>(nameBytes)) {
+  const auto nameBytes = take<uint32_t>(in);
+  if (nameBytes > kMaxNameBytes || in.remaining() < nameBytes) {
     KOLO_THROW(ErrorCode::kInvalidArgument, "malformed operation spec: name of "
-                                                << nameBytes << " bytes, " << (end - p)
-                                                << " left");
+                                                << nameBytes << " bytes, "
+                                                << in.remaining() << " left");
   }
-  s.name.assign(reinterpret_cast<const char*>(p), nameBytes);
-  p += nameBytes;
-  const auto kind = take<uint8_t>(p, end);
+  s.name.assign(in.bytes(nameBytes));
+  const auto kind = take<uint8_t>(in);
   if (kind > static_cast<uint8_t>(OpKind::kJoin)) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
                "malformed operation spec '" << s.name << "': kind " << int(kind));
   }
   s.kind = static_cast<OpKind>(kind);
-  s.dtype = static_cast<DataType>(take<uint8_t>(p, end));
-  s.op = static_cast<ReduceOp>(take<uint8_t>(p, end));
+  s.dtype = static_cast<DataType>(take<uint8_t>(in));
+  s.op = static_cast<ReduceOp>(take<uint8_t>(in));
   if (!isValid(s.dtype) || !isValid(s.op)) {
     KOLO_THROW(ErrorCode::kInvalidArgument, "malformed operation spec '"
                                                 << s.name << "': dtype " << int(s.dtype)
                                                 << ", op " << int(s.op));
   }
-  const auto dims = take<uint32_t>(p, end);
+  const auto dims = take<uint32_t>(in);
   if (dims > kMaxDims) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
                "malformed operation spec '" << s.name << "': " << dims << " dimensions");
   }
   s.shape.resize(dims);
-  for (auto& d : s.shape) d = take<int64_t>(p, end);
-  s.root = take<int32_t>(p, end);
-  s.prescale = take<double>(p, end);
-  s.postscale = take<double>(p, end);
-  s.group = take<uint64_t>(p, end);
-  s.groupSize = take<uint32_t>(p, end);
+  for (auto& d : s.shape) d = take<int64_t>(in);
+  s.root = take<int32_t>(in);
+  s.prescale = take<double>(in);
+  s.postscale = take<double>(in);
+  s.group = take<uint64_t>(in);
+  s.groupSize = take<uint32_t>(in);
   return s;
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "common/byte_codec.h"
+
 namespace kolo::runtime {
 
 enum class OpKind : uint8_t {
@@ -42,9 +44,11 @@ struct OpSpec {
   int64_t elements() const;  // product of shape (1 for a scalar)
   size_t bytes() const;
 
-  // Byte encoding for the negotiation messages (little endian, versioned);
-  // decode throws Error(kInvalidArgument) on malformed input.
+  // Byte encoding for the negotiation messages (host byte order, the
+  // negotiation's; versioned); decode throws Error(kInvalidArgument) on
+  // malformed input. The reader (or p) moves past the spec.
   void encode(std::vector<uint8_t>& out) const;
+  static OpSpec decode(ByteReader& in);
   static OpSpec decode(const uint8_t*& p, const uint8_t* end);
 };
 

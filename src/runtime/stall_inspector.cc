@@ -7,6 +7,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "common/rank_text.h"
+
 namespace kolo::runtime {
 namespace {
 
@@ -18,15 +20,6 @@ double secondsBetween(StallInspector::Clock::time_point from,
 }
 
 // "1,3", or the first 16 then ",... (40 ranks)".
-std::string rankList(const std::vector<int>& ranks) {
-  std::ostringstream os;
-  for (size_t i = 0; i < ranks.size() && i < kMaxListedRanks; ++i) {
-    os << (i > 0 ? "," : "") << ranks[i];
-  }
-  if (ranks.size() > kMaxListedRanks) os << ",... (" << ranks.size() << " ranks)";
-  return os.str();
-}
-
 // Whole seconds from 10 s on, else tenths; rounded down, so "waiting for
 // X s or more" is true.
 std::string waitedText(double seconds) {
@@ -47,9 +40,9 @@ std::string nameLine(const PendingName& p) {
   }
   std::ostringstream os;
   os << "  " << p.kind << " '" << p.name << "' waits on "
-     << (missing.size() == 1 ? "rank " : "ranks ") << rankList(missing);
+     << rankList(missing, kMaxListedRanks);
   if (!submitted.empty() && submitted.size() <= missing.size()) {
-    os << " (submitted by " << rankList(submitted) << ")";
+    os << " (submitted by " << rankNumbers(submitted, kMaxListedRanks) << ")";
   }
   return os.str();
 }

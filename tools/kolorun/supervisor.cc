@@ -15,6 +15,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "common/rank_text.h"
 #include "host_probe.h"
 #include "kolo/error.h"
 #include "placement.h"
@@ -303,10 +304,8 @@ bool Supervisor::startRank(const Placement& p, const JobIdentity& job,
   return true;
 }
 
-std::string Supervisor::rankName(int rank) const {
-  std::string name = "rank " + std::to_string(rank);
-  if (!hostOf_[rank].empty()) name += " on host " + hostOf_[rank];
-  return name;
+std::string Supervisor::rankName(int rank, int64_t pid) const {
+  return rankText(rank, hostOf_[rank], pid);
 }
 
 void Supervisor::signalRank(RankProcess& rank, int sig) {
@@ -419,9 +418,9 @@ void Supervisor::onRankExit(RankProcess& rank, const ExitStatus& exit) {
       anySucceeded_ = true;
     } else {
       lastFailedRank_ = r;
-      output_.note("elastic: " + rankName(r) + " (pid " + std::to_string(rank.pid()) +
-                   ") " + exit.describe() + "; the job goes on with " +
-                   std::to_string(elastic_->liveWorkers()) + " worker(s)");
+      output_.note("elastic: " + rankName(r, rank.pid()) + " " + exit.describe() +
+                   "; the job goes on with " + std::to_string(elastic_->liveWorkers()) +
+                   " worker(s)");
       blacklistHostOf(r);
       return;
     }
@@ -431,8 +430,7 @@ void Supervisor::onRankExit(RankProcess& rank, const ExitStatus& exit) {
   if (verdict.workerLost) {
     noteLostWorker(rank);
   } else if (options_.verbose && !verdict.endJob) {
-    output_.note(rankName(r) + " (pid " + std::to_string(rank.pid()) + ") " +
-                 exit.describe());
+    output_.note(rankName(r, rank.pid()) + " " + exit.describe());
   }
   if (verdict.endJob) {
     if (verdict.workerLost) output_.note("every worker has failed; ending the job");
@@ -477,8 +475,8 @@ void Supervisor::escalate() {
   for (auto& rank : ranks_) {
     if (rank->running()) {
       if (options_.verbose) {
-        output_.note(rankName(rank->rank()) + " (pid " + std::to_string(rank->pid()) +
-                     ") still running, sending SIGKILL");
+        output_.note(rankName(rank->rank(), rank->pid()) +
+                     " still running, sending SIGKILL");
       }
       signalRank(*rank, SIGKILL);
     }
@@ -555,8 +553,7 @@ void Supervisor::report() {
 void Supervisor::reportFailedRank() {
   if (reason_ != EndReason::kRankFailed) return;
   const RankProcess& rank = *ranks_[failedRank_];
-  output_.note(rankName(rank.rank()) + " (pid " + std::to_string(rank.pid()) + ") " +
-               describeExit(rank));
+  output_.note(rankName(rank.rank(), rank.pid()) + " " + describeExit(rank));
   auto lines = output_.tail(rank.rank());
   if (lines.empty()) {
     output_.note("rank " + std::to_string(rank.rank()) + " printed nothing");

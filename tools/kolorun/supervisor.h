@@ -133,7 +133,8 @@ class Supervisor {
                   const std::map<std::string, std::string>& rendezvousOf);
   bool startRank(const Placement& p, const JobIdentity& job, LaunchContext& context);
   void signalRank(RankProcess& rank, int sig);
-  std::string rankName(int rank) const;
+  // "rank 3 on host h (pid 1234)" (common/rank_text.h); pid 0: without.
+  std::string rankName(int rank, int64_t pid = 0) const;
   void loop();
   std::optional<Clock::time_point> nextDeadline() const;
   void reap();

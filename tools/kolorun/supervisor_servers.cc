@@ -23,8 +23,7 @@ bool Supervisor::planServers(const std::vector<Placement>& placements) {
 }
 
 void Supervisor::noteLostWorker(const RankProcess& rank) {
-  output_.note(rankName(rank.rank()) + " (pid " + std::to_string(rank.pid()) + ") " +
-               describeExit(rank) +
+  output_.note(rankName(rank.rank(), rank.pid()) + " " + describeExit(rank) +
                "; it is a worker and the job has parameter servers: they decide whether "
                "the training goes on without it");
 }
@@ -68,8 +67,8 @@ void Supervisor::reportLostWorkers() {
   std::string list;
   for (int r : lost) {
     const RankProcess& rank = *ranks_[r];
-    list += (list.empty() ? "" : "; ") + rankName(r) + " (pid " +
-            std::to_string(rank.pid()) + ") " + describeExit(rank);
+    list +=
+        (list.empty() ? "" : "; ") + rankName(r, rank.pid()) + " " + describeExit(rank);
   }
   const std::string count = std::to_string(lost.size()) + " worker(s)";
   output_.note(

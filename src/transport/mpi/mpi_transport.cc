@@ -11,7 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "common/byte_codec.h"
 #include "common/check.h"
+#include "common/heartbeat_schedule.h"
 #include "common/logging.h"
 #include "transport/mpi/mpi_runtime.h"
 
@@ -116,8 +118,9 @@ class MpiTransport::Impl {
   MPI_Request heartbeatRequest_ = MPI_REQUEST_NULL;
   char heartbeatBuffer_ = 0;
   std::vector<MPI_Request> heartbeatSends_;
-  Clock::time_point lastHeartbeat_{};
-  std::vector<Clock::time_point> lastHeard_;  // per rank: data or heartbeat
+  // When heartbeats go out, when each rank was last heard from (data or
+  // heartbeat).
+  HeartbeatSchedule heartbeat_{options_.timeout, options_.size};
   std::vector<char> controlBuffer_ = std::vector<char>(kMaxAbortBytes);
   // Abort notices sent; a buffer whose send never completed is leaked on
   // purpose (MPI may still read it).
@@ -217,7 +220,7 @@ void MpiTransport::Impl::setUp() {
   }
   tagMask_ = (uint64_t{1} << tagBits_) - 1;
 
-  lastHeard_.assign(options_.size, Clock::now());
+  heartbeat_.restart(Clock::now());
   rc = MPI_Irecv(controlBuffer_.data(), static_cast<int>(controlBuffer_.size()), MPI_BYTE,
                  MPI_ANY_SOURCE, kAbortTag, control_, &controlRequest_);
   if (rc == MPI_SUCCESS) {
@@ -363,7 +366,7 @@ void MpiTransport::Impl::finishPiece(const Piece& piece, const MPI_Status& statu
     }
     r.peer = source;
   }
-  if (source >= 0 && source < options_.size) lastHeard_[source] = Clock::now();
+  if (source >= 0 && source < options_.size) heartbeat_.heard(source, Clock::now());
   if (--p.piecesLeft == 0) {
     p.finished = true;
     r.complete();
@@ -377,7 +380,7 @@ bool MpiTransport::Impl::pollControlLocked() {
     MPI_Status status;
     if (MPI_Test(&heartbeatRequest_, &done, &status) != MPI_SUCCESS || !done) break;
     if (status.MPI_SOURCE >= 0 && status.MPI_SOURCE < options_.size) {
-      lastHeard_[status.MPI_SOURCE] = Clock::now();
+      heartbeat_.heard(status.MPI_SOURCE, Clock::now());
     }
     MPI_Irecv(&heartbeatBuffer_, 1, MPI_BYTE, MPI_ANY_SOURCE, kHeartbeatTag, control_,
               &heartbeatRequest_);
@@ -391,8 +394,10 @@ bool MpiTransport::Impl::pollControlLocked() {
   AbortNotice notice{static_cast<int32_t>(ErrorCode::kPeerLost), -1};
   std::string message = "rank " + std::to_string(status.MPI_SOURCE) + " failed";
   if (count >= static_cast<int>(sizeof(notice))) {
-    std::memcpy(&notice, controlBuffer_.data(), sizeof(notice));
-    message.assign(controlBuffer_.data() + sizeof(notice), count - sizeof(notice));
+    ByteReader in(controlBuffer_.data(), static_cast<size_t>(count), kHostOrder);
+    notice.code = in.get<int32_t>();
+    notice.blamed = in.get<int32_t>();
+    message.assign(in.rest());
   }
   auto code = static_cast<ErrorCode>(notice.code);
   if (code != ErrorCode::kTimeout && code != ErrorCode::kPeerLost)
@@ -454,12 +459,7 @@ bool MpiTransport::Impl::progress() {
 // out, so the ranks next to a stopped one name it, and the others hear
 // why through the abort notice.
 void MpiTransport::Impl::sendHeartbeatsLocked() {
-  const auto now = Clock::now();
-  const auto interval =
-      std::clamp<Clock::duration>(options_.timeout / 4, std::chrono::milliseconds(50),
-                                  std::chrono::milliseconds(1000));
-  if (now - lastHeartbeat_ < interval) return;
-  lastHeartbeat_ = now;
+  if (!heartbeat_.takeRound(Clock::now())) return;
   // Finished sends are dropped (empty messages go out at once).
   if (!heartbeatSends_.empty()) {
     int all = 0;
@@ -488,7 +488,7 @@ void MpiTransport::Impl::idle(std::chrono::microseconds max) {
 std::optional<bool> MpiTransport::Impl::silentFor(int peer,
                                                   std::chrono::milliseconds d) const {
   if (peer < 0 || peer >= options_.size || !linked(peer)) return std::nullopt;
-  return Clock::now() - lastHeard_[peer] >= d;
+  return heartbeat_.silentFor(peer, d, Clock::now());
 }
 
 void MpiTransport::Impl::abort(const Error& cause) {
@@ -502,10 +502,11 @@ void MpiTransport::Impl::abort(const Error& cause) {
   }
   std::string message = cause.what();
   message.resize(std::min(message.size(), kMaxAbortBytes - sizeof(AbortNotice)));
-  abortFrame_ = new std::vector<char>(sizeof(AbortNotice) + message.size());
-  AbortNotice notice{static_cast<int32_t>(cause.code()), cause.peer()};
-  std::memcpy(abortFrame_->data(), &notice, sizeof(notice));
-  std::memcpy(abortFrame_->data() + sizeof(notice), message.data(), message.size());
+  abortFrame_ = new std::vector<char>();
+  ByteWriter(*abortFrame_, kHostOrder)
+      .put<int32_t>(static_cast<int32_t>(cause.code()))
+      .put<int32_t>(cause.peer())
+      .bytes(message);
   for (int peer = 0; peer < options_.size; ++peer) {
     if (peer == options_.rank || (!options_.connect.empty() && !options_.connect[peer])) {
       continue;

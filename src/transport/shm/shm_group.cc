@@ -15,6 +15,7 @@
 #include "common/backoff.h"
 #include "common/check.h"
 #include "common/private_path.h"
+#include "common/rank_text.h"
 #include "rendezvous/store.h"
 #include "transport/shm/futex.h"
 
@@ -302,8 +303,8 @@ void ShmGroup::checkPeer(int r, const std::atomic<uint64_t>* c, uint64_t value,
   if (processDead(pid) && c->load(std::memory_order_acquire) < value) {
     int peer = options_.globalRanks[r];
     KOLO_THROW_PEER(ErrorCode::kPeerLost, peer,
-                    "rank " << peer << " (pid " << pid << ") died during a " << what
-                            << " with rank " << options_.globalRanks[options_.localRank]);
+                    rankText(peer, {}, pid) << " died during a " << what << " with rank "
+                                            << options_.globalRanks[options_.localRank]);
   }
 }
 

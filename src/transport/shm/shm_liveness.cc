@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/rank_text.h"
+
 namespace kolo::transport {
 namespace {
 
@@ -64,8 +66,8 @@ void ShmTransport::checkPeers() {
     std::string how;
     if (processGone(p.pid, &how)) {
       std::ostringstream os;
-      os << "rank " << options_.rank << " lost rank " << p.rank << " (pid " << p.pid
-         << " on this host): " << how;
+      os << "rank " << options_.rank << " lost " << rankText(p.rank, {}, p.pid)
+         << " on this host: " << how;
       auto error = std::make_exception_ptr(Error(ErrorCode::kPeerLost, os.str(), p.rank));
       if (!isolate_) breakWith(error);
       dropPeer(static_cast<int>(j), error);

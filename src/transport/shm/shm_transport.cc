@@ -62,6 +62,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "common/private_path.h"
+#include "common/rank_text.h"
 #include "rendezvous/store.h"
 #include "transport/shm/futex.h"
 
@@ -135,12 +136,6 @@ std::string sanitize(const std::string& s, size_t max) {
   return out;
 }
 
-std::string joinRanks(const std::vector<int>& v) {
-  std::ostringstream os;
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? "," : "") << v[i];
-  return os.str();
-}
-
 }  // namespace
 
 struct ShmTransport::RingCtl {
@@ -199,13 +194,13 @@ ShmTransport::ShmTransport(const Options& options) : options_(options) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
                "shm transport rank "
                    << options_.rank << ": localRanks must be sorted, distinct and in [0, "
-                   << options_.size << "), got [" << joinRanks(local) << "]");
+                   << options_.size << "), got [" << rankNumbers(local) << "]");
   }
   auto it = std::find(local.begin(), local.end(), options_.rank);
   if (it == local.end()) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
                "shm transport: rank " << options_.rank << " is not among its localRanks ["
-                                      << joinRanks(local) << "]");
+                                      << rankNumbers(local) << "]");
   }
   me_ = static_cast<int>(it - local.begin());
   ringBytes_ = kMinRing;
@@ -425,7 +420,7 @@ void ShmTransport::waitAllMapped(const std::string& gen, rendezvous::Store& stor
     KOLO_THROW(ErrorCode::kTimeout, "shm transport rank "
                                         << options_.rank << ": only "
                                         << store.add(counterKey, 0) << " of " << n
-                                        << " local ranks [" << joinRanks(local)
+                                        << " local ranks [" << rankNumbers(local)
                                         << "] mapped the shared-memory segments within "
                                         << options_.connectTimeout.count() / 1000.0
                                         << " s (KOLO_CONNECT_TIMEOUT)");
@@ -456,7 +451,7 @@ int ShmTransport::localIndex(int rank, const char* what) const {
     KOLO_THROW(ErrorCode::kInvalidArgument,
                "shm transport rank " << options_.rank << ": " << what << " rank " << rank
                                      << " is not on this host (local ranks ["
-                                     << joinRanks(local) << "])");
+                                     << rankNumbers(local) << "])");
   }
   return static_cast<int>(it - local.begin());
 }

@@ -34,12 +34,10 @@ void TcpTransport::Impl::abort(const Error& cause) {
   if (message.size() > kMaxAbortBytes - sizeof(AbortNotice)) {
     message.resize(kMaxAbortBytes - sizeof(AbortNotice));
   }
-  std::vector<uint8_t> frame(sizeof(Header) + sizeof(AbortNotice) + message.size());
-  Header h{sizeof(AbortNotice) + message.size(), kAbort};
-  AbortNotice notice{static_cast<int32_t>(cause.code()), cause.peer()};
-  std::memcpy(frame.data(), &h, sizeof(h));
-  std::memcpy(frame.data() + sizeof(h), &notice, sizeof(notice));
-  std::memcpy(frame.data() + sizeof(h) + sizeof(notice), message.data(), message.size());
+  std::vector<uint8_t> frame;
+  appendHeader(frame, Header{sizeof(AbortNotice) + message.size(), kAbort});
+  appendAbortNotice(frame, AbortNotice{static_cast<int32_t>(cause.code()), cause.peer()});
+  frame.insert(frame.end(), message.begin(), message.end());
   // Bounded: a peer that does not drain its socket is not waited for.
   const auto deadline = Clock::now() + std::chrono::milliseconds(200);
   for (Peer* p : active_) {

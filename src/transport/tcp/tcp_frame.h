@@ -17,16 +17,22 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <kolo/error.h>
 
+#include "common/byte_codec.h"
+
 namespace kolo::transport::tcp {
 
+// In memory as on the wire: two host-order u64 and no padding, so the send
+// path queues a Header as its 16 bytes; readHeader and appendHeader are the
+// byte codec's view of the same layout.
 struct Header {
   uint64_t tag;
   uint64_t bytes;
 };
-static_assert(sizeof(Header) == 16);
+static_assert(sizeof(Header) == 16 && offsetof(Header, bytes) == 8);
 
 inline constexpr uint64_t kControlBit = uint64_t{1} << 63;
 inline constexpr uint64_t kGoodbye = kControlBit | 1;
@@ -49,8 +55,16 @@ struct FrameInfo {
   uint64_t payloadBytes;  // what follows the header
 };
 
+// Headers and abort notices are in host byte order (both ends are one
+// build of kolo).
+inline constexpr ByteOrder kOrder = kHostOrder;
+
+// Appends h's 16 bytes.
+void appendHeader(std::vector<uint8_t>& out, const Header& h);
 // Reads a header from 16 bytes (any alignment).
 Header readHeader(const uint8_t* bytes);
+// Appends the notice's sizeof(AbortNotice) bytes.
+void appendAbortNotice(std::vector<uint8_t>& out, const AbortNotice& notice);
 
 // What a received header announces; never throws.
 FrameInfo classifyHeader(const Header& h);

@@ -164,7 +164,7 @@ bool TcpTransport::Impl::readPeer(Peer& p) {
     ssize_t n = ::recv(p.fd, into, want, MSG_DONTWAIT);
     if (n > 0) {
       moved = true;
-      p.lastHeard = Clock::now();
+      heartbeat_.heard(p.rank, Clock::now());
       if (direct) {
         deliver(p, nullptr, static_cast<size_t>(n));
       } else {

@@ -21,6 +21,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "common/rank_text.h"
 #include "common/sha256.h"
 #include "rendezvous/store.h"
 #include "transport/tcp/tcp_handshake.h"
@@ -94,13 +95,6 @@ bool ioExact(int fd, void* buf, size_t n, bool write, Clock::time_point deadline
     }
   }
   return true;
-}
-
-std::string rankList(const std::vector<int>& ranks) {
-  std::ostringstream os;
-  os << (ranks.size() == 1 ? "rank " : "ranks ");
-  for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
-  return os.str();
 }
 
 }  // namespace tcp

@@ -257,12 +257,7 @@ void TcpTransport::Impl::idle(std::chrono::microseconds max) {
 // Heartbeats go out only while this rank waits (idle), which is exactly
 // when a peer may be blocked on it.
 void TcpTransport::Impl::sendHeartbeats() {
-  const auto now = Clock::now();
-  const auto interval =
-      std::clamp<Clock::duration>(options_.timeout / 4, std::chrono::milliseconds(50),
-                                  std::chrono::milliseconds(1000));
-  if (now - lastHeartbeat_ < interval) return;
-  lastHeartbeat_ = now;
+  if (!heartbeat_.takeRound(Clock::now())) return;
   for (Peer* p : active_) {
     // A peer we are still streaming to hears from us anyway.
     if (!p->sendQueue.empty() || p->goodbye) continue;
@@ -283,7 +278,7 @@ std::optional<bool> TcpTransport::Impl::silentFor(int peer,
   if (peer < 0 || peer >= size_ || peer == rank_ || !peers_[peer].linked) {
     return std::nullopt;
   }
-  return Clock::now() - peers_[peer].lastHeard >= d;
+  return heartbeat_.silentFor(peer, d, Clock::now());
 }
 
 std::exception_ptr TcpTransport::Impl::mismatch(int source, Tag tag, size_t sent,

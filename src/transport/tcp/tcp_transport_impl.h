@@ -31,6 +31,7 @@
 
 #include <poll.h>
 
+#include "common/heartbeat_schedule.h"
 #include "transport/tcp/tcp_frame.h"
 #include "transport/tcp/tcp_transport.h"
 
@@ -73,8 +74,6 @@ int millisLeft(Clock::time_point deadline);
 // `deadline`; false on timeout, EOF or error (*why says which).
 bool ioExact(int fd, void* buf, size_t n, bool write, Clock::time_point deadline,
              std::string* why);
-// "rank 3" or "ranks 1, 3".
-std::string rankList(const std::vector<int>& ranks);
 // SO_SNDBUF/SO_RCVBUF, only where the kernel allows the full size.
 void setBufferSizes(int fd, size_t bytes);
 void setNoDelay(int fd);
@@ -193,7 +192,6 @@ class TcpTransport::Impl {
     // Our stream to it stopped in the middle of a frame when the transport
     // broke: nothing more can be framed on it.
     bool midFrame = false;
-    Clock::time_point lastHeard = Clock::now();
     bool abortFrame = false;  // the payload being read is an abort notice
     std::vector<uint8_t> abortPayload;
     std::deque<SendItem> sendQueue;
@@ -253,7 +251,8 @@ class TcpTransport::Impl {
   size_t sendsPending_ = 0;  // frames in send queues
   std::exception_ptr error_;
   bool isolate_ = false;  // per-peer failure isolation (transport.h)
-  Clock::time_point lastHeartbeat_ = Clock::now();
+  // When heartbeats go out, when each peer was last heard from.
+  HeartbeatSchedule heartbeat_{options_.timeout, size_};
 };
 
 }  // namespace kolo::transport
