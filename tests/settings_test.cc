@@ -324,10 +324,10 @@ TEST(SettingsAliasTest, NoHorovodVariableIsBothAnAliasAndUnhonoured) {
   }
 }
 
-// docs/env.md, found from this source file's location (tests/ -> docs/).
+// docs/env.md of the source tree the test was built from.
 std::string readEnvDoc() {
   std::filesystem::path path =
-      std::filesystem::path(__FILE__).parent_path().parent_path() / "docs" / "env.md";
+      std::filesystem::path(KOLO_TEST_SOURCE_DIR) / "docs" / "env.md";
   if (const char* src = std::getenv("KOLO_SOURCE_DIR"); src != nullptr) {
     path = std::filesystem::path(src) / "docs" / "env.md";
   }

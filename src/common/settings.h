@@ -71,10 +71,11 @@ constexpr SettingAlias horovod(const char* env, AliasForm form = AliasForm::kSam
     "Network interface (or IP address) to listen on and advertise for tcp; "        \
     "empty: the address that reaches the rendezvous.")                              \
   X(std::string, jobSecret, "KOLO_JOB_SECRET", "", kNoAlias,                        \
-    "The job's secret: the store and every link prove knowledge of it "             \
-    "(docs/security.md). kolorun sets a fresh one per job; under another "          \
-    "launcher every rank needs the same value (or KOLO_JOB_SECRET_FILE). "          \
-    "Empty: unauthenticated.")                                                      \
+    "The job's secret: the store and every link prove knowledge of it, and a "      \
+    "file store's entries are signed with it (docs/security.md). kolorun sets a "   \
+    "fresh one per job; under another launcher every rank needs the same value "    \
+    "(or KOLO_JOB_SECRET_FILE). Empty: unauthenticated (rank 0 warns once when "    \
+    "its store listens beyond loopback).")                                          \
   X(std::string, jobSecretFile, "KOLO_JOB_SECRET_FILE", "", kNoAlias,               \
     "A file whose contents (trailing newline dropped) are the job secret, "         \
     "read when KOLO_JOB_SECRET is empty.")                                          \
