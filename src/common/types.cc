@@ -6,13 +6,14 @@
 
 namespace kolo {
 
+// Through unsigned: a negative value of a signed underlying type wraps to a
+// large one, and an unsigned underlying type needs no check against 0.
 bool isValid(DataType type) {
-  return static_cast<int>(type) >= 0 &&
-         static_cast<int>(type) < kNumDataTypes;
+  return static_cast<unsigned>(type) < static_cast<unsigned>(kNumDataTypes);
 }
 
 bool isValid(ReduceOp op) {
-  return static_cast<int>(op) >= 0 && static_cast<int>(op) < kNumReduceOps;
+  return static_cast<unsigned>(op) < static_cast<unsigned>(kNumReduceOps);
 }
 
 size_t elementSize(DataType type) {
@@ -61,10 +62,10 @@ DataType parseDataType(std::string_view name) {
   if (name == "int32" || name == "int") return DataType::kInt32;
   if (name == "int64" || name == "long") return DataType::kInt64;
   if (name == "uint8" || name == "byte") return DataType::kUInt8;
-  KOLO_THROW(ErrorCode::kInvalidArgument,
-             "unknown dtype '" << name
-                               << "' (expected float32, float64, float16, "
-                                  "bfloat16, int32, int64 or uint8)");
+  KOLO_THROW(ErrorCode::kInvalidArgument, "unknown dtype '"
+                                              << name
+                                              << "' (expected float32, float64, float16, "
+                                                 "bfloat16, int32, int64 or uint8)");
 }
 
 ReduceOp parseReduceOp(std::string_view name) {
@@ -74,8 +75,7 @@ ReduceOp parseReduceOp(std::string_view name) {
   if (name == "max") return ReduceOp::kMax;
   if (name == "prod" || name == "product") return ReduceOp::kProduct;
   KOLO_THROW(ErrorCode::kInvalidArgument,
-             "unknown reduction '" << name
-                                   << "' (expected sum, avg, min, max or prod)");
+             "unknown reduction '" << name << "' (expected sum, avg, min, max or prod)");
 }
 
 }  // namespace kolo
