@@ -72,6 +72,22 @@ void bindAllreduceAsync(py::module_& m) {
       "Allreduces that always run together (one fusion bucket). Returns handles.");
 }
 
+// A completed handle's output (kolo_handle_output), its shape copied.
+struct HandleOutput {
+  const void* data = nullptr;
+  size_t bytes = 0;
+  std::vector<int64_t> shape;
+};
+
+HandleOutput handleOutput(kolo_handle h) {
+  HandleOutput out;
+  int ndim = 0;
+  const int64_t* shape = nullptr;
+  check(kolo_handle_output(h, &out.data, &out.bytes, &ndim, &shape));
+  out.shape.assign(shape, shape + ndim);
+  return out;
+}
+
 }  // namespace
 
 // The runtime's operations; each returns a handle.
@@ -182,26 +198,14 @@ void bindCompletion(py::module_& m) {
   m.def(
       "output",
       [](kolo_handle h) {
-        const void* data = nullptr;
-        size_t bytes = 0;
-        int ndim = 0;
-        const int64_t* shape = nullptr;
-        check(kolo_handle_output(h, &data, &bytes, &ndim, &shape));
-        std::vector<int64_t> s(shape, shape + ndim);
-        return py::make_tuple(py::bytes(static_cast<const char*>(data), bytes), s);
+        HandleOutput out = handleOutput(h);
+        return py::make_tuple(py::bytes(static_cast<const char*>(out.data), out.bytes),
+                              out.shape);
       },
       py::arg("handle"),
       "(bytes, shape) of an allgather, alltoall or reducescatter result (a copy).");
   m.def(
-      "output_shape",
-      [](kolo_handle h) {
-        const void* data = nullptr;
-        size_t bytes = 0;
-        int ndim = 0;
-        const int64_t* shape = nullptr;
-        check(kolo_handle_output(h, &data, &bytes, &ndim, &shape));
-        return std::vector<int64_t>(shape, shape + ndim);
-      },
+      "output_shape", [](kolo_handle h) { return handleOutput(h).shape; },
       py::arg("handle"), "The shape of output() without copying the data.");
   m.def(
       "output_into",
