@@ -186,12 +186,19 @@ void sharedStore(JobEnvironment& job, const char* override) {
   }
 }
 
+// The four counts of launchers that name one variable each: rank and size
+// required, the local ones optional (-1), then validated together.
+void readCounts(JobEnvironment& job, const char* launcher, const char* rankVar,
+                const char* sizeVar, const char* localRankVar, const char* localSizeVar) {
+  job.rank = requiredInt({rankVar}, launcher);
+  job.size = requiredInt({sizeVar}, launcher);
+  job.localRank = optionalInt(localRankVar).value_or(-1);
+  job.localSize = optionalInt(localSizeVar).value_or(-1);
+  validate(job, rankVar, sizeVar, localRankVar, localSizeVar);
+}
+
 void readKolo(JobEnvironment& job, const char* override) {
-  job.rank = requiredInt({"KOLO_RANK"}, "kolo");
-  job.size = requiredInt({"KOLO_SIZE"}, "kolo");
-  job.localRank = optionalInt("KOLO_LOCAL_RANK").value_or(-1);
-  job.localSize = optionalInt("KOLO_LOCAL_SIZE").value_or(-1);
-  validate(job, "KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE");
+  readCounts(job, "kolo", "KOLO_RANK", "KOLO_SIZE", "KOLO_LOCAL_RANK", "KOLO_LOCAL_SIZE");
   if (override != nullptr) {
     job.rendezvous = override;
   } else if (job.size > 1) {
@@ -212,12 +219,8 @@ void readKolo(JobEnvironment& job, const char* override) {
 }
 
 void readMpirun(JobEnvironment& job, const char* override) {
-  job.rank = requiredInt({"OMPI_COMM_WORLD_RANK"}, "mpirun");
-  job.size = requiredInt({"OMPI_COMM_WORLD_SIZE"}, "mpirun");
-  job.localRank = optionalInt("OMPI_COMM_WORLD_LOCAL_RANK").value_or(-1);
-  job.localSize = optionalInt("OMPI_COMM_WORLD_LOCAL_SIZE").value_or(-1);
-  validate(job, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-           "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
+  readCounts(job, "mpirun", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+             "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
   sharedStore(job, override);
 }
 
@@ -227,12 +230,8 @@ void readMpirun(JobEnvironment& job, const char* override) {
 // starts, so the rendezvous stays empty (the MPI engine needs none; without
 // it the communicator asks for KOLO_RENDEZVOUS).
 void readJsrun(JobEnvironment& job, const char* override) {
-  job.rank = requiredInt({"JSM_NAMESPACE_RANK"}, "jsrun");
-  job.size = requiredInt({"JSM_NAMESPACE_SIZE"}, "jsrun");
-  job.localRank = optionalInt("JSM_NAMESPACE_LOCAL_RANK").value_or(-1);
-  job.localSize = optionalInt("JSM_NAMESPACE_LOCAL_SIZE").value_or(-1);
-  validate(job, "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK",
-           "JSM_NAMESPACE_LOCAL_SIZE");
+  readCounts(job, "jsrun", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE",
+             "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_LOCAL_SIZE");
   const bool severalHosts = job.localSize > 0 && job.localSize < job.size;
   if (override != nullptr || !severalHosts) sharedStore(job, override);
 }
@@ -273,11 +272,7 @@ void readSrun(JobEnvironment& job, const char* override) {
 }
 
 void readTorchrun(JobEnvironment& job, const char* override) {
-  job.rank = requiredInt({"RANK"}, "torchrun");
-  job.size = requiredInt({"WORLD_SIZE"}, "torchrun");
-  job.localRank = optionalInt("LOCAL_RANK").value_or(-1);
-  job.localSize = optionalInt("LOCAL_WORLD_SIZE").value_or(-1);
-  validate(job, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+  readCounts(job, "torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   if (override != nullptr) {
     job.rendezvous = override;
     job.hostStore = isTcp(override) && job.rank == 0;
