@@ -128,6 +128,17 @@ int kolo_release(kolo_handle handle);
  * unknown to other calls from the moment this one starts. */
 int kolo_wait_release(kolo_handle handle);
 
+/* Calls fn(arg) once when the operation ends (success or failure): on the
+ * runtime's thread right after it ends, or at once on the calling thread
+ * when it has ended already. fn must be quick and must not block on kolo
+ * (hand real work to a thread of your own); it may call kolo_wait (which
+ * then returns at once with the result), kolo_handle_output and
+ * kolo_release on this handle. One callback per handle: a second is
+ * KOLO_ERR_INVALID_ARGUMENT. For frameworks whose kernels complete through
+ * a callback (TensorFlow's AsyncOpKernel). */
+typedef void (*kolo_done_fn)(void* arg);
+int kolo_handle_notify(kolo_handle handle, kolo_done_fn fn, void* arg);
+
 /* --- tools --------------------------------------------------------------- */
 /* Chrome trace (Perfetto) of set 0's operations as this rank sees them,
  * written to `path` by the calling rank (ranks sharing a file system give

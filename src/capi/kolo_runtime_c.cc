@@ -457,6 +457,17 @@ int kolo_wait_release(kolo_handle handle) {
   });
 }
 
+int kolo_handle_notify(kolo_handle handle, kolo_done_fn fn, void* arg) {
+  const char* fn_name = "kolo_handle_notify";
+  if (fn == nullptr) return invalid(std::string(fn_name) + ": callback is null");
+  HandlePtr h;
+  if (int rc = gHandles.find(fn_name, handle, &h)) return rc;
+  return guarded(fn_name, [&] {
+    h->onDone([fn, arg] { fn(arg); });
+    return KOLO_OK;
+  });
+}
+
 int kolo_release(kolo_handle handle) {
   return gHandles.release("kolo_release", handle);
 }

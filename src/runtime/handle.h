@@ -8,6 +8,12 @@
 // - A handle made with the runtime's queue rings it (SubmissionQueue::ring)
 //   when wait() is about to block: a caller that waits has nothing more to
 //   submit until the wait ends, so an open gathering window may close.
+// - onDone(fn) runs fn exactly once when the handle completes: on the
+//   completing (runtime) thread right after completion, or at once on the
+//   caller's thread when it had completed already. One callback per handle.
+//   It must be quick and must not wait on another handle (it runs on the
+//   thread that completes them); it may drop the last reference to the
+//   handle.
 // - For operations whose output size is only known after negotiation
 //   (allgather, alltoall with varying splits), the result bytes live in the
 //   handle (output()); otherwise the caller's output buffer holds the result
@@ -17,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +48,9 @@ class Handle {
   // Throws the operation's error.
   void wait() const;
 
+  // Throws kolo::Error (invalid argument) when a callback was set before.
+  void onDone(std::function<void()> fn);
+
   // Set by the runtime before complete(): result bytes and shape owned by
   // the handle (allgather, alltoall).
   const std::vector<uint8_t>& output() const { return output_; }
@@ -63,10 +73,14 @@ class Handle {
   // claimed state before it blocks on the atomic itself (a futex); the
   // completer wakes waiters only when that bit was set, so completing a
   // handle nobody waits on costs no system call, and there is no lock or
-  // condition variable per operation.
-  static constexpr uint32_t kPending = 0, kClaimed = 1, kDone = 2, kWaiter = 4;
+  // condition variable per operation. onDone stores the callback first and
+  // then adds kCallback the same way; the completer that finds the bit runs
+  // it, and a registration that finds kDone runs it itself.
+  static constexpr uint32_t kPending = 0, kClaimed = 1, kDone = 2, kWaiter = 4,
+                            kCallback = 8, kFlags = kWaiter | kCallback;
   mutable std::atomic<uint32_t> state_{kPending};
   std::exception_ptr error_;
+  std::function<void()> callback_;  // written once, before kCallback is set
   std::vector<uint8_t> output_;
   std::vector<int64_t> outputShape_;
 };
