@@ -10,12 +10,12 @@ kept. Either way kolo is shut down and initialized again (a new generation
 of the job), the state's reset hooks and the registered callbacks run, and
 ``func`` is called again. Errors that say the program itself is wrong
 (InvalidArgumentError, MismatchError, ...) are not retried: they propagate.
-See docs/elastic.md.
+The loop, ``State`` and ``ObjectState`` are kolo.elastic's (shared with
+kolo.tensorflow); this package adds the torch objects. See docs/elastic.md.
 """
 
-import functools
-
-import kolo
+from kolo.elastic import is_peer_failure as _is_peer_failure  # noqa: F401
+from kolo.elastic import run_fn as _run_fn
 from kolo.torch.elastic.sampler import ElasticSampler
 from kolo.torch.elastic.state import (ObjectState, State, TorchState,  # noqa: F401
                                       notify_hosts_updated)
@@ -23,15 +23,6 @@ from kolo.torch.errors import HorovodInternalError, HostsUpdatedInterrupt
 
 __all__ = ["run", "State", "ObjectState", "TorchState", "ElasticSampler",
            "HorovodInternalError", "HostsUpdatedInterrupt", "notify_hosts_updated"]
-
-
-def _is_peer_failure(err):
-    """Whether ``err`` means "a peer failed" (roll back and re-form), not "this
-    program is wrong". HorovodInternalError is kolo.KoloError itself, so a
-    program raising it to simulate a failure is recognised by its exact
-    class."""
-    return isinstance(err, (kolo.PeerLostError, kolo.KoloTimeoutError)) or \
-        type(err) is kolo.KoloError
 
 
 def _reset():
@@ -46,23 +37,4 @@ def run(func):
     The function must not start with a collective before it touches the
     state: new ranks sync the state first, so collectives belong inside the
     training loop, as in Horovod."""
-
-    @functools.wraps(func)
-    def wrapper(state, *args, **kwargs):
-        skip_sync = False
-        while True:
-            try:
-                if not skip_sync:
-                    state.sync()
-                return func(state, *args, **kwargs)
-            except HostsUpdatedInterrupt as e:
-                skip_sync = e.skip_sync
-            except kolo.KoloError as e:
-                if not _is_peer_failure(e):
-                    raise
-                state.restore()
-                skip_sync = False
-            _reset()
-            state.on_reset()
-
-    return wrapper
+    return _run_fn(func, _reset)

@@ -3,7 +3,9 @@
 A state object keeps a copy of what training needs to go on after a reset:
 ``commit()`` copies the live objects into host memory, ``restore()`` puts
 the last commit back (after a failure), ``sync()`` makes every rank equal to
-rank 0 (after a reset, when ranks may have joined). ``TorchState`` knows how
+rank 0 (after a reset, when ranks may have joined). ``State``,
+``ObjectState`` and the host-update notifications are kolo.elastic's,
+shared with the other framework bindings. ``TorchState`` knows how
 to copy and broadcast models, optimizers and ``ElasticSampler``; every other
 keyword argument is a plain Python value, broadcast with ``broadcast_object``.
 
@@ -14,130 +16,18 @@ user's reset callbacks, which run after it; see docs/elastic.md).
 """
 
 import copy
-import queue
 
 import torch
 
+from kolo.elastic import (ObjectState, State, _host_updates,  # noqa: F401
+                          _poll_launcher, notify_hosts_updated)
 from kolo.lr import scale_factor
 from kolo.torch.elastic.sampler import ElasticSampler
-from kolo.torch.errors import HostsUpdatedInterrupt
-
-# Host changes announced to this process (timestamp, removed-only flag), in
-# arrival order. The elastic launcher's listener puts them here through
-# notify_hosts_updated(); check_host_updates() drains them.
-_host_updates = queue.Queue()
-
-
-def notify_hosts_updated(timestamp, removed_only=False):
-    """Announces that the job's hosts changed at ``timestamp`` (a number that
-    grows with every change). The next ``commit()`` or
-    ``check_host_updates()`` raises HostsUpdatedInterrupt on every rank."""
-    _host_updates.put((timestamp, bool(removed_only)))
-
-
-def _poll_launcher():
-    """Turns the elastic launcher's host-update counters into a notification:
-    kolorun counts every change its --host-discovery-script makes to the
-    hosts; counters above the ones this world was formed with mean a change
-    since. The counter is the timestamp (it only grows)."""
-    from kolo import _native
-    generation, base_updates, base_additions = _native.elastic_world()
-    if generation == 0:
-        return  # not an elastic job
-    updates, additions = _native.elastic_host_updates()
-    if updates > base_updates:
-        notify_hosts_updated(timestamp=updates, removed_only=additions == base_additions)
 
 
 def _hvd():
     import kolo.torch as hvd  # the package imports this module
     return hvd
-
-
-class State:
-    """What survives a reset: subclasses say how to save, restore and sync."""
-
-    def __init__(self):
-        self._last_updated_timestamp = 0
-        self._reset_callbacks = []
-
-    def register_reset_callbacks(self, callbacks):
-        """Functions called, in order, after every reset (ranks lost, added
-        or removed), before the state is synchronized."""
-        self._reset_callbacks.extend(callbacks)
-
-    def on_reset(self):
-        self.reset()
-        for callback in self._reset_callbacks:
-            callback()
-
-    def commit(self):
-        """Saves the state in host memory, then checks for host changes."""
-        self.save()
-        self.check_host_updates()
-
-    def check_host_updates(self):
-        """Raises HostsUpdatedInterrupt on every rank, together, when rank 0
-        has been told that the hosts changed since the last check."""
-        if _hvd().rank() == 0:
-            _poll_launcher()
-        prev = last = self._last_updated_timestamp
-        removed_only = True
-        seen = False
-        while True:
-            try:
-                timestamp, removed = _host_updates.get_nowait()
-            except queue.Empty:
-                break
-            if timestamp > last:
-                last = timestamp
-                removed_only = removed_only and removed
-                seen = True
-        # Rank 0's view decides, so that every rank raises at the same step.
-        prev, last, removed_only = _hvd().broadcast_object(
-            (prev, last, removed_only and seen), root_rank=0,
-            name="kolo.elastic.host_updates")
-        self._last_updated_timestamp = last
-        if last > prev:
-            raise HostsUpdatedInterrupt(removed_only)
-
-    def save(self):
-        raise NotImplementedError()
-
-    def restore(self):
-        raise NotImplementedError()
-
-    def sync(self):
-        raise NotImplementedError()
-
-    def reset(self):
-        """Called after a reset, before the callbacks and the sync."""
-
-
-class ObjectState(State):
-    """Plain Python values, given as keyword arguments and kept as
-    attributes; ``sync()`` broadcasts rank 0's committed values."""
-
-    def __init__(self, **kwargs):
-        self._saved_state = kwargs
-        self._set_attrs()
-        super().__init__()
-
-    def save(self):
-        self._saved_state = {k: copy.deepcopy(getattr(self, k)) for k in self._saved_state}
-
-    def restore(self):
-        self._set_attrs()
-
-    def sync(self):
-        if self._saved_state:
-            self._saved_state = _hvd().broadcast_object(
-                self._saved_state, root_rank=0, name="kolo.elastic.objects")
-            self._set_attrs()
-
-    def _set_attrs(self):
-        for name, value in self._saved_state.items():
-            setattr(self, name, copy.deepcopy(value))
 
 
 class _Handler:
