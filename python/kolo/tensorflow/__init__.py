@@ -21,12 +21,11 @@ elastic. Process sets are kolo.process_sets' (shared with kolo.torch).
 See docs/tensorflow.md.
 """
 
-from kolo.tensorflow import mpi_ops as _mpi_ops
 from kolo.tensorflow.mpi_ops import (  # noqa: F401  (Horovod's names)
     Average, Sum, Min, Max, Product, Adasum,
     allgather, grouped_allgather, broadcast, broadcast_, alltoall, join, barrier,
     _allreduce, _grouped_allreduce, _reducescatter, _grouped_reducescatter,
-    shutdown, is_initialized, start_timeline, stop_timeline,
+    init, shutdown, is_initialized, start_timeline, stop_timeline,
     size, local_size, cross_size, rank, local_rank, cross_rank,
     rank_op, local_rank_op, size_op, local_size_op, process_set_included_op,
     mpi_threads_supported, mpi_enabled, mpi_built, gloo_enabled, gloo_built,
@@ -54,19 +53,6 @@ from kolo.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from kolo.tensorflow import elastic  # noqa: F401,E402
 
 import tensorflow as _tf
-
-
-def init(comm=None, process_sets=None):
-    """Starts kolo (rendezvous with the other ranks, background runtime).
-    Calling it again while initialised does nothing. ``process_sets``: a
-    list of ProcessSet to add (every rank passes the same list)."""
-    if comm is not None:
-        raise errors.invalid_argument(
-            "init(comm=...) is not supported: kolo takes its ranks from the "
-            "launcher's environment; use process sets for subsets")
-    _mpi_ops.init()
-    for ps in process_sets or []:
-        add_process_set(ps)
 
 
 def is_homogeneous():

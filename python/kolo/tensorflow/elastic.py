@@ -15,8 +15,6 @@ are kolo.elastic's, shared with kolo.torch. What this module adds:
   eagerly or, for TensorFlowState in a TF1 graph, through a session.
 """
 
-import re
-
 import tensorflow as tf
 
 import kolo
@@ -29,20 +27,19 @@ from kolo.tensorflow.util import _executing_eagerly
 __all__ = ["run", "State", "ObjectState", "TensorFlowState", "TensorFlowKerasState",
            "HorovodInternalError", "HostsUpdatedInterrupt", "notify_hosts_updated"]
 
-# kolo's messages for a peer that left or died, and for one that went
-# silent (docs/errors.md), as they reach Python inside a TensorFlow error.
-_PEER_LOST = re.compile(r"left the job|died|peer lost|PeerLost|closed (its|the) link",
-                        re.IGNORECASE)
-_TIMEOUT = re.compile(r"timed out|timeout|stopped answering", re.IGNORECASE)
-
-
 def _as_kolo_error(err):
-    """The kolo exception a failed TensorFlow op stands for, or None."""
+    """The kolo exception a failed kolo TensorFlow op stands for, or None.
+    The op layer raises UnavailableError for a lost peer,
+    DeadlineExceededError for a silent one and InternalError for another
+    runtime failure, each with a message that starts with kolo's class name."""
     message = getattr(err, "message", str(err))
-    if _PEER_LOST.search(message):
+    if isinstance(err, tf.errors.UnavailableError) and message.startswith("PeerLostError"):
         return kolo.PeerLostError(message)
-    if _TIMEOUT.search(message):
+    if isinstance(err, tf.errors.DeadlineExceededError) and \
+            message.startswith("KoloTimeoutError"):
         return kolo.KoloTimeoutError(message)
+    if isinstance(err, tf.errors.InternalError) and message.startswith("KoloError"):
+        return kolo.KoloError(message)
     return None
 
 

@@ -107,6 +107,24 @@ def _make_cached_allreduce_grads_fn(name, device_dense, device_sparse, compressi
                   compression=compression, op=op, prescale_factor=prescale,
                   postscale_factor=postscale, process_set=process_set)
 
+    def reduce_parts(parts, grouped, use_generic_names):
+        """``parts``: lists of gradients; each one grouped_allreduce when
+        ``grouped``, else each gradient its own allreduce."""
+        with tf.name_scope(name + "_Allreduce"):
+            if not grouped:
+                return [[allreduce(g, name="grad_%d" % k if use_generic_names else None,
+                                   ignore_name_scope=use_generic_names, **common)
+                         for g in part] for k, part in enumerate(parts)]
+            return [grouped_allreduce(
+                part, name="grad_group_%d" % k if use_generic_names else None,
+                ignore_name_scope=use_generic_names, **common)
+                for k, part in enumerate(parts)]
+
+    # Eagerly, one tf.function per configuration; the variables stay out of
+    # its arguments (only gradients go in), so a new model of the same
+    # shapes reuses the trace.
+    reduce_fn = _make_subgraph(reduce_parts) if _executing_eagerly() else reduce_parts
+
     def allreduce_grads(grads, vars=None, use_generic_names=False):  # noqa: A002
         grads = list(grads)
         if sparse_as_dense:
@@ -114,23 +132,20 @@ def _make_cached_allreduce_grads_fn(name, device_dense, device_sparse, compressi
                      for g in grads]
         if not reduces_here(process_set):
             return grads
-        with tf.name_scope(name + "_Allreduce"):
-            if groups is None:
-                return [None if g is None else allreduce(
-                    g, name="grad_%d" % i if use_generic_names else None,
-                    ignore_name_scope=use_generic_names, **common)
-                    for i, g in enumerate(grads)]
-            out = list(grads)
-            for k, (indices, group) in enumerate(_groups_of(grads, vars, groups)):
-                reduced = grouped_allreduce(
-                    list(group), name="grad_group_%d" % k if use_generic_names else None,
-                    ignore_name_scope=use_generic_names, **common)
-                for i, r in zip(indices, reduced):
-                    out[i] = r
-            return out
+        if groups is None:
+            indices = [(i,) for i, g in enumerate(grads) if g is not None]
+        else:
+            indices = [ix for ix, _ in _groups_of(grads, vars, groups)]
+        if not indices:
+            return grads
+        reduced = reduce_fn([[grads[i] for i in ix] for ix in indices],
+                            groups is not None, use_generic_names)
+        out = list(grads)
+        for ix, part in zip(indices, reduced):
+            for i, r in zip(ix, part):
+                out[i] = r
+        return out
 
-    if _executing_eagerly():
-        return _make_subgraph(allreduce_grads)
     return allreduce_grads
 
 

@@ -25,7 +25,7 @@ _BatchNormalization = tf.keras.layers.BatchNormalization
 # Keras 3's layer has _moments(inputs, mask); tf_keras's has
 # _moments(inputs, reduction_axes, keep_dims, mask=None) and a `fused` mode
 # (which computes its moments inside one kernel: it must stay off).
-_HAS_FUSED = "fused" in _BatchNormalization.__init__.__code__.co_varnames
+_LEGACY_KERAS = _BatchNormalization.__module__.startswith("tf_keras")
 
 
 def _global_moments(inputs, mean, variance, mask):
@@ -63,7 +63,7 @@ class SyncBatchNormalization(_BatchNormalization):
                 "tf.distribute synchronization; kolo synchronizes already")
         if not kwargs.get("name"):
             kwargs["name"] = "sync_batch_normalization"
-        if _HAS_FUSED:
+        if _LEGACY_KERAS:
             kwargs["fused"] = False
         super().__init__(**kwargs)
 
@@ -72,7 +72,7 @@ class SyncBatchNormalization(_BatchNormalization):
         if size() == 1:
             return mean, variance
         mask = kwargs.get("mask")
-        if mask is None and args and not _HAS_FUSED:
+        if mask is None and args and not _LEGACY_KERAS:
             mask = args[0]  # Keras 3: _moments(inputs, mask)
         elif mask is None and len(args) > 2:
             mask = args[2]  # tf_keras: _moments(inputs, axes, keep_dims, mask)
