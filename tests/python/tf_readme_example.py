@@ -2,7 +2,7 @@
 block under "## A Keras job" of README.md is executed on every rank (under
 kolorun), then what it promises is checked: every rank ends with rank 0's
 weights (broadcast at the start, gradients averaged at every step) and the
-model learned (its loss on its own data fell)."""
+model learned (its loss fell from the first epoch to the last)."""
 
 import os
 import re
@@ -30,7 +30,5 @@ def test_readme_keras_example():
     root = hvd.broadcast(tf.constant(flat), root_rank=0, name="readme.weights").numpy()
     np.testing.assert_array_equal(flat, root, err_msg="rank %d's weights differ from rank 0's"
                                   % hvd.rank())
-    trained = model.evaluate(x, y, verbose=0)
-    model.set_weights([np.zeros_like(w) for w in model.get_weights()])
-    untrained = model.evaluate(x, y, verbose=0)
-    assert trained < untrained, (trained, untrained)
+    losses = model.history.history["loss"]  # the last fit's, per epoch
+    assert len(losses) == 5 and losses[-1] < losses[0], losses
