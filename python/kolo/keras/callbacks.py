@@ -58,19 +58,20 @@ def optimizer_variables(optimizer):
 
 
 def get_learning_rate(optimizer):
-    return float(np.asarray(_learning_rate_variable(optimizer)))
-
-
-def _learning_rate_variable(optimizer):
-    lr = optimizer.learning_rate
-    if not hasattr(lr, "assign"):
-        raise ValueError("kolo.keras.callbacks: the optimizer's learning rate is %r, not a variable "
-                         "(a LearningRateSchedule cannot be set by a callback)" % (lr,))
-    return lr
+    return float(np.asarray(optimizer.learning_rate))
 
 
 def set_learning_rate(optimizer, value):
-    _learning_rate_variable(optimizer).assign(value)
+    """Sets a learning rate held in a variable (or a plain number); a
+    LearningRateSchedule cannot be set."""
+    lr = optimizer.learning_rate
+    if hasattr(lr, "assign"):
+        lr.assign(value)
+    elif isinstance(lr, numbers.Number):
+        optimizer.learning_rate = value
+    else:
+        raise ValueError("kolo.keras.callbacks: the optimizer's learning rate is %r, not a variable "
+                         "(a LearningRateSchedule cannot be set by a callback)" % (lr,))
 
 
 class BroadcastGlobalVariablesCallback(_Callback):

@@ -95,7 +95,6 @@ class _DistributedBase:
         tape = tf.GradientTape() if tape is None else tape
         if callable(loss):
             with tape:
-                tape.watch(var_list)
                 loss = loss()
         grads = tape.gradient(loss, var_list, grad_loss)
         return list(grads), var_list
