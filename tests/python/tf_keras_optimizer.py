@@ -76,24 +76,23 @@ def linear_step(opt, v, c, in_function):
 
 def check_backward_passes_per_step(hvd):
     mean_c = mean_over_ranks(hvd, rank_coefficients(hvd))
-    for average in (False, True):
-        for in_function in (False, True):
-            opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0), backward_passes_per_step=3,
-                                           average_aggregated_gradients=average)
-            v = tf.Variable([0.0, 0.0, 0.0])
-            c = rank_coefficients(hvd)
-            def step():
-                opt.apply_gradients(opt._compute_gradients(lambda: tf.reduce_sum(v * c), [v]))
+    for average, in_function in ((False, False), (True, True)):
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(1.0), backward_passes_per_step=3,
+                                       average_aggregated_gradients=average)
+        v = tf.Variable([0.0, 0.0, 0.0])
+        c = rank_coefficients(hvd)
 
-            step = tf.function(step) if in_function else step
-            for k in range(1, 8):
-                step()
-                updates = k // 3
-                per_update = mean_c if average else 3 * mean_c
-                np.testing.assert_allclose(v.numpy(), -updates * per_update, rtol=1e-6,
-                                           err_msg="pass %d average=%s" % (k, average))
-                assert int(opt.iterations.numpy()) == k, (k, opt.iterations.numpy())
-                assert int(opt._agg_helper.counter.numpy()) == k % 3
+        def step():
+            opt.apply_gradients(opt._compute_gradients(lambda: tf.reduce_sum(v * c), [v]))
+
+        step = tf.function(step) if in_function else step
+        for k in range(1, 7):
+            step()
+            per_update = mean_c if average else 3 * mean_c
+            np.testing.assert_allclose(v.numpy(), -(k // 3) * per_update, rtol=1e-6,
+                                       err_msg="pass %d average=%s" % (k, average))
+            assert int(opt.iterations.numpy()) == k, (k, opt.iterations.numpy())
+            assert int(opt._agg_helper.counter.numpy()) == k % 3
 
 
 def check_backward_passes_in_fit(hvd):

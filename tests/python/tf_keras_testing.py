@@ -42,9 +42,13 @@ def run_twice(checks, name):
     import kolo.keras as hvd
     quiet()
     hvd.init()
+    import time
     for check in checks:
+        start = time.time()
         try:
             check(hvd)
+            if os.environ.get("KOLO_TEST_TIMES") and hvd.rank() == 0:
+                print("%s %s: %.1f s" % (FLAVOUR, check.__name__, time.time() - start), flush=True)
         except Exception:
             print("%s (%s): check %s failed on rank %d:\n%s" % (
                 name, FLAVOUR, check.__name__, hvd.rank(), traceback.format_exc()), flush=True)
