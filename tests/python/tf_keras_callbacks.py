@@ -10,7 +10,7 @@ end epochs, momentum correction on tf_keras' legacy SGD), load_model (the
 saved optimizer state, wrapped and reducing; plain Keras loads the same
 file; custom_optimizers).
 
-Run: build/bin/kolorun -np 2 .venv/bin/python tests/python/tf_keras_callbacks.py
+Run: build/bin/kolorun -np 2 .venv/bin/python -m pytest tests/python/tf_keras_callbacks.py
 (PYTHONPATH=build/python).
 """
 
@@ -21,7 +21,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from tf_keras_testing import LEGACY, run_twice, same_on_every_rank
+from tf_keras_testing import LEGACY, both_flavours, main, same_on_every_rank
 
 keras = tf.keras
 
@@ -39,9 +39,9 @@ class Recorder(keras.callbacks.Callback):
 
     def on_batch_begin(self, batch, logs=None):
         opt = self.model.optimizer
-        self.lrs.append(float(np.asarray(opt.learning_rate)))
+        self.lrs.append(float(opt.learning_rate.numpy()))
         m = getattr(opt, "momentum", None)
-        self.momenta.append(None if m is None else float(np.asarray(m)))
+        self.momenta.append(None if m is None else float(m.numpy() if hasattr(m, 'numpy') else m))
 
     def on_epoch_end(self, epoch, logs=None):
         self.logs.append(dict(logs or {}))
@@ -163,6 +163,11 @@ def check_schedule_and_momentum_correction(hvd):
         assert "initial_lr" in str(e)
 
 
+def variable_values(optimizer):
+    variables = optimizer.variables() if callable(optimizer.variables) else optimizer.variables
+    return [v.numpy() for v in variables]
+
+
 class MySGD(keras.optimizers.SGD):
     pass
 
@@ -177,9 +182,7 @@ def check_load_model(hvd):
             model.fit(x, y, batch_size=4, epochs=1, verbose=0)
             path = os.path.join(d, "model-%d%s" % (hvd.rank(), suffix))
             model.save(path)
-            saved_vars = [np.asarray(v) for v in model.optimizer.variables]
-            saved_vars = saved_vars if not callable(model.optimizer.variables) else \
-                [np.asarray(v) for v in model.optimizer.variables()]
+            saved_vars = variable_values(model.optimizer)
 
             objects = {"MySGD": MySGD} if custom else None
             again = keras.models.load_model(path, custom_objects=objects)
@@ -188,10 +191,10 @@ def check_load_model(hvd):
             loaded = hvd.load_model(path, custom_optimizers=custom)
             opt = loaded.optimizer
             assert hasattr(opt, "_kolo") and isinstance(opt, type(plain)), type(opt).__mro__
-            got = opt.variables() if callable(opt.variables) else opt.variables
+            got = variable_values(opt)
             assert len(got) == len(saved_vars), (len(got), len(saved_vars))
             for a, b in zip(got, saved_vars):
-                np.testing.assert_array_equal(np.asarray(a), b)
+                np.testing.assert_array_equal(a, b)
             # It reduces: rank-dependent data, the same weights after a step.
             loaded.train_on_batch(x, y)
             same_on_every_rank(hvd, loaded.get_weights(), "weights after a step of the loaded model")
@@ -200,5 +203,7 @@ def check_load_model(hvd):
 CHECKS = [check_broadcast_callback, check_metric_average, check_warmup,
           check_schedule_and_momentum_correction, check_load_model]
 
+test_keras_3, test_tf_keras = both_flavours(CHECKS, "tf_keras_callbacks", __file__)
+
 if __name__ == "__main__":
-    sys.exit(run_twice(CHECKS, "tf_keras_callbacks"))
+    sys.exit(main(CHECKS, "tf_keras_callbacks"))

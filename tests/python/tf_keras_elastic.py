@@ -4,7 +4,7 @@ model, the optimizer's variables and the attributes; the three callbacks
 during model.fit; and elastic.run rolling a KerasState back to its last
 commit after a failure raised by the program.
 
-Run: build/bin/kolorun -np 2 .venv/bin/python tests/python/tf_keras_elastic.py
+Run: build/bin/kolorun -np 2 .venv/bin/python -m pytest tests/python/tf_keras_elastic.py
 (PYTHONPATH=build/python).
 """
 
@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from tf_keras_testing import run_twice, same_on_every_rank
+from tf_keras_testing import both_flavours, main, same_on_every_rank
 
 import kolo
 
@@ -29,7 +29,7 @@ def built_model(value, optimizer):
 
 def optimizer_values(opt):
     variables = opt.variables() if callable(opt.variables) else opt.variables
-    return [np.asarray(v).copy() for v in variables]
+    return [v.numpy().copy() for v in variables]
 
 
 def one_step(model, value):
@@ -145,5 +145,7 @@ def check_run_rolls_back_after_a_failure(hvd):
 CHECKS = [check_state_sync_commit_restore, check_callbacks_in_fit,
           check_run_rolls_back_after_a_failure]
 
+test_keras_3, test_tf_keras = both_flavours(CHECKS, "tf_keras_elastic", __file__)
+
 if __name__ == "__main__":
-    sys.exit(run_twice(CHECKS, "tf_keras_elastic"))
+    sys.exit(main(CHECKS, "tf_keras_elastic"))

@@ -11,7 +11,7 @@ and PartialDistributedOptimizer, groups, sparse gradients with and without
 sparse_as_dense, gradient_predivide_factor, Compression.fp16, the config
 round trip, and the errors for bad arguments.
 
-Run: build/bin/kolorun -np 2 .venv/bin/python tests/python/tf_keras_optimizer.py
+Run: build/bin/kolorun -np 2 .venv/bin/python -m pytest tests/python/tf_keras_optimizer.py
 (PYTHONPATH=build/python).
 """
 
@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from tf_keras_testing import run_twice, same_on_every_rank
+from tf_keras_testing import both_flavours, main, same_on_every_rank
 
 keras = tf.keras
 
@@ -230,5 +230,7 @@ CHECKS = [check_train_on_batch_applies_the_averaged_gradient, check_backward_pas
           check_backward_passes_in_fit, check_sum_and_reduced_once, check_local_variables,
           check_groups_predivide_fp16, check_sparse_gradients, check_config_and_errors]
 
+test_keras_3, test_tf_keras = both_flavours(CHECKS, "tf_keras_optimizer", __file__)
+
 if __name__ == "__main__":
-    sys.exit(run_twice(CHECKS, "tf_keras_optimizer"))
+    sys.exit(main(CHECKS, "tf_keras_optimizer"))

@@ -1,17 +1,23 @@
-"""Helpers of the tf_keras_*.py tests (kolo.keras on 2 ranks under kolorun).
+"""Helpers of the tf_keras_*.py tests (kolo.keras on 2 ranks under kolorun,
+run by pytest: kolo_tf_test in CMakeLists.txt).
 
-``run_twice(checks, name)`` runs every function in ``checks`` with the Keras
-that TensorFlow serves (Keras 3), shuts kolo down, then runs this same
-script again in a child process with ``TF_USE_LEGACY_KERAS=1`` (tf_keras),
-which joins the job as the same rank. Each check names itself when it
-fails; the script exits non-zero and prints "<name>: FAILED" then, else
-"<name>: every check passed under Keras 3 and tf_keras" (rank 0).
+``both_flavours(checks, name, file)`` gives a test module its two tests:
+``test_keras_3`` runs every function in ``checks`` with the Keras that
+TensorFlow serves by default (Keras 3); ``test_tf_keras`` then shuts kolo
+down and runs the same file as a script in a child process with
+``TF_USE_LEGACY_KERAS=1`` (tf_keras), which joins the job again as the same
+rank and runs the checks there (``main``). A check that fails prints its
+traceback naming the check, the Keras and the rank, and ends the process at
+once, so that the other rank's pending collectives end with a lost peer
+instead of waiting.
 """
 
 import os
 import subprocess
 import sys
+import time
 import traceback
+import warnings
 
 import numpy as np
 
@@ -29,39 +35,48 @@ def same_on_every_rank(hvd, arrays, what):
             "%s: array %d differs between the ranks: %s" % (what, i, gathered)
 
 
-def quiet():
-    """No TensorFlow / Keras chatter in the test's output (slow-callback
-    and retracing notes, the HDF5 format note)."""
-    import warnings
+def _run_checks(checks, name):
     import tensorflow as tf
-    tf.get_logger().setLevel("ERROR")
-    warnings.filterwarnings("ignore", message=".*HDF5 file.*")
-
-
-def run_twice(checks, name):
     import kolo.keras as hvd
-    quiet()
+    tf.get_logger().setLevel("ERROR")  # no slow-callback or retracing notes
+    warnings.filterwarnings("ignore", message=".*HDF5 file.*")
+    # Keras 3's own model.save under NumPy 2 (keras/src/backend/tensorflow/core.py).
+    warnings.filterwarnings("ignore", message="__array__ implementation doesn't accept a copy")
     hvd.init()
-    import time
     for check in checks:
         start = time.time()
         try:
             check(hvd)
-            if os.environ.get("KOLO_TEST_TIMES") and hvd.rank() == 0:
-                print("%s %s: %.1f s" % (FLAVOUR, check.__name__, time.time() - start), flush=True)
-        except Exception:
-            print("%s (%s): check %s failed on rank %d:\n%s" % (
+        except BaseException:
+            print("%s (%s): %s failed on rank %d:\n%s" % (
                 name, FLAVOUR, check.__name__, hvd.rank(), traceback.format_exc()), flush=True)
-            print("%s: FAILED" % name, flush=True)
-            os._exit(1)  # the other rank's pending collectives end with a peer lost, not a hang
-    rank = hvd.rank()
+            os._exit(1)
+        if os.environ.get("KOLO_TEST_TIMES") and hvd.rank() == 0:
+            print("%s %s: %.1f s" % (FLAVOUR, check.__name__, time.time() - start), flush=True)
+    return hvd
+
+
+def both_flavours(checks, name, file):
+    def test_keras_3():
+        assert not LEGACY, "run the tf_keras checks through test_tf_keras"
+        _run_checks(checks, name)
+
+    def test_tf_keras():
+        import kolo.keras as hvd
+        if hvd.is_initialized():
+            hvd.shutdown()
+        env = dict(os.environ, TF_USE_LEGACY_KERAS="1")
+        code = subprocess.run([sys.executable, file], env=env).returncode
+        assert code == 0, "%s: the tf_keras checks failed (exit code %d)" % (name, code)
+
+    return test_keras_3, test_tf_keras
+
+
+def main(checks, name):
+    """The child of test_tf_keras (or a direct run: the checks with the
+    Keras that TF_USE_LEGACY_KERAS selects)."""
+    hvd = _run_checks(checks, name)
+    if hvd.rank() == 0:
+        print("%s: every check passed under %s" % (name, FLAVOUR), flush=True)
     hvd.shutdown()
-    if LEGACY:
-        return 0
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1")
-    code = subprocess.run([sys.executable] + sys.argv, env=env).returncode
-    if code == 0 and rank == 0:
-        print("%s: every check passed under Keras 3 and tf_keras" % name, flush=True)
-    elif code != 0:
-        print("%s: FAILED" % name, flush=True)
-    return code
+    return 0

@@ -57,8 +57,16 @@ def optimizer_variables(optimizer):
     return list(variables() if callable(variables) else variables)
 
 
+def scalar(value):
+    """A Python float of a number, tensor or variable (Keras 3's variables
+    via their numpy(): NumPy's own conversion of them warns)."""
+    if hasattr(value, "numpy"):
+        value = value.numpy()
+    return float(value)
+
+
 def get_learning_rate(optimizer):
-    return float(np.asarray(optimizer.learning_rate))
+    return scalar(optimizer.learning_rate)
 
 
 def set_learning_rate(optimizer, value):
@@ -124,7 +132,7 @@ class MetricAverageCallback(_Callback):
                        if isinstance(v, numbers.Number) or (np.ndim(v) == 0 and hasattr(v, "dtype")))
         if not names:
             return
-        values = tf.constant([float(np.asarray(logs[k])) for k in names], dtype=tf.float64)
+        values = tf.constant([scalar(logs[k]) for k in names], dtype=tf.float64)
         averaged = _tf.allreduce(values, op=_tf.Average).numpy()
         for k, v in zip(names, averaged):
             logs[k] = float(v)
@@ -168,7 +176,7 @@ class LearningRateScheduleCallback(_Callback):
         set_learning_rate(optimizer, new_lr)
         momentum = getattr(optimizer, "momentum", None)
         if self.momentum_correction and hasattr(momentum, "assign") and old_lr:
-            self.restore_momentum = float(np.asarray(momentum))
+            self.restore_momentum = scalar(momentum)
             momentum.assign(self.restore_momentum * new_lr / old_lr)
 
     def _restore_momentum_if_needed(self):
