@@ -16,11 +16,11 @@ import os
 import subprocess
 import sys
 import time
-import traceback
 import warnings
 
 import numpy as np
 
+FAILED = []  # the checks that failed in this process
 LEGACY = os.environ.get("TF_USE_LEGACY_KERAS") == "1"
 FLAVOUR = "tf_keras" if LEGACY else "Keras 3"
 
@@ -47,10 +47,12 @@ def _run_checks(checks, name):
         start = time.time()
         try:
             check(hvd)
-        except BaseException:
-            print("%s (%s): %s failed on rank %d:\n%s" % (
-                name, FLAVOUR, check.__name__, hvd.rank(), traceback.format_exc()), flush=True)
-            os._exit(1)
+        except BaseException as e:
+            rank = hvd.rank()
+            hvd.shutdown()
+            FAILED.append(check.__name__)
+            raise AssertionError("%s (%s): %s failed on rank %d: %s" % (
+                name, FLAVOUR, check.__name__, rank, e)) from e
         if os.environ.get("KOLO_TEST_TIMES") and hvd.rank() == 0:
             print("%s %s: %.1f s" % (FLAVOUR, check.__name__, time.time() - start), flush=True)
     return hvd
@@ -63,6 +65,7 @@ def both_flavours(checks, name, file):
 
     def test_tf_keras():
         import kolo.keras as hvd
+        assert not FAILED, "not run: the Keras 3 checks failed (%s)" % FAILED
         if hvd.is_initialized():
             hvd.shutdown()
         env = dict(os.environ, TF_USE_LEGACY_KERAS="1")
