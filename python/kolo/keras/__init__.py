@@ -120,10 +120,6 @@ def broadcast_global_variables(root_rank):
     return _tf.broadcast_global_variables(root_rank)
 
 
-def _eager(value):
-    return value.numpy() if hasattr(value, "numpy") and tf.executing_eagerly() else value
-
-
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0, op=None,
               compression=Compression.none):
     """Allreduce of a tensor-compatible value (a constant named ``name``);

@@ -189,6 +189,11 @@ class _TfKerasDistributed(_DistributedBase):
         return self.iterations
 
 
+def is_distributed(optimizer):
+    """Whether ``optimizer`` is a kolo.keras DistributedOptimizer."""
+    return isinstance(optimizer, _DistributedBase)
+
+
 def distributed_class(base, options):
     """The distributed subclass of optimizer class ``base``."""
     if isinstance(base, type) and issubclass(base, _DistributedBase):

@@ -16,7 +16,7 @@ name and module), so the file also loads without kolo.
 import tensorflow as tf
 
 import kolo.tensorflow as _tf
-from kolo.keras.optimizer import distributed_in_place
+from kolo.keras.optimizer import distributed_in_place, is_distributed
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None,
@@ -31,7 +31,7 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
     objects.update(custom_objects or {})
     model = tf.keras.models.load_model(filepath, custom_objects=objects or None)
     optimizer = getattr(model, "optimizer", None)
-    if optimizer is not None:
+    if optimizer is not None and not is_distributed(optimizer):
         distributed_in_place(
             optimizer, name=None, compression=compression, sparse_as_dense=False,
             gradient_predivide_factor=1.0, op=_tf.Average, backward_passes_per_step=1,
