@@ -15,7 +15,6 @@ instead of waiting.
 import os
 import subprocess
 import sys
-import time
 import warnings
 
 import numpy as np
@@ -44,7 +43,6 @@ def _run_checks(checks, name):
     warnings.filterwarnings("ignore", message="__array__ implementation doesn't accept a copy")
     hvd.init()
     for check in checks:
-        start = time.time()
         try:
             check(hvd)
         except BaseException as e:
@@ -53,8 +51,6 @@ def _run_checks(checks, name):
             FAILED.append(check.__name__)
             raise AssertionError("%s (%s): %s failed on rank %d: %s" % (
                 name, FLAVOUR, check.__name__, rank, e)) from e
-        if os.environ.get("KOLO_TEST_TIMES") and hvd.rank() == 0:
-            print("%s %s: %.1f s" % (FLAVOUR, check.__name__, time.time() - start), flush=True)
     return hvd
 
 
