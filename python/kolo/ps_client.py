@@ -114,10 +114,10 @@ class BufferClient:
                                  "parameter %d is %s" % (i, a.dtype))
             buffers.append(np.array(a, dtype=np.float32, order="C", copy=True))
         self._grads = [np.zeros_like(b) for b in buffers]
-        _native.ps_start(options, [b.ctypes.data for b in buffers],
+        _native.ps_start(dict(options), [b.ctypes.data for b in buffers],
                          [b.size for b in buffers])
         self._buffers = buffers
-        self.options = options
+        self.options = dict(options)
         return [b.copy() for b in buffers]
 
     def _load(self, values):
