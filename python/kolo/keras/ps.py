@@ -52,6 +52,7 @@ import tensorflow as tf
 
 from kolo import _native
 from kolo import ps_client as _client
+from kolo.keras import _keras_flavor
 
 __all__ = ["DistributedOptimizer", "stats", "is_validator", "finish", "should_stop"]
 
@@ -60,32 +61,6 @@ _current = None
 
 # Keras's hyper-parameters -> the servers' (PyTorch's names), per rule.
 _KINDS = ("AdamW", "Adam", "RMSprop", "SGD")  # AdamW first: it is an Adam
-
-
-def _flavor(optimizer):
-    """"keras3" for a Keras 3 optimizer, "tf_keras" for tf_keras's (Keras 2,
-    TF_USE_LEGACY_KERAS=1); TypeError for anything else."""
-    try:
-        import keras
-        if isinstance(optimizer, keras.optimizers.Optimizer) and \
-                keras.__version__.split(".")[0] >= "3":
-            return "keras3"
-    except ImportError:  # pragma: no cover - keras 3 is installed with TF 2.16+
-        pass
-    try:
-        import tf_keras
-        if isinstance(optimizer, tf_keras.optimizers.legacy.Optimizer):
-            raise TypeError("kolo.keras.ps takes tf_keras's optimizers "
-                            "(tf_keras.optimizers.%s), not the legacy ones "
-                            "(tf_keras.optimizers.legacy.%s)"
-                            % (type(optimizer).__name__, type(optimizer).__name__))
-        if isinstance(optimizer, tf_keras.optimizers.Optimizer):
-            return "tf_keras"
-    except ImportError:
-        pass
-    raise TypeError("kolo.keras.ps.DistributedOptimizer wraps a Keras optimizer "
-                    "(keras.optimizers.* or tf_keras.optimizers.*), got %s"
-                    % type(optimizer).__name__)
 
 
 def _kind(optimizer):
@@ -266,6 +241,8 @@ class _Keras3Ps(_PsMixin):
         scale = self.loss_scale_factor
         if scale is not None:
             grads = [g if g is None else g / scale for g in grads]
+        if hasattr(self, "_kolo_lars"):  # kolo.keras.lr.LARS inside
+            grads = self._kolo_lars(grads, trainable_variables)
         pairs = [(g, v) for g, v in zip(grads, trainable_variables) if g is not None]
         clipped = self._clip_gradients([g for g, _ in pairs]) if pairs else []
         grads = self._kolo_arrange(clipped, [v for _, v in pairs])
@@ -293,6 +270,9 @@ class _TfKerasPs(_PsMixin):
         variables = [v for _, v in grads_and_vars]
         with tf.init_scope():
             self.build(variables)
+        if hasattr(self, "_kolo_lars"):  # kolo.keras.lr.LARS inside
+            grads_and_vars = list(zip(self._kolo_lars([g for g, _ in grads_and_vars],
+                                                      variables), variables))
         pairs = [(g, v) for g, v in grads_and_vars if g is not None]
         clipped = list(self._clip_gradients([g for g, _ in pairs])) if pairs else []
         grads = self._kolo_arrange(clipped, [v for _, v in pairs])
@@ -310,7 +290,7 @@ def DistributedOptimizer(optimizer, variables=None, mode="sync", staleness_bound
     servers at once (collective over the workers); by default they start
     when the optimizer is built. Bad arguments raise ValueError naming the
     value and what is supported."""
-    flavor = _flavor(optimizer)
+    flavor = _keras_flavor.of_optimizer(optimizer, "kolo.keras.ps.DistributedOptimizer")
     _client.check_mode(mode)
     if group_size is not None:
         raise ValueError("group_size=%r: groups of workers are kolo.torch.ps's only "
