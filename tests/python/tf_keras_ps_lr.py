@@ -1,32 +1,30 @@
-"""kolo.keras.lr (and kolo.keras.ps without servers), under
-``kolorun -np 2`` with TensorFlow's interpreter:
-
-    tf_keras_ps_lr.py [keras3|tf_keras]
+"""kolo.keras.lr (and kolo.keras.ps without servers), under ``kolorun -np
+2`` with TensorFlow's interpreter; rank 0 runs Keras 3, rank 1 tf_keras
+(TF_USE_LEGACY_KERAS=1), so every check runs under both:
 
 - schedule(): equals base_lr * kolo.lr.LRSchedule.factor(t) for every
-  decay, with warm-up and steps_per_epoch, eagerly and in a tf.function;
-  world_size defaults to the job's 2 ranks (linear x2, sqrt x1.414);
+  decay, with warm-up and steps_per_epoch, eagerly and in a tf.function,
+  and after get_config/from_config; world_size defaults to the job's 2
+  ranks (linear x2, sqrt x1.414);
 - LRScheduleCallback: the learning rate model.fit trains each batch with;
 - LARS(SGD(momentum)): three steps equal kolo.lr.LARS's formula (numpy),
   the 1-D variable unadapted; the LARS arguments survive from_config (as
   a DistributedOptimizer rebuilds it); bad arguments are errors;
 - kolo.keras.ps.DistributedOptimizer in a job without servers: an error
   that says how to start one.
-Prints "tf_keras_ps_lr FLAVOR: ok" on each rank when every check passes.
 """
 
 import math
 import os
-import sys
 
-FLAVOR = sys.argv[1] if len(sys.argv) > 1 else "keras3"
-if FLAVOR == "tf_keras":
-    os.environ["TF_USE_LEGACY_KERAS"] = "1"
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import kolo  # noqa: E402
+import kolo
 
 kolo.init()
+rank = kolo.rank()
+FLAVOR = "keras3" if rank == 0 else "tf_keras"
+if FLAVOR == "tf_keras":
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -40,12 +38,9 @@ if FLAVOR == "tf_keras":
 else:
     import keras
 
-rank = kolo.rank()
-
 
 def fail(msg):
-    print("rank %d: FAIL %s" % (rank, msg), flush=True)
-    sys.exit(1)
+    raise AssertionError("rank %d (%s): %s" % (rank, FLAVOR, msg))
 
 
 def expect_error(kind, text, fn):
@@ -69,7 +64,7 @@ CASES = [
 ]
 
 
-def check_schedules():
+def test_schedules():
     steps = np.arange(0, 25)
     for case in CASES:
         sched = klr.schedule(0.1, **case)
@@ -96,7 +91,7 @@ def check_schedules():
                  lambda: klr.schedule(0.1, scaling="cubic"))
 
 
-def check_callback_in_fit():
+def test_callback_in_fit():
     steps_per_epoch, epochs, base = 4, 3, 0.05
     cb = klr.LRScheduleCallback(base, warmup=1, decay="step", milestones=[2],
                                 gamma=0.5, steps_per_epoch=steps_per_epoch)
@@ -141,7 +136,7 @@ def lars_reference(w, grads, lr, momentum, eta, wd, eps, adapt):
     return w
 
 
-def check_lars():
+def test_lars():
     lr, momentum, eta, wd, eps = 0.1, 0.9, 0.02, 0.01, 1e-9
     rng = np.random.default_rng(5)
     w2 = rng.normal(size=(4, 3)).astype(np.float32)
@@ -169,14 +164,7 @@ def check_lars():
                  lambda: klr.LARS("sgd"))
 
 
-def check_ps_without_servers():
+def test_ps_without_servers():
     expect_error(ValueError, "kolo.keras.ps needs parameter servers: start the job "
                  "with kolorun --servers S",
                  lambda: ps.DistributedOptimizer(keras.optimizers.SGD(0.1)))
-
-
-check_schedules()
-check_callback_in_fit()
-check_lars()
-check_ps_without_servers()
-print("tf_keras_ps_lr %s: ok" % FLAVOR, flush=True)

@@ -1,8 +1,9 @@
 """kolo.keras.ps: the three modes train a tiny Keras model with model.fit,
-and its weights are what the mode implies. Run under
-``kolorun --servers 1 -np 3`` (2 workers) with TensorFlow's interpreter:
-
-    tf_keras_ps.py MODE [keras3|tf_keras]
+and its weights are what the mode implies. Each mode is one job of 1
+server and 2 workers (tf_keras_ps_<mode>.py, under ``kolorun --servers 1
+-np 3`` with TensorFlow's interpreter; one ps.DistributedOptimizer per
+job). Worker 0 runs Keras 3 and worker 1 tf_keras (TF_USE_LEGACY_KERAS=1),
+against the same servers: every check runs under both.
 
 The model has two branches (one Dense layer each):
 - "reg": a linear regression with MSE on each worker's own data; its loss
@@ -18,22 +19,19 @@ The model has two branches (one Dense layer each):
       3 w0 - 2 * (s local steps' displacement).
 Both workers must also end with equal weights (sync, and after a pull in
 downpour) and the server's counters must match the pushes. Bad arguments
-(sync job): clear errors. Prints "tf_keras_ps MODE FLAVOR: ok" on each
-worker when every check passes.
+(sync job): clear errors.
 """
 
 import os
-import sys
 
-MODE = sys.argv[1]
-FLAVOR = sys.argv[2] if len(sys.argv) > 2 else "keras3"
-if FLAVOR == "tf_keras":
-    os.environ["TF_USE_LEGACY_KERAS"] = "1"
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import kolo  # noqa: E402
+import kolo
 
 kolo.init()  # the server rank serves here and exits
+rank = kolo.rank()
+FLAVOR = "keras3" if rank == 0 else "tf_keras"
+if FLAVOR == "tf_keras":
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -47,13 +45,10 @@ else:
     import keras
 
 LR, MOMENTUM, STEPS, BATCH = 0.05, 0.5, 12, 16
-rank, size = kolo.rank(), kolo.size()
-assert size == 2, "expected 2 workers, got %d" % size
 
 
 def fail(msg):
-    print("worker %d: FAIL %s" % (rank, msg), flush=True)
-    sys.exit(1)
+    raise AssertionError("worker %d (%s): %s" % (rank, FLAVOR, msg))
 
 
 def expect_error(kind, text, fn):
@@ -138,17 +133,19 @@ def all_weights(model):
     return np.concatenate([w.reshape(-1) for w in model.get_weights()]).astype(np.float32)
 
 
-def main():
-    if MODE == "sync":
+def run(mode):
+    """Trains in mode and checks (the module's documentation)."""
+    assert kolo.size() == 2, "expected 2 workers, got %d" % kolo.size()
+    if mode == "sync":
         bad_arguments()
     model, x, y, g = model_and_data()
     kwargs = {}
-    if MODE == "downpour":
+    if mode == "downpour":
         kwargs = {"staleness_bound": 1000}
-    if MODE == "easgd":
+    if mode == "easgd":
         kwargs = {"easgd_alpha": 0.3, "easgd_period": 2}
     opt = ps.DistributedOptimizer(keras.optimizers.SGD(LR, momentum=MOMENTUM),
-                                  mode=MODE, **kwargs)
+                                  mode=mode, **kwargs)
     model.compile(optimizer=opt, loss=["mse", linear_loss])
     # The servers start at the first fit, from worker 0's weights; the
     # linear branch's starting point w0 is worker 0's initial one.
@@ -161,9 +158,9 @@ def main():
     if int(opt.iterations.numpy()) != STEPS:
         fail("iterations %d, expected %d" % (int(opt.iterations.numpy()), STEPS))
     w = lin_weights(model)
-    if MODE == "sync":
+    if mode == "sync":
         expected = w0 + momentum_displacement(g, STEPS)
-    elif MODE == "downpour":
+    elif mode == "downpour":
         opt.pull()  # the servers' final parameters, once both workers pushed
         knp.barrier()
         opt.pull()
@@ -183,8 +180,8 @@ def main():
         w = center + both
         expected = 3 * w0 + 2 * momentum_displacement(g, STEPS)
     if not np.allclose(w, expected, rtol=1e-5, atol=1e-5):
-        fail("%s: linear branch %s, expected %s (w0 %s)" % (MODE, w, expected, w0))
-    if MODE != "easgd":
+        fail("%s: linear branch %s, expected %s (w0 %s)" % (mode, w, expected, w0))
+    if mode != "easgd":
         weights = knp.allgather(all_weights(model)[None, :], name="weights")
         if not np.array_equal(weights[0], weights[1]):
             fail("the workers' weights differ: %s vs %s" % (weights[0], weights[1]))
@@ -193,8 +190,4 @@ def main():
     if not loss_after < 0.5 * loss_before:
         fail("the regression loss went from %g to %g (epoch losses %s)"
              % (loss_before, loss_after, reg_losses))
-    print("tf_keras_ps %s %s: ok (regression loss %.4g -> %.4g)"
-          % (MODE, FLAVOR, loss_before, loss_after), flush=True)
-
-
-main()
+    return loss_before, loss_after
