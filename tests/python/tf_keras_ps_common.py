@@ -11,7 +11,9 @@ The model has two branches (one Dense layer each):
 - "lin": a linear loss mean(t * (x . w + b)) on a fixed batch, whose
   gradient (mean(t x), mean(t)) is constant, the same on every step and on
   both workers (g). Its final weights follow from the mode alone:
-  sync (SGD, momentum m):     s updates with the mean gradient g;
+  sync (kolo.keras.lr.LARS around SGD with momentum m): s updates with
+      LARS's gradient of the mean gradient g (the kernel adapted, the
+      bias not);
   downpour (SGD, momentum m, a bound no push reaches): 2 s updates of g,
       in any order (every push applied on its own);
   easgd (local SGD, momentum m): the exchanges conserve center + x_0 +
@@ -37,6 +39,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import kolo.numpy as knp  # noqa: E402
+from kolo.keras import lr as klr  # noqa: E402
 from kolo.keras import ps  # noqa: E402
 
 if FLAVOR == "tf_keras":
@@ -45,6 +48,7 @@ else:
     import keras
 
 LR, MOMENTUM, STEPS, BATCH = 0.05, 0.5, 12, 16
+LARS_ETA, LARS_WD = 0.5, 0.01
 
 
 def fail(msg):
@@ -129,6 +133,27 @@ def regression_loss(model, x, y):
     return float(np.mean((pred - y[0]) ** 2))
 
 
+def lars_sync(w0, g, updates):
+    """sync with kolo.keras.lr.LARS around SGD(momentum): the linear
+    branch's kernel (w0[:3]) steps on LARS's gradient (kolo.lr.LARS's
+    formula), its bias (1-D) on g; the servers' SGD with momentum."""
+    w, buf = w0.copy(), None
+    for t in range(updates):
+        k, gk = w[:3], g[:3]
+        wn, gn = np.linalg.norm(k), np.linalg.norm(gk)
+        trust = LARS_ETA * wn / (gn + LARS_WD * wn + 1e-9)
+        d = np.concatenate([trust * (gk + LARS_WD * k), g[3:]])
+        buf = d if t == 0 else MOMENTUM * buf + d
+        w = w - LR * buf
+    return w
+
+
+def not_lin_kernel(v):
+    """LARS adapts the linear branch's kernel only."""
+    name = getattr(v, "path", None) or v.name
+    return not name.startswith("lin/kernel")
+
+
 def all_weights(model):
     return np.concatenate([w.reshape(-1) for w in model.get_weights()]).astype(np.float32)
 
@@ -144,8 +169,10 @@ def run(mode):
         kwargs = {"staleness_bound": 1000}
     if mode == "easgd":
         kwargs = {"easgd_alpha": 0.3, "easgd_period": 2}
-    opt = ps.DistributedOptimizer(keras.optimizers.SGD(LR, momentum=MOMENTUM),
-                                  mode=mode, **kwargs)
+    sgd = keras.optimizers.SGD(LR, momentum=MOMENTUM)
+    if mode == "sync":  # the worker computes LARS's gradients, the servers SGD's step
+        sgd = klr.LARS(sgd, eta=LARS_ETA, weight_decay=LARS_WD, exclude=not_lin_kernel)
+    opt = ps.DistributedOptimizer(sgd, mode=mode, **kwargs)
     model.compile(optimizer=opt, loss=["mse", linear_loss])
     # The servers start at the first fit, from worker 0's weights; the
     # linear branch's starting point w0 is worker 0's initial one.
@@ -159,7 +186,7 @@ def run(mode):
         fail("iterations %d, expected %d" % (int(opt.iterations.numpy()), STEPS))
     w = lin_weights(model)
     if mode == "sync":
-        expected = w0 + momentum_displacement(g, STEPS)
+        expected = lars_sync(w0, g, STEPS)
     elif mode == "downpour":
         opt.pull()  # the servers' final parameters, once both workers pushed
         knp.barrier()
