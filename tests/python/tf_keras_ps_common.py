@@ -80,6 +80,8 @@ def bad_arguments():
     expect_error(ValueError, "SGD(weight_decay=0.01, momentum=0.9)",
                  lambda: ps.DistributedOptimizer(keras.optimizers.SGD(
                      0.1, momentum=0.9, weight_decay=0.01)))
+    expect_error(ValueError, "SGD(use_ema=True) is not supported",
+                 lambda: ps.DistributedOptimizer(keras.optimizers.SGD(0.1, use_ema=True)))
     expect_error(TypeError, "wraps a Keras optimizer",
                  lambda: ps.DistributedOptimizer(object()))
     if FLAVOR == "tf_keras":

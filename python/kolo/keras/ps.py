@@ -85,14 +85,18 @@ def _hyper(optimizer, mode):
         raise ValueError("optimizer %s is not supported by the parameter servers in "
                          "mode %r (supported: SGD, Adam, AdamW, RMSprop; easgd takes any)"
                          % (name, mode))
-    for key, bad in (("use_ema", True), ("gradient_accumulation_steps", None)):
-        if key in cfg and cfg[key] not in (None, False, 0, 1):
-            raise ValueError("%s(%s=%r) is not supported by the parameter servers in "
-                             "mode %r (push_period accumulates gradients between pushes)"
-                             % (name, key, cfg[key], mode))
+    if cfg.get("use_ema"):
+        raise ValueError("%s(use_ema=True) is not supported by the parameter servers in "
+                         "mode %r" % (name, mode))
+    if (cfg.get("gradient_accumulation_steps") or 1) > 1:
+        raise ValueError("%s(gradient_accumulation_steps=%r) is not supported by the "
+                         "parameter servers in mode %r (push_period=N accumulates N "
+                         "steps' gradients between pushes)"
+                         % (name, cfg["gradient_accumulation_steps"], mode))
     wd = float(cfg.get("weight_decay") or 0.0)
-    if wd and getattr(optimizer, "_exclude_from_weight_decay", None) or \
-            wd and getattr(optimizer, "_exclude_from_weight_decay_names", None):
+    if wd and any(getattr(optimizer, a, None) for a in (
+            "_exclude_from_weight_decay", "_exclude_from_weight_decay_names",
+            "_exclude_from_weight_decay_pattern")):
         raise ValueError("%s: exclude_from_weight_decay is not supported by the "
                          "parameter servers (they decay every parameter)" % name)
     if kind == "SGD":
@@ -124,13 +128,9 @@ def _hyper(optimizer, mode):
 
 
 def _initial_lr(optimizer):
-    lr = optimizer.learning_rate
-    if callable(lr) and not isinstance(lr, tf.Variable):
-        lr = lr(0) if not hasattr(lr, "numpy") else lr
-    try:
-        return float(np.asarray(lr))
-    except (TypeError, ValueError):
-        return float(tf.keras.backend.get_value(lr))
+    """The optimizer's learning rate now (Keras 3 and tf_keras evaluate a
+    schedule at the current step)."""
+    return float(np.asarray(optimizer.learning_rate))
 
 
 class _State:
