@@ -10,6 +10,8 @@
 - LARS(SGD(momentum)): three steps equal kolo.lr.LARS's formula (numpy),
   the 1-D variable unadapted; the LARS arguments survive from_config (as
   a DistributedOptimizer rebuilds it); bad arguments are errors;
+- hvd.DistributedOptimizer(LARS(SGD(momentum))): LARS on the ranks'
+  mean gradient;
 - kolo.keras.ps.DistributedOptimizer in a job without servers: an error
   that says how to start one.
 """
@@ -162,6 +164,26 @@ def test_lars():
                  lambda: klr.LARS(keras.optimizers.SGD(0.1), eta=0))
     expect_error(TypeError, "kolo.keras.lr.LARS wraps a Keras optimizer",
                  lambda: klr.LARS("sgd"))
+
+
+def test_lars_through_distributed_optimizer():
+    """hvd.DistributedOptimizer(LARS(SGD(momentum))) rebuilds the optimizer
+    from its config: LARS's step on the ranks' mean gradient."""
+    import kolo.keras as hvd
+    lr, momentum, eta, wd = 0.1, 0.9, 0.02, 0.01
+    opt = hvd.DistributedOptimizer(klr.LARS(keras.optimizers.SGD(lr, momentum=momentum),
+                                            eta=eta, weight_decay=wd))
+    rng = np.random.default_rng(11)
+    w0 = rng.normal(size=(4, 3)).astype(np.float32)
+    grads = [rng.normal(size=(4, 3)).astype(np.float32) for _ in range(2)]  # per rank
+    a = tf.Variable(w0)
+    step = tf.function(lambda g: opt.apply_gradients([(g, a)]))
+    for _ in range(3):
+        step(tf.constant(grads[rank]))
+    mean = (grads[0].astype(np.float64) + grads[1]) / 2
+    want = lars_reference(w0, [mean] * 3, lr, momentum, eta, wd, 1e-9, True)
+    if not np.allclose(a.numpy(), want, rtol=1e-5, atol=1e-6):
+        fail("LARS through hvd.DistributedOptimizer: %s, expected %s" % (a.numpy(), want))
 
 
 def test_ps_without_servers():
