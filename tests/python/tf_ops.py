@@ -113,8 +113,10 @@ def test_grouped_allgather_and_equal_alltoall(mode):
     np.testing.assert_array_equal(outs[0].numpy(),
                                   np.concatenate([[r] * (r + 1) for r in range(SIZE)]))
     assert outs[1].shape == (2 * SIZE, 2)
-    out = run(mode, lambda t: mpi_ops.alltoall(t), tf.fill([SIZE * 2], RANK))
-    np.testing.assert_array_equal(out.numpy(), np.repeat(np.arange(SIZE), 2))
+    # Equal splits of different sizes: rank r sends r+1 rows to each rank.
+    out = run(mode, lambda t: mpi_ops.alltoall(t), tf.fill([SIZE * (RANK + 1)], RANK))
+    np.testing.assert_array_equal(out.numpy(),
+                                  np.concatenate([[r] * (r + 1) for r in range(SIZE)]))
 
 
 @pytest.mark.parametrize("mode", MODES)
