@@ -205,11 +205,13 @@ def run(mode):
         knp.barrier()  # both workers done exchanging
         opt.pull()  # the center into the model
         center = lin_weights(model)
-        both = knp.allgather(mine[None, :], name="easgd.x").sum(axis=0)
-        w = center + both
+        xs = knp.allgather(mine[None, :], name="easgd.x")
+        w = center + xs.sum(axis=0)
         expected = 3 * w0 + 2 * momentum_displacement(g, STEPS)
+        detail = " (center %s, workers %s, stats %s)" % (center, xs.tolist(), ps.stats())
     if not np.allclose(w, expected, rtol=1e-5, atol=1e-5):
-        fail("%s: linear branch %s, expected %s (w0 %s)" % (mode, w, expected, w0))
+        fail("%s: linear branch %s, expected %s (w0 %s)%s"
+             % (mode, w, expected, w0, detail if mode == "easgd" else ""))
     if mode != "easgd":
         weights = knp.allgather(all_weights(model)[None, :], name="weights")
         if not np.array_equal(weights[0], weights[1]):

@@ -191,10 +191,12 @@ class _PsMixin:
         return [tf.zeros(v.shape, tf.float32) if g is None else g
                 for g, v in zip(out, self._kolo.vars)]
 
-    def _kolo_step(self, grads, lr):
-        """One client step inside the graph; assigns the result."""
+    def _kolo_step(self, grads, lr, after=()):
+        """One client step inside the graph; assigns the result. The
+        variables are read once the ops ``after`` have run."""
         n = len(self._kolo.vars)
-        values = [tf.convert_to_tensor(v) for v in self._kolo.vars]
+        with tf.control_dependencies(list(after)):
+            values = [tf.identity(tf.convert_to_tensor(v)) for v in self._kolo.vars]
         client = self._kolo.client
 
         def step(lr_value, *arrays):
@@ -203,6 +205,21 @@ class _PsMixin:
         outs = tf.numpy_function(step, [tf.cast(lr, tf.float32)] + values + list(grads),
                                  [tf.float32] * n, stateful=True, name="kolo_ps_step")
         return [v.assign(tf.reshape(o, v.shape)) for v, o in zip(self._kolo.vars, outs)]
+
+    @staticmethod
+    def _kolo_ops_of(fn):
+        """(fn(), the graph ops fn made; none when eager). easgd reads the
+        variables after the local update's ops: a tf.function orders the
+        ops on one variable in program order, but tf_keras's update reaches
+        the variables through the distribution strategy's update and a
+        compiled function, which that ordering missed (the exchange's
+        assignment was then overwritten by the update, and lost)."""
+        if tf.executing_eagerly():
+            return fn(), []
+        graph = tf.compat.v1.get_default_graph()
+        before = len(graph.get_operations())
+        out = fn()
+        return out, graph.get_operations()[before:]
 
     # ---- the public extras, as kolo.torch.ps's optimizer has them ----------
 
@@ -234,8 +251,9 @@ class _Keras3Ps(_PsMixin):
             self._kolo_start(trainable_variables)
         if self._kolo.mode == "easgd":
             lr = self.learning_rate
-            super().apply(grads, trainable_variables)
-            self._kolo_step([], lr)
+            _, local = self._kolo_ops_of(lambda: super(_Keras3Ps, self).apply(
+                grads, trainable_variables))
+            self._kolo_step([], lr, after=local)
             return
         grads = list(grads)
         scale = self.loss_scale_factor
@@ -262,9 +280,9 @@ class _TfKerasPs(_PsMixin):
                         **kwargs):
         grads_and_vars = list(grads_and_vars)
         if self._kolo.mode == "easgd":
-            it = super().apply_gradients(grads_and_vars, name=name,
-                                         skip_gradients_aggregation=True, **kwargs)
-            self._kolo_step([], self.learning_rate)
+            it, local = self._kolo_ops_of(lambda: super(_TfKerasPs, self).apply_gradients(
+                grads_and_vars, name=name, skip_gradients_aggregation=True, **kwargs))
+            self._kolo_step([], self.learning_rate, after=local)
             return it
         self._compute_current_learning_rate()
         variables = [v for _, v in grads_and_vars]
