@@ -43,6 +43,9 @@ class CMakeBuild(build_ext):
             "-DKOLO_BUILD_TOOLS=OFF",
             "-DKOLO_BUILD_EXAMPLES=OFF",
             "-DKOLO_WITH_TORCH=OFF",
+            # kolo.tensorflow's op library is built by CMake for one
+            # TensorFlow (docs/tensorflow.md), not by pip.
+            "-DKOLO_WITH_TENSORFLOW=OFF",
         ]
         if shutil.which("ninja"):
             args += ["-G", "Ninja"]
