@@ -360,3 +360,26 @@ def main(names=None):
 
 if __name__ == "__main__":
     main(sys.argv[1:] or None)
+
+
+def test_elastic_recognises_a_lost_peer_however_tensorflow_wraps_it():
+    """A lost peer raised by an op eagerly ("{{function_node ...}}
+    PeerLostError: ...") and inside a tf.function such as model.fit's step
+    (another class, "Graph execution error:" with the op's message as a
+    line) both roll the elastic loop back; other errors do not."""
+    from kolo.tensorflow.elastic import _as_kolo_error
+    eager = tf.errors.UnavailableError(
+        None, None, "{{function_node __wrapped__KoloAllreduce_device_/job:localhost}} "
+        "PeerLostError: rank 2 closed its connection")
+    in_fit = tf.errors.InternalError(
+        None, None, "Graph execution error:\n\nDetected at node KoloAllreduce_1\n"
+        "PeerLostError: rank 2 closed its connection\n\t [[{{node KoloAllreduce_1}}]]")
+    silent = tf.errors.InternalError(None, None, "Graph execution error:\n"
+                                     "KoloTimeoutError: rank 1 stopped answering")
+    assert type(_as_kolo_error(eager)) is kolo.PeerLostError
+    assert type(_as_kolo_error(in_fit)) is kolo.PeerLostError
+    assert type(_as_kolo_error(silent)) is kolo.KoloTimeoutError
+    mismatch = tf.errors.FailedPreconditionError(None, None, "MismatchError: 'w' dtype")
+    assert _as_kolo_error(mismatch) is None
+    assert _as_kolo_error(tf.errors.InternalError(None, None, "mentions PeerLostError: x")) \
+        is None

@@ -32,6 +32,7 @@ del _name
 from kolo.keras.optimizer import distributed_optimizer as _distributed_optimizer
 from kolo.keras.saving import load_model  # noqa: F401
 from kolo.keras import callbacks, elastic  # noqa: F401
+from kolo.keras import lr, ps  # noqa: F401  (kolo.lr's rules; MPI-Learn's way on kolo's servers)
 
 
 def _check_options(op, groups, num_groups, backward_passes_per_step, gradient_predivide_factor):

@@ -15,6 +15,8 @@ are kolo.elastic's, shared with kolo.torch. What this module adds:
   eagerly or, for TensorFlowState in a TF1 graph, through a session.
 """
 
+import re
+
 import tensorflow as tf
 
 import kolo
@@ -31,15 +33,17 @@ def _as_kolo_error(err):
     """The kolo exception a failed kolo TensorFlow op stands for, or None.
     The op layer raises UnavailableError for a lost peer,
     DeadlineExceededError for a silent one and InternalError for another
-    runtime failure, each with a message that starts with kolo's class name."""
+    runtime failure, each with a message that starts with kolo's class name.
+    Inside a tf.function (model.fit's step) TensorFlow re-raises the op's
+    error as another class ("Graph execution error: ..."), keeping the op's
+    message as one of its lines: a line that starts with the class name is
+    what counts."""
     message = getattr(err, "message", str(err))
-    if isinstance(err, tf.errors.UnavailableError) and message.startswith("PeerLostError"):
-        return kolo.PeerLostError(message)
-    if isinstance(err, tf.errors.DeadlineExceededError) and \
-            message.startswith("KoloTimeoutError"):
-        return kolo.KoloTimeoutError(message)
-    if isinstance(err, tf.errors.InternalError) and message.startswith("KoloError"):
-        return kolo.KoloError(message)
+    for name, cls in (("PeerLostError", kolo.PeerLostError),
+                      ("KoloTimeoutError", kolo.KoloTimeoutError),
+                      ("KoloError", kolo.KoloError)):
+        if re.search(r"(^|\n)(\{\{[^}]*\}\} )?%s: " % name, message):
+            return cls(message)
     return None
 
 

@@ -23,6 +23,7 @@ import torch
 
 import kolo
 from kolo import _native
+from kolo import ps_client as _client
 from kolo.torch import functions as _functions
 from kolo.torch import ps_groups as _groups
 from kolo.torch import ps_validator as _validator
@@ -30,7 +31,6 @@ from kolo.torch import ps_validator as _validator
 # The job's one parameter-server optimizer (kolo_ps_start makes one per job).
 _current = None
 
-_MODES = ("sync", "downpour", "easgd")
 _OPTIMIZERS = {
     torch.optim.SGD: "SGD",
     torch.optim.Adam: "Adam",
@@ -41,9 +41,7 @@ _OPTIMIZERS = {
 
 def _options(optimizer, mode, staleness_bound, push_period, pull_period, easgd_alpha,
              easgd_period, backup_workers):
-    if mode not in _MODES:
-        raise ValueError("unknown parameter-server mode %r (supported: %s)"
-                         % (mode, ", ".join(_MODES)))
+    _client.check_mode(mode)
     kind = _OPTIMIZERS.get(type(optimizer))
     if kind is None:
         raise ValueError("optimizer %s is not supported by the parameter servers "
@@ -51,28 +49,17 @@ def _options(optimizer, mode, staleness_bound, push_period, pull_period, easgd_a
     if len(optimizer.param_groups) != 1:
         raise ValueError("the parameter servers take one parameter group, got %d"
                          % len(optimizer.param_groups))
-    for name, value in (("staleness_bound", staleness_bound), ("push_period", push_period),
-                        ("pull_period", pull_period), ("easgd_period", easgd_period),
-                        ("backup_workers", backup_workers)):
-        if int(value) != value or value < 0:
-            raise ValueError("%s=%r (expected an integer >= 0)" % (name, value))
     g = optimizer.param_groups[0]
     if g.get("amsgrad", False):
         raise ValueError("Adam(amsgrad=True) is not supported by the parameter servers")
     betas = g.get("betas", (0.9, 0.999))
-    return {
-        "mode": mode, "optimizer": kind, "lr": float(g["lr"]),
-        "weight_decay": float(g.get("weight_decay", 0.0)),
-        "momentum": float(g.get("momentum", 0.0)),
-        "dampening": float(g.get("dampening", 0.0)),
-        "nesterov": int(bool(g.get("nesterov", False))),
-        "beta1": float(betas[0]), "beta2": float(betas[1]),
-        "eps": float(g.get("eps", 1e-8)), "alpha": float(g.get("alpha", 0.99)),
-        "centered": int(bool(g.get("centered", False))),
-        "staleness_bound": int(staleness_bound), "backup_workers": int(backup_workers),
-        "easgd_alpha": float(easgd_alpha), "push_period": int(push_period),
-        "pull_period": int(pull_period), "easgd_period": int(easgd_period),
-    }
+    hyper = {"lr": g["lr"], "beta1": betas[0], "beta2": betas[1]}
+    for name in ("weight_decay", "momentum", "dampening", "nesterov", "eps", "alpha",
+                 "centered"):
+        if name in g:
+            hyper[name] = g[name]
+    return _client.options(kind, hyper, mode, staleness_bound, push_period, pull_period,
+                           easgd_alpha, easgd_period, backup_workers)
 
 
 class _PsOptimizer:
@@ -178,9 +165,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, mode="sync", stalenes
     workers when group_size is given (the groups' process sets are made)."""
     options = _options(optimizer, mode, staleness_bound, push_period, pull_period,
                        easgd_alpha, easgd_period, backup_workers)
-    if _native.ps_servers() == 0:
-        raise ValueError("kolo.torch.ps needs parameter servers: start the job with "
-                         "kolorun --servers S (or KOLO_SERVERS=S)")
+    _client.require_servers("kolo.torch.ps")
     options["validators"] = _native.ps_validators()
     group = None
     if group_size is not None:
@@ -189,20 +174,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, mode="sync", stalenes
     return _PsOptimizer(optimizer, named_parameters, options, group)
 
 
-def stats():
-    """Per server: version, updates, rejected pushes, the largest applied
-    staleness, and per-worker push and pull counts."""
-    values = _native.ps_stats()
-    servers = _native.ps_servers()
-    per = len(values) // servers
-    workers = (per - 4) // 2
-    out = []
-    for s in range(servers):
-        v = values[s * per:(s + 1) * per]
-        out.append({"version": v[0], "updates": v[1], "rejected": v[2],
-                    "max_staleness": v[3], "pushes": list(v[4:4 + workers]),
-                    "pulls": list(v[4 + workers:])})
-    return out
+stats = _client.stats
 
 
 def _on_worker0(what, fn):
@@ -285,11 +257,7 @@ def Validator(fn, every_s, model=None, target=None, higher_is_better=True, patie
     return v
 
 
-def is_validator():
-    """True on the workers that validate instead of training: the last V
-    workers of a job started with kolorun --validators V (KOLO_VALIDATORS)."""
-    v = _native.ps_validators()
-    return v > 0 and _native.rank() >= _native.size() - v
+is_validator = _client.is_validator
 
 
 def finish():
