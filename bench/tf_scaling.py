@@ -21,8 +21,10 @@ Systems:
 
 Keras: Keras 3, or tf_keras when TF_USE_LEGACY_KERAS=1 (MWMS's model.fit
 works with tf_keras only: Keras 3 fails on its PerReplica inputs,
-keras-team/keras#20585). Every process uses --threads intra-op and inter-op
-threads (default 1: two ranks on two cores).
+keras-team/keras#20585). Every process computes with --threads intra-op
+threads (default 1: two ranks on two cores) and TensorFlow's default
+inter-op pool (--inter-op; one thread there slows MWMS's collectives, which
+run in it, by about half).
 
 Training: one model.fit epoch of --warmup + --steps steps at --batch-size
 per rank; the clock runs from the end of the last warm-up step to the end of
@@ -53,7 +55,8 @@ def parse_args(argv=None):
     p.add_argument("--system", choices=("kolo", "mwms", "single"), required=True)
     p.add_argument("--json", required=True, help="output prefix: PREFIX.rank<R>.json")
     p.add_argument("--nproc", type=int, default=2, help="mwms: workers to start")
-    p.add_argument("--threads", type=int, default=1, help="TF intra- and inter-op threads")
+    p.add_argument("--threads", type=int, default=1, help="TF intra-op threads (0: TF's default)")
+    p.add_argument("--inter-op", type=int, default=0, help="TF inter-op threads (0: TF's default)")
     p.add_argument("--model", choices=("cnn", "resnet50"), default="cnn")
     p.add_argument("--batch-size", type=int, default=64, help="per rank")
     p.add_argument("--image-size", type=int, default=64, help="resnet50's synthetic images")
@@ -257,7 +260,7 @@ def main(argv=None):
         return launch_mwms(args)
     import tensorflow as tf
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.inter_op)
     system = System(args, tf)
     result = train(args, tf, system) if args.what == "train" else allreduce(args, tf, system)
     result.update(system=args.system, what=args.what, rank=system.rank, size=system.size,
