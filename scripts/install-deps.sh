@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs every Debian package that kolo's build, tests, benchmarks and
-# examples need. Idempotent: packages already installed are checked with
-# dpkg-query and nothing is printed; apt-get runs (update first) only when
-# something is missing. Run as root, or with sudo available.
+# examples need, and TensorFlow's interpreter: the virtual environment .venv/
+# of the source tree (Debian's python3 with TensorFlow, Keras 3 and tf_keras
+# from PyPI; kept apart from Debian's torch 1.13, which needs numpy 1.x).
+# Idempotent: packages already installed are checked with dpkg-query and
+# nothing is printed; apt-get runs (update first) only when something is
+# missing, pip only when .venv lacks a package. Run as root, or with sudo
+# available.
 #
 #   scripts/install-deps.sh          install what is missing
 #   scripts/install-deps.sh --check  exit 1 (listing them) if any is missing
@@ -32,7 +36,33 @@ PACKAGES=(
   python3-torchvision
   # bench/ps_shards.sh's single-master baseline (bench/ps_mpilearn.py)
   python3-mpi4py
+  # .venv/ (kolo.tensorflow, kolo.keras; see tensorflow_venv below)
+  python3-venv
 )
+
+# TensorFlow's interpreter (docs/tensorflow.md): the CPU build of TensorFlow,
+# Keras 3, and tf_keras (Keras 2, TF_USE_LEGACY_KERAS=1) without its
+# dependency on the full (CUDA) tensorflow package, which would install a
+# second TensorFlow over the first.
+VENV="$(cd "$(dirname "$0")/.." && pwd)/.venv"
+VENV_PACKAGES=(tensorflow-cpu==2.21.0 "keras>=3.10,<4" pytest packaging parameterized)
+VENV_NODEPS=(tf-keras==2.21.0)
+VENV_MODULES="tensorflow keras tf_keras pytest packaging parameterized"
+
+tensorflow_venv() {
+  if "$VENV/bin/python" -c "import $(echo $VENV_MODULES | tr ' ' ',')" >/dev/null 2>&1; then
+    return 0
+  fi
+  if [[ "${1:-}" == "--check" ]]; then
+    echo "missing: $VENV with TensorFlow, Keras 3 and tf_keras" >&2
+    return 1
+  fi
+  echo "install-deps: TensorFlow's interpreter in $VENV (tensorflow-cpu, keras, tf-keras from PyPI)"
+  [[ -x "$VENV/bin/python" ]] || /usr/bin/python3 -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${VENV_PACKAGES[@]}"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps "${VENV_NODEPS[@]}"
+  echo "install-deps: $VENV done"
+}
 
 # One dpkg-query for all; a package it does not know is simply not listed.
 installed=" $(dpkg-query -W -f='${Package}=${db:Status-Status} ' "${PACKAGES[@]}" 2>/dev/null || true) "
@@ -44,11 +74,13 @@ for pkg in "${PACKAGES[@]}"; do
 done
 
 if [[ ${#missing[@]} -eq 0 ]]; then
-  exit 0
+  tensorflow_venv "${1:-}"
+  exit $?
 fi
 
 if [[ "${1:-}" == "--check" ]]; then
   echo "missing packages: ${missing[*]}" >&2
+  tensorflow_venv --check || true
   exit 1
 fi
 
@@ -67,3 +99,4 @@ export DEBIAN_FRONTEND=noninteractive
 "${SUDO[@]}" apt-get update -qq
 "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 echo "install-deps: done"
+tensorflow_venv

@@ -117,15 +117,25 @@ class AlltoallOp : public AsyncOpKernel {
     auto splits = std::make_shared<std::vector<int64_t>>();
     const auto given = splitsIn.flat<int32_t>();
     for (int64_t i = 0; i < given.size(); ++i) splits->push_back(given(i));
-    const bool equal = splits->empty();
-    if (equal) splits->assign(size, in.dim_size(0) / std::max(size, 1));
+    // No splits: an equal split, passed to kolo explicitly (kolo's own
+    // equal split assumes every rank sends as many rows).
+    if (splits->empty()) {
+      OP_REQUIRES_ASYNC(
+          ctx, size > 0 && in.dim_size(0) % size == 0,
+          absl::InvalidArgumentError(absl::StrCat(
+              "InvalidArgumentError: alltoall '", opName, "': first dimension ",
+              in.dim_size(0), " does not divide into ", size,
+              " equal splits (pass splits) on rank ", kolo_rank())),
+          done);
+      splits->assign(size, in.dim_size(0) / size);
+    }
     const MovedLayout layout = movedLayout(in);
     auto* op = new PendingOp(ctx, std::move(done));
     kolo_handle h = 0;
     const int rcData = kolo_alltoall_async(
         opName.c_str(), in.tensor_data().data(), static_cast<int>(layout.dims.size()),
-        layout.dims.data(), equal ? nullptr : splits->data(),
-        equal ? 0 : static_cast<int>(splits->size()), layout.dtype, processSet_, &h);
+        layout.dims.data(), splits->data(), static_cast<int>(splits->size()),
+        layout.dtype, processSet_, &h);
     if (op->submitted(rcData, h)) {
       // The rows received from each rank: an equal alltoall of the splits.
       const std::string splitsName = opName + ".splits";
