@@ -17,7 +17,9 @@ Systems:
           which the strategy splits by worker (train); the replica context's
           all_reduce, the collective MWMS aggregates gradients with (allreduce).
   single  one process, no distribution: the shell starts two at once for the
-          machine's ceiling.
+          machine's ceiling, lined up with --together (their clocks start
+          when both have warmed up, and each trains on past its timed steps
+          until the other has timed its own).
 
 Keras: Keras 3, or tf_keras when TF_USE_LEGACY_KERAS=1 (MWMS's model.fit
 works with tf_keras only: Keras 3 fails on its PerReplica inputs,
@@ -62,6 +64,10 @@ def parse_args(argv=None):
     p.add_argument("--image-size", type=int, default=64, help="resnet50's synthetic images")
     p.add_argument("--warmup", type=int, default=5, help="steps before the clock starts")
     p.add_argument("--steps", type=int, default=50, help="timed steps")
+    p.add_argument("--together", default=None, metavar="DIR",
+                   help="single: start the clock when --together-count processes sharing DIR "
+                   "have warmed up, and train on until all have timed their steps")
+    p.add_argument("--together-count", type=int, default=2)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--mib", type=float, default=64.0, help="allreduce: float32 MiB")
     p.add_argument("--iters", type=int, default=20, help="allreduce: timed calls")
@@ -97,6 +103,35 @@ def launch_mwms(args):
     return 1 if bad else 0
 
 
+class Together:
+    """Independent processes lining up (the ceiling's two 1-rank runs):
+    arrive(stage) leaves a file in the directory and, with wait, waits until
+    `count` processes have left theirs; all(stage) says whether they have.
+    A no-op without a directory."""
+
+    def __init__(self, directory, count, timeout=600):
+        self.directory, self.count, self.timeout = directory, count, timeout
+
+    def _files(self, stage):
+        return [f for f in os.listdir(self.directory) if f.startswith(stage + ".")]
+
+    def arrive(self, stage, wait=True):
+        if not self.directory:
+            return
+        os.makedirs(self.directory, exist_ok=True)
+        open(os.path.join(self.directory, "%s.%d" % (stage, os.getpid())), "w").close()
+        deadline = time.monotonic() + self.timeout
+        while wait and len(self._files(stage)) < self.count:
+            if time.monotonic() > deadline:
+                raise TimeoutError("tf_scaling.py: %d of %d processes reached '%s' in %s after %d s"
+                                   % (len(self._files(stage)), self.count, stage,
+                                      self.directory, self.timeout))
+            time.sleep(0.005)
+
+    def all(self, stage):
+        return not self.directory or len(self._files(stage)) >= self.count
+
+
 class System:
     """The distribution system of this process: rank, size, the optimizer
     wrapper, callbacks, and the scope models are built in."""
@@ -111,7 +146,7 @@ class System:
             self.rank = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
             self.size = self.strategy.num_replicas_in_sync
         elif self.name == "kolo":
-            import kolo.keras as hvd
+            import kolo.tensorflow as hvd
             hvd.init()
             self.hvd = hvd
             self.rank, self.size = hvd.rank(), hvd.size()
@@ -123,10 +158,16 @@ class System:
         return self.strategy.scope() if self.strategy else contextlib.nullcontext()
 
     def optimizer(self, opt):
-        return self.hvd.DistributedOptimizer(opt) if self.hvd else opt
+        if not self.hvd:
+            return opt
+        import kolo.keras as hvd
+        return hvd.DistributedOptimizer(opt)
 
     def callbacks(self):
-        return [self.hvd.callbacks.BroadcastGlobalVariablesCallback(0)] if self.hvd else []
+        if not self.hvd:
+            return []
+        import kolo.keras as hvd
+        return [hvd.callbacks.BroadcastGlobalVariablesCallback(0)]
 
     def global_batch(self, batch):
         """What the dataset is batched with: MWMS splits the global batch."""
@@ -200,14 +241,25 @@ def train(args, tf, system):
         model.compile(optimizer=system.optimizer(opt),
                       loss=keras.losses.SparseCategoricalCrossentropy())
     marks = {}
+    together = Together(args.together, args.together_count)
+    last = args.warmup + args.steps - 1
 
     class Clock(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             if batch == args.warmup - 1:
+                together.arrive("start")
                 marks["start"] = time.perf_counter()
-            marks["end"] = time.perf_counter()
+            elif batch == last:
+                marks["end"] = time.perf_counter()
+                together.arrive("end", wait=False)
+            if batch >= last and together.all("end"):
+                self.model.stop_training = True
 
-    history = model.fit(dataset(args, tf, system), steps_per_epoch=args.warmup + args.steps,
+    # The epoch is longer than the run: a process that has timed its steps
+    # trains on until every process of its group has (--together), so that
+    # none of them runs its timed steps next to an idle neighbour.
+    tail = 20 * args.steps if args.together else 0
+    history = model.fit(dataset(args, tf, system), steps_per_epoch=last + 1 + tail,
                         epochs=1, verbose=0, callbacks=system.callbacks() + [Clock()])
     seconds = marks["end"] - marks["start"]
     return {"keras": flavor, "model": args.model, "steps": args.steps,
@@ -222,8 +274,8 @@ def allreduce(args, tf, system):
     call; the result of the last is checked (every rank contributes rank+1)."""
     n = int(args.mib * 2 ** 20) // 4
     if system.hvd:
-        import kolo.tensorflow as hvt
-        reduce = tf.function(lambda t: hvt.allreduce(t, op=hvt.Sum))
+        hvd = system.hvd
+        reduce = tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum))
     else:
         strategy = system.strategy
 

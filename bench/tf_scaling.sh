@@ -2,8 +2,9 @@
 # TensorFlow / Keras on 2 ranks of this host: kolo.keras against
 # tf.distribute.MultiWorkerMirroredStrategy (TensorFlow's own collective
 # ops over gRPC on loopback) on the same model and per-rank batch, and
-# against the machine's ceiling (two independent 1-rank runs started
-# together, their images/s added up); and one 64 MiB float32 allreduce
+# against the machine's ceiling (two independent 1-rank runs at once, their
+# clocks started when both have warmed up, each training on until the other
+# has timed its steps; their images/s added up); and one 64 MiB float32 allreduce
 # through kolo.tensorflow against MWMS's all-reduce. Prints a markdown table
 # with the ratios, writes OUT/results.json and draws OUT/tf_scaling.png
 # (python3-matplotlib, Debian's /usr/bin/python3).
@@ -128,10 +129,10 @@ else
               "${margs[@]}" --json "$OUT_DIR/$name" ;;
       ceil)
         run "${name}A" env TF_USE_LEGACY_KERAS=$legacy "${BENCH[@]}" train --system single \
-          "${margs[@]}" --json "$OUT_DIR/${name}A" &
+          "${margs[@]}" --together "$OUT_DIR/$name.together" --json "$OUT_DIR/${name}A" &
         local pid_a=$!
         run "${name}B" env TF_USE_LEGACY_KERAS=$legacy "${BENCH[@]}" train --system single \
-          "${margs[@]}" --json "$OUT_DIR/${name}B" &
+          "${margs[@]}" --together "$OUT_DIR/$name.together" --json "$OUT_DIR/${name}B" &
         local pid_b=$!
         wait "$pid_a" || exit 1
         wait "$pid_b" || exit 1 ;;

@@ -28,6 +28,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD_DIR="$(cd "${1:?BUILD_DIR}" && pwd)"
 PYTHON="${2:?PYTHON}"
+[[ "$PYTHON" == */* ]] && PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")"
 HOROVOD="${3:-}"
 if [[ -z "$HOROVOD" ]]; then
   for d in "$ROOT/../shared/conformance/horovod" "$ROOT/../../shared/conformance/horovod"; do
