@@ -403,10 +403,14 @@ def _alltoall_grad(op, grad, grad_received):
 # --- reducescatter -------------------------------------------------------------------
 
 def _scaled(tensor, factor):
+    """``tensor * factor`` as Horovod scales: integers in float64, float16 in
+    float32, rounded back to the tensor's dtype."""
     if factor == 1.0:
         return tensor
     if tensor.dtype.is_integer:
         return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
+    if tensor.dtype in (tf.float16, tf.bfloat16):
+        return tf.cast(tf.cast(tensor, tf.float32) * factor, tensor.dtype)
     return tensor * tf.cast(factor, tensor.dtype)
 
 
