@@ -260,7 +260,8 @@ def train(args, tf, system):
     # none of them runs its timed steps next to an idle neighbour.
     tail = 20 * args.steps if args.together else 0
     history = model.fit(dataset(args, tf, system), steps_per_epoch=last + 1 + tail,
-                        epochs=1, verbose=0, callbacks=system.callbacks() + [Clock()])
+                        epochs=1, verbose=0, shuffle=False,
+                        callbacks=system.callbacks() + [Clock()])
     seconds = marks["end"] - marks["start"]
     return {"keras": flavor, "model": args.model, "steps": args.steps,
             "image_size": args.image_size if args.model == "resnet50" else 28,
