@@ -1,12 +1,13 @@
-"""kolo.tensorflow's op layer (mpi_ops) on 2 ranks: every op and dtype,
+"""kolo.tensorflow's op layer (mpi_ops) on 3 ranks: every op and dtype,
 eagerly, inside tf.function and in a TF1 graph session; the gradients;
-names; the errors a bad call gets. Run by kolorun -np 2 with the TensorFlow
+names; the errors a bad call gets. Run by kolorun -np 3 with the TensorFlow
 interpreter (tests/python/CMakeLists.txt, kolo_tf_test)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+import kolo
 import kolo.tensorflow as hvd
 from kolo.tensorflow import mpi_ops
 
@@ -59,8 +60,10 @@ def test_allreduce_every_dtype_and_op(mode, dtype):
         x = value_on(RANK, [3, 4], dtype)
         out = run(mode, lambda t: mpi_ops._allreduce(t, op=op), x)
         assert out.dtype == dtype and out.shape == (3, 4)
-        np.testing.assert_allclose(out.numpy().astype(np.float64),
-                                   expected_reduce(op, [3, 4], dtype), rtol=1e-2)
+        want = expected_reduce(op, [3, 4], dtype)
+        if dtype.is_integer:  # wraps as the type does
+            want = want.astype(np.int64).astype(dtype.as_numpy_dtype).astype(np.float64)
+        np.testing.assert_allclose(out.numpy().astype(np.float64), want, rtol=1e-2)
 
 
 def test_allreduce_narrow_integers_wrap_as_their_type():
@@ -193,11 +196,16 @@ def test_layout_ops_join_barrier():
 
 
 def test_process_set():
-    ps = hvd.add_process_set([0, SIZE - 1] if SIZE > 2 else [0, 1])
+    members = [0, SIZE - 1]
+    ps = hvd.add_process_set(members)
     try:
-        out = mpi_ops._allreduce(tf.constant([1.0]), name="in_set", process_set=ps)
-        np.testing.assert_allclose(out.numpy(), [2.0])
-        assert int(mpi_ops.size_op(ps.process_set_id)) == 2
+        if RANK in members:
+            out = mpi_ops._allreduce(tf.constant([1.0]), name="in_set", process_set=ps)
+            np.testing.assert_allclose(out.numpy(), [2.0])
+            assert int(mpi_ops.size_op(ps.process_set_id)) == 2
+        else:  # a rank outside the set is told so, by name
+            with pytest.raises(kolo.InvalidArgumentError, match="rank %d is not a member" % RANK):
+                mpi_ops._allreduce(tf.constant([1.0]), name="in_set", process_set=ps)
     finally:
         hvd.remove_process_set(ps)
 
@@ -222,3 +230,28 @@ def test_errors_name_what_is_wrong():
     # The ranks are still in step after the errors.
     out = mpi_ops._allreduce(tf.ones([1]), name="after_errors")
     np.testing.assert_allclose(out.numpy(), [SIZE])
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16], ids=lambda d: d.name)
+def test_half_precision_rounds_as_one_process_would(dtype):
+    """Scale factors in float32 around a half-precision sum (each rank the
+    same tensor, as in Horovod's suite, which checks this with a threshold
+    of 0), and a product of different tensors in rank order rounded after
+    each step: bit for bit what one process computes."""
+    rng = np.random.RandomState(7)
+    every = tf.cast(tf.constant(rng.uniform(-100, 100, (SIZE, 17))), dtype)
+    same = every[0]
+    factor = 0.1915194503788923
+
+    def f32(t):
+        return tf.cast(t, tf.float32)
+
+    pre = mpi_ops._allreduce(same, prescale_factor=factor)
+    want = tf.cast(factor * f32(same), dtype) * SIZE
+    np.testing.assert_array_equal(f32(pre).numpy(), f32(want).numpy())
+    post = mpi_ops._allreduce(same, postscale_factor=factor)
+    want = tf.cast(factor * f32(same * SIZE), dtype)
+    np.testing.assert_array_equal(f32(post).numpy(), f32(want).numpy())
+    prod = mpi_ops._allreduce(every[RANK], op=hvd.Product)
+    np.testing.assert_array_equal(f32(prod).numpy(),
+                                  f32(tf.math.reduce_prod(every, axis=0)).numpy())

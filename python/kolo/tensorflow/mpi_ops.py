@@ -233,18 +233,42 @@ def _set_of(process_set_id):
 
 # --- allreduce -----------------------------------------------------------------------
 
+_HALF = (tf.float16, tf.bfloat16)
+
+
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
                ignore_name_scope=False, process_set=global_process_set):
     """The reduction of ``tensor`` over the process set (same shape and dtype
     on every rank). ``op``: Sum, Average (over the ranks that have not
-    joined), Min, Max or Product."""
+    joined), Min, Max or Product.
+
+    float16 and bfloat16 round as Horovod's do: scale factors apply in
+    float32 to the values before the reduction (prescale) and to the
+    reduced half-precision result (postscale), and a product multiplies the
+    ranks' tensors in rank order, rounding after each step (an allgather,
+    then TensorFlow's own reduce_prod), so that a result equals what one
+    process computes from the same tensors."""
     code = _kolo_op(op, "allreduce")
     tensor_name, node = _names("allreduce", name, lambda: "KoloAllreduce_%s" % _normalize_name(
         tensor.name))
+    ps_id = _set_id(process_set, "allreduce")
+    half = tensor.dtype in _HALF
+    if half and (prescale_factor != 1.0 or postscale_factor != 1.0 or op == Product):
+        scaled = _scaled(tensor, prescale_factor)
+        if op == Product:
+            rows = MPI_LIB.kolo_allgather(
+                tf.expand_dims(scaled, 0), tensor_name, ignore_name_scope=ignore_name_scope,
+                process_set_id=ps_id, name=node)
+            reduced = tf.math.reduce_prod(rows, axis=0)
+        else:
+            reduced = MPI_LIB.kolo_allreduce(
+                scaled, tensor_name, reduce_op=code, ignore_name_scope=ignore_name_scope,
+                process_set_id=ps_id, name=node)
+        return _scaled(reduced, postscale_factor)
     return MPI_LIB.kolo_allreduce(
         tensor, tensor_name, reduce_op=code, prescale_factor=prescale_factor,
         postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
-        process_set_id=_set_id(process_set, "allreduce"), name=node)
+        process_set_id=ps_id, name=node)
 
 
 @tf.RegisterGradient("KoloAllreduce")
