@@ -255,3 +255,7 @@ def test_half_precision_rounds_as_one_process_would(dtype):
     prod = mpi_ops._allreduce(every[RANK], op=hvd.Product)
     np.testing.assert_array_equal(f32(prod).numpy(),
                                   f32(tf.math.reduce_prod(every, axis=0)).numpy())
+    grouped = mpi_ops._grouped_allreduce([every[RANK], same], op=hvd.Product)
+    np.testing.assert_array_equal(f32(grouped[0]).numpy(), f32(prod).numpy())
+    grouped = mpi_ops._grouped_allreduce([same, same], prescale_factor=factor)
+    np.testing.assert_array_equal(f32(grouped[1]).numpy(), f32(pre).numpy())

@@ -284,15 +284,30 @@ def _allreduce_grad(op, grad):
 
 def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
                        ignore_name_scope=False, process_set=global_process_set):
-    """Allreduces of ``tensors`` (one dtype) that run together."""
+    """Allreduces of ``tensors`` (one dtype) that run together; float16 and
+    bfloat16 round as _allreduce's do."""
     code = _kolo_op(op, "grouped_allreduce")
     tensor_name, node = _names(
         "grouped_allreduce", name, lambda: _normalize_name(
             "KoloGroupedAllreduce_%s_%s" % (tensors[0].name, tensors[-1].name)))
+    ps_id = _set_id(process_set, "grouped_allreduce")
+    half = tensors[0].dtype in _HALF
+    if half and (prescale_factor != 1.0 or postscale_factor != 1.0 or op == Product):
+        scaled = [_scaled(t, prescale_factor) for t in tensors]
+        if op == Product:
+            rows = MPI_LIB.kolo_grouped_allgather(
+                [tf.expand_dims(t, 0) for t in scaled], tensor_name,
+                ignore_name_scope=ignore_name_scope, process_set_id=ps_id, name=node)
+            reduced = [tf.math.reduce_prod(r, axis=0) for r in rows]
+        else:
+            reduced = MPI_LIB.kolo_grouped_allreduce(
+                scaled, tensor_name, reduce_op=code, ignore_name_scope=ignore_name_scope,
+                process_set_id=ps_id, name=node)
+        return [_scaled(r, postscale_factor) for r in reduced]
     return MPI_LIB.kolo_grouped_allreduce(
         tensors, tensor_name, reduce_op=code, prescale_factor=prescale_factor,
         postscale_factor=postscale_factor, ignore_name_scope=ignore_name_scope,
-        process_set_id=_set_id(process_set, "grouped_allreduce"), name=node)
+        process_set_id=ps_id, name=node)
 
 
 @tf.RegisterGradient("KoloGroupedAllreduce")
