@@ -3,8 +3,8 @@
 # on 2 ranks under kolorun, with `import horovod.tensorflow(.keras)` served
 # by kolo (the conformance shim) and MNIST by Debian's Fashion-MNIST
 # (scripts/local_mnist). Each must exit 0 and print what it prints when it
-# works; a failing example's output is shown. Not in `make test` (about
-# 1.5-2 minutes of both cores); run it by hand:
+# works; a failing example's output is shown. Not in `make test` (86 s of
+# both cores at load 5, 2026-11-28); run it by hand:
 #
 #   tests/python/tf_horovod_examples.sh BUILD_DIR PYTHON [HOROVOD_DIR]
 #
