@@ -157,7 +157,7 @@ else
     echo "command: bench/tf_scaling.sh --rounds $ROUNDS --models \"$MODELS\" --keras \"$KERAS\"" \
       "--cnn-steps $CNN_STEPS --resnet-steps $RESNET_STEPS --resnet-image $RESNET_IMAGE" \
       "--resnet-batch $RESNET_BATCH --iters $ITERS$([[ $ALLREDUCE == 1 ]] || echo ' --no-allreduce')"
-  } >"$OUT_DIR/meta.txt"
+  } >>"$OUT_DIR/meta.txt"
   for ((r = 1; r <= ROUNDS; ++r)); do
     for model in $MODELS; do
       for k in $KERAS; do

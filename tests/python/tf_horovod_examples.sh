@@ -3,8 +3,8 @@
 # on 2 ranks under kolorun, with `import horovod.tensorflow(.keras)` served
 # by kolo (the conformance shim) and MNIST by Debian's Fashion-MNIST
 # (scripts/local_mnist). Each must exit 0 and print what it prints when it
-# works; a failing example's output is shown. Not in `make test` (about
-# 1.5-2 minutes of both cores); run it by hand:
+# works; a failing example's output is shown. Not in `make test` (86 s of
+# both cores at load 5, 2026-11-28); run it by hand:
 #
 #   tests/python/tf_horovod_examples.sh BUILD_DIR PYTHON [HOROVOD_DIR]
 #
@@ -22,6 +22,7 @@
 #   tensorflow2_keras_mnist_elastic.py  the same, under kolorun --min-np 2
 #   tensorflow2_synthetic_benchmark.py  flags: --batch-size 4 --num-warmup-batches 1
 #                                     --num-batches-per-iter 1 --num-iters 2
+# TF_EXAMPLES_LOGS=DIR keeps each example's output there (NAME.log).
 # Exit status: 0 all passed, 1 one failed, 77 (skipped) without the
 # Horovod copy or TensorFlow.
 set -uo pipefail
@@ -78,6 +79,7 @@ check() {
   local start=$SECONDS
   (cd "$WORK" && timeout 300 "$@") >"$WORK/$name.log" 2>&1
   status=$?
+  [[ -n "${TF_EXAMPLES_LOGS:-}" ]] && mkdir -p "$TF_EXAMPLES_LOGS" && cp "$WORK/$name.log" "$TF_EXAMPLES_LOGS/"
   local missing=()
   for p in "${patterns[@]}"; do grep -Eq -- "$p" "$WORK/$name.log" || missing+=("$p"); done
   if [[ $status -eq 0 && ${#missing[@]} -eq 0 ]]; then

@@ -90,6 +90,21 @@ def check_broadcast_callback(hvd):
         assert "local variables must be variables" in str(e)
 
 
+def check_broadcast_unbuilt_model(hvd):
+    # Horovod's tensorflow2_keras_mnist.py: a Sequential without an Input is
+    # built by its first batch; the weights are broadcast at that batch's end.
+    root = hvd.size() - 1
+    init = keras.initializers.Constant(float(hvd.rank()))
+    model = keras.Sequential([keras.layers.Dense(2, kernel_initializer=init, bias_initializer=init)])
+    assert not model.built
+    model.compile(optimizer=keras.optimizers.SGD(0.0), loss="mse")  # the weights stay
+    x, y = data(hvd)
+    model.fit(x, y, batch_size=4, epochs=1, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(root)])
+    for i, w in enumerate(model.get_weights()):
+        np.testing.assert_array_equal(w, np.full_like(w, root), err_msg="weight %d" % i)
+
+
 def check_metric_average(hvd):
     n = hvd.size()
     model = small_model()
@@ -200,7 +215,7 @@ def check_load_model(hvd):
             same_on_every_rank(hvd, loaded.get_weights(), "weights after a step of the loaded model")
 
 
-CHECKS = [check_broadcast_callback, check_metric_average, check_warmup,
+CHECKS = [check_broadcast_callback, check_broadcast_unbuilt_model, check_metric_average, check_warmup,
           check_schedule_and_momentum_correction, check_load_model]
 
 test_keras_3, test_tf_keras = both_flavours(CHECKS, "tf_keras_callbacks", __file__)

@@ -112,7 +112,12 @@ class BroadcastGlobalVariablesCallback(_Callback):
             _tf.broadcast_variables(variables, root_rank=self.root_rank)
 
     def on_train_begin(self, logs=None):
-        self._broadcast()
+        # A model not built yet (a Sequential without an Input, built by its
+        # first batch, as in Horovod's tensorflow2_keras_mnist.py) has no
+        # weights to send (tf_keras raises on model.variables): the end of
+        # the first batch broadcasts them, as Horovod does.
+        if getattr(self.model, "built", True):
+            self._broadcast()
 
     def on_batch_end(self, batch, logs=None):
         if not self.broadcast_done:
