@@ -232,8 +232,9 @@ def test_errors_name_what_is_wrong():
     np.testing.assert_allclose(out.numpy(), [SIZE])
 
 
-@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16], ids=lambda d: d.name)
-def test_half_precision_rounds_as_one_process_would(dtype):
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64],
+                         ids=lambda d: d.name)
+def test_floats_round_as_one_process_would(dtype):
     """Scale factors in float32 around a half-precision sum (each rank the
     same tensor, as in Horovod's suite, which checks this with a threshold
     of 0), and a product of different tensors in rank order rounded after
@@ -243,8 +244,8 @@ def test_half_precision_rounds_as_one_process_would(dtype):
     same = every[0]
     factor = 0.1915194503788923
 
-    def f32(t):
-        return tf.cast(t, tf.float32)
+    def f32(t):  # the scaling type (float32 for the half types) and the comparison
+        return tf.cast(t, tf.float64 if dtype == tf.float64 else tf.float32)
 
     pre = mpi_ops._allreduce(same, prescale_factor=factor)
     want = tf.cast(factor * f32(same), dtype) * SIZE

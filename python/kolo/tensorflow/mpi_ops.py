@@ -233,7 +233,6 @@ def _set_of(process_set_id):
 
 # --- allreduce -----------------------------------------------------------------------
 
-_HALF = (tf.float16, tf.bfloat16)
 
 
 def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
@@ -242,18 +241,19 @@ def _allreduce(tensor, name=None, op=Sum, prescale_factor=1.0, postscale_factor=
     on every rank). ``op``: Sum, Average (over the ranks that have not
     joined), Min, Max or Product.
 
-    float16 and bfloat16 round as Horovod's do: scale factors apply in
-    float32 to the values before the reduction (prescale) and to the
-    reduced half-precision result (postscale), and a product multiplies the
-    ranks' tensors in rank order, rounding after each step (an allgather,
-    then TensorFlow's own reduce_prod), so that a result equals what one
-    process computes from the same tensors."""
+    Floating-point tensors round as Horovod's do: scale factors apply (in
+    float32 for float16 and bfloat16) to the values before the reduction,
+    rounded to the tensor's dtype (prescale), and to the reduced result
+    (postscale); a product multiplies the ranks' tensors in rank order,
+    rounding after each step (an allgather, then TensorFlow's own
+    reduce_prod). A result then equals what one process computes from the
+    same tensors, on any number of ranks (kolo's runtime would scale
+    without rounding first, and multiply in the order of its ring)."""
     code = _kolo_op(op, "allreduce")
     tensor_name, node = _names("allreduce", name, lambda: "KoloAllreduce_%s" % _normalize_name(
         tensor.name))
     ps_id = _set_id(process_set, "allreduce")
-    half = tensor.dtype in _HALF
-    if half and (prescale_factor != 1.0 or postscale_factor != 1.0 or op == Product):
+    if tensor.dtype.is_floating and (prescale_factor != 1.0 or postscale_factor != 1.0 or op == Product):
         scaled = _scaled(tensor, prescale_factor)
         if op == Product:
             rows = MPI_LIB.kolo_allgather(
@@ -284,15 +284,14 @@ def _allreduce_grad(op, grad):
 
 def _grouped_allreduce(tensors, name=None, op=Sum, prescale_factor=1.0, postscale_factor=1.0,
                        ignore_name_scope=False, process_set=global_process_set):
-    """Allreduces of ``tensors`` (one dtype) that run together; float16 and
-    bfloat16 round as _allreduce's do."""
+    """Allreduces of ``tensors`` (one dtype) that run together; floating-point
+    tensors round as _allreduce's do."""
     code = _kolo_op(op, "grouped_allreduce")
     tensor_name, node = _names(
         "grouped_allreduce", name, lambda: _normalize_name(
             "KoloGroupedAllreduce_%s_%s" % (tensors[0].name, tensors[-1].name)))
     ps_id = _set_id(process_set, "grouped_allreduce")
-    half = tensors[0].dtype in _HALF
-    if half and (prescale_factor != 1.0 or postscale_factor != 1.0 or op == Product):
+    if tensors[0].dtype.is_floating and (prescale_factor != 1.0 or postscale_factor != 1.0 or op == Product):
         scaled = [_scaled(t, prescale_factor) for t in tensors]
         if op == Product:
             rows = MPI_LIB.kolo_grouped_allgather(
@@ -450,7 +449,7 @@ def _scaled(tensor, factor):
         return tf.cast(tf.cast(tensor, tf.float64) * factor, tensor.dtype)
     if tensor.dtype in (tf.float16, tf.bfloat16):
         return tf.cast(tf.cast(tensor, tf.float32) * factor, tensor.dtype)
-    return tensor * tf.cast(factor, tensor.dtype)
+    return tensor * tf.constant(factor, dtype=tensor.dtype)
 
 
 def _reducescatter(tensor, name=None, op=Sum, ignore_name_scope=False,
