@@ -34,8 +34,6 @@ import re
 
 import tensorflow as tf
 
-import kolo
-from kolo import _native
 from kolo import _ops
 from kolo import errors as _errors
 from kolo.process_sets import (  # noqa: F401  (re-exported)
@@ -90,109 +88,13 @@ def _kolo_op(op, what):
     return _KOLO_OP[op]
 
 
-# --- the job ---------------------------------------------------------------------
+# --- the job (kolo.basics, shared with kolo.torch) ------------------------------------
 
-def init(comm=None, process_sets=None):
-    """Starts kolo on this rank (rendezvous, background runtime). Again while
-    initialised: nothing. ``process_sets``: ProcessSets to add (the same on
-    every rank). ``comm`` (an MPI communicator) is not supported."""
-    if comm is not None:
-        raise _errors.invalid_argument(
-            "init(comm=...) is not supported: kolo takes its ranks from the "
-            "launcher's environment; use process sets for subsets")
-    if not _native.is_initialized():
-        _native.init()
-    for ps in process_sets or []:
-        add_process_set(ps)
-
-
-def shutdown():
-    """Stops kolo on this rank; pending operations fail."""
-    _ops.forget_all()
-    _process_sets._forget_all()
-    if _native.is_initialized():
-        _native.shutdown()
-
-
-def is_initialized():
-    return bool(_native.is_initialized())
-
-
-def size():
-    return _native.size()
-
-
-def rank():
-    return _native.rank()
-
-
-def local_size():
-    return _native.local_size()
-
-
-def local_rank():
-    return _native.local_rank()
-
-
-def cross_size():
-    return _native.cross_size()
-
-
-def cross_rank():
-    return _native.cross_rank()
-
-
-def mpi_threads_supported():
-    return True
-
-
-def mpi_enabled():
-    return False
-
-
-def mpi_built():
-    return False
-
-
-def gloo_enabled():
-    return False
-
-
-def gloo_built():
-    return False
-
-
-def nccl_built():
-    """The NCCL version code behind the collectives (0: none)."""
-    return _native.nccl_built()
-
-
-def cuda_built():
-    """True when libkolo was built with CUDA; kolo's TensorFlow ops run on
-    the CPU."""
-    return _native.cuda_built()
-
-
-def rocm_built():
-    return False
-
-
-def ddl_built():
-    return False
-
-
-def ccl_built():
-    return False
-
-
-def start_timeline(file_path, mark_cycles=False):
-    """Writes a Chrome-trace timeline (open in Perfetto) to ``file_path``."""
-    del mark_cycles
-    _native.start_timeline(file_path)
-
-
-def stop_timeline():
-    _native.stop_timeline()
+from kolo.basics import (  # noqa: E402,F401  (re-exported)
+    init, shutdown, is_initialized, size, rank, local_size, local_rank, cross_size,
+    cross_rank, mpi_threads_supported, mpi_enabled, mpi_built, gloo_enabled, gloo_built,
+    nccl_built, cuda_built, rocm_built, ddl_built, ccl_built, start_timeline,
+    stop_timeline, straggler_report)
 
 
 # --- names -------------------------------------------------------------------------
@@ -558,7 +460,8 @@ __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
     "cross_size", "cross_rank", "mpi_threads_supported", "mpi_enabled", "mpi_built",
     "gloo_enabled", "gloo_built", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
-    "ccl_built", "start_timeline", "stop_timeline", "Average", "Sum", "Adasum", "Min",
+    "ccl_built", "start_timeline", "stop_timeline", "straggler_report", "Average", "Sum",
+    "Adasum", "Min",
     "Max", "Product", "allgather", "grouped_allgather", "broadcast", "broadcast_",
     "alltoall", "join", "barrier", "size_op", "process_set_included_op", "local_size_op",
     "rank_op", "local_rank_op", "ProcessSet", "add_process_set", "remove_process_set",
