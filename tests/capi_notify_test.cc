@@ -20,19 +20,9 @@
 #include <vector>
 
 #include "support/process_ranks.h"
+#include "support/rank_check.h"
 
 namespace {
-
-// In a rank process: prints what failed and exits the body with `code`.
-#define RANK_CHECK(cond, code)                                                     \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      std::printf("rank %d: check failed at line %d: %s (last error: %s)\n", rank, \
-                  __LINE__, #cond, kolo_last_error());                             \
-      std::fflush(stdout);                                                         \
-      return code;                                                                 \
-    }                                                                              \
-  } while (0)
 
 // What a callback saw, read by the rank body once the handle is done.
 struct Seen {

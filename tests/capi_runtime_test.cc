@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "support/process_ranks.h"
+#include "support/rank_check.h"
 
 namespace {
 
@@ -291,17 +292,6 @@ TEST(CApiRuntime, HandlesAcrossThreadsAndAcrossInit) {
   EXPECT_EQ(kolo_wait_release(fresh), KOLO_OK) << lastError();
   EXPECT_EQ(kolo_finalize(), KOLO_OK);
 }
-
-// Prints the failure and returns `code` from the rank's body.
-#define RANK_CHECK(cond, code)                                                     \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      std::printf("rank %d: check failed at line %d: %s (last error: %s)\n", rank, \
-                  __LINE__, #cond, kolo_last_error());                             \
-      std::fflush(stdout);                                                         \
-      return code;                                                                 \
-    }                                                                              \
-  } while (0)
 
 int rankBody(int rank, int n, const std::string& timeline) {
   RANK_CHECK(kolo_init() == KOLO_OK, 1);
