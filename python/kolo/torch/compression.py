@@ -4,30 +4,7 @@ back in their own dtype; other dtypes pass unchanged)."""
 
 import torch
 
-
-class Compressor:
-    """Interface: compress() returns (tensor to send, context);
-    decompress(received, context) returns the tensor in the caller's form."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    """Sends tensors as they are."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from kolo.compression import Compressor, NoneCompressor  # noqa: F401
 
 
 class FP16Compressor(Compressor):
