@@ -9,10 +9,13 @@
 #   synthetic   Horovod's own examples/pytorch_synthetic_benchmark.py,
 #               unchanged (kolo serves `import horovod.torch` through the
 #               conformance shim), ResNet-18 and ResNet-50 on the CPU, 2 ranks
-#               of one host: horovodrun against kolorun, and the machine's
-#               ceiling: two independent 1-rank runs at once.
+#               of one host: horovodrun (--mpi, its default here, and
+#               --gloo) against kolorun, and the machine's ceiling: two
+#               independent 1-rank runs at once.
 #   netns       the same benchmark on 2 network-namespace hosts, 1 rank each,
-#               host links shaped to 1 Gbit/s (tests/multihost/netns.sh; root).
+#               host links shaped to 1 Gbit/s (tests/multihost/netns.sh; root);
+#               horovodrun --gloo (run on host 1, reaching host 2 through an
+#               `ssh` that enters its namespace).
 #   elastic     bench/peers/elastic_steps.py on 2 netns hosts x 2 ranks, rank
 #               1 SIGKILLed at step 5: seconds from the kill to the survivors'
 #               next completed step, Horovod elastic (horovodrun --min-np 2
@@ -145,9 +148,13 @@ synthetic_run() {
 synthetic_round() {
   local r="$1" model
   for model in ${MODELS//,/ }; do
+    # horovodrun's default on one host with MPI built in is MPI; Gloo too.
     # shellcheck disable=SC2046
     synthetic_run synthetic "horovod:$model" "$r" "$OUT/synthetic.horovod.$model.$r.log" \
-      timeout 900 "$HVDRUN" -np 2 -H localhost:2 "$HVD_PY" "$SYNTHETIC" $(synthetic_args "$model")
+      timeout 900 "$HVDRUN" --mpi -np 2 -H localhost:2 "$HVD_PY" "$SYNTHETIC" $(synthetic_args "$model")
+    # shellcheck disable=SC2046
+    synthetic_run synthetic "horovod-gloo:$model" "$r" "$OUT/synthetic.horovod-gloo.$model.$r.log" \
+      timeout 900 "$HVDRUN" --gloo -np 2 -H localhost:2 "$HVD_PY" "$SYNTHETIC" $(synthetic_args "$model")
     # shellcheck disable=SC2046
     synthetic_run synthetic "kolo:$model" "$r" "$OUT/synthetic.kolo.$model.$r.log" \
       env PYTHONPATH="$KOLO_PATH" timeout 900 "$KOLORUN" -np 2 "$KOLO_PY" "$SYNTHETIC" \
@@ -182,6 +189,7 @@ netns_setup() {
       >"/etc/netns/${NETNS_NAMES[$i]}/hosts"
   done
   trap 'rm -rf "/etc/netns/${NETNS_NAMES[1]}" "/etc/netns/${NETNS_NAMES[2]}"; netns_down' EXIT
+  trap 'exit 130' INT TERM
   # horovodrun reaches hosts with `ssh`: the netns stand-in under that name.
   # It runs on host 1 (as from an allocation's first node), so the address
   # its rendezvous server announces on eth0 is one the other host reaches.

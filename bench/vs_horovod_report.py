@@ -73,25 +73,32 @@ def allreduce_table(runs, goals):
 
 
 def synthetic_table(runs, part, title, goals):
+    """Horovod's configurations of PART (horovod = its default controller,
+    horovod-gloo = Gloo), kolo, and on one host the ceiling; the goals are
+    against the faster Horovod."""
     models = sorted({k.split(":")[1] for (p, k) in runs if p == part and "." not in k})
     if not models:
         return
-    print("### %s\n" % title)
+    peers = [p for p in ("horovod", "horovod-gloo")
+             if any(k.startswith(p + ":") for (q, k) in runs if q == part)]
+    names = {"horovod": "Horovod + MPI" if part == "synthetic" else "Horovod + Gloo",
+             "horovod-gloo": "Horovod + Gloo"}
     ceiling = part == "synthetic"
-    head = "| model | Horovod img/s | kolo img/s | kolo / Horovod |"
-    rule = "| --- | ---: | ---: | ---: |"
+    print("### %s\n" % title)
+    head = ["model"] + [names[p] + " img/s" for p in peers] + ["kolo img/s", "kolo / best Horovod"]
     if ceiling:
-        head += " ceiling img/s | kolo / ceiling |"
-        rule += " ---: | ---: |"
-    head += " CPU s per run, Horovod: main / other threads | kolo: main / other |"
-    rule += " ---: | ---: |"
-    print(head)
-    print(rule)
+        head += ["ceiling img/s", "kolo / ceiling"]
+    head += ["CPU s per run, main / other threads: " + names[p] for p in peers] + ["kolo"]
+    print("| " + " | ".join(head) + " |")
+    print("| --- |" + " ---: |" * (len(head) - 1))
     for model in models:
-        h, k = med(runs, part, "horovod:" + model), med(runs, part, "kolo:" + model)
-        row = [model, "%s (%s)" % (fmt(h), span(runs, part, "horovod:" + model)),
-               "%s (%s)" % (fmt(k), span(runs, part, "kolo:" + model)),
-               "%.2fx" % (k / h) if h and k else "-"]
+        k = med(runs, part, "kolo:" + model)
+        hs = {p: med(runs, part, "%s:%s" % (p, model)) for p in peers}
+        best = max((h for h in hs.values() if h), default=None)
+        row = [model] + ["%s (%s)" % (fmt(hs[p]), span(runs, part, "%s:%s" % (p, model)))
+                         for p in peers]
+        row += ["%s (%s)" % (fmt(k), span(runs, part, "kolo:" + model)),
+                "%.2fx" % (k / best) if best and k else "-"]
         if ceiling:
             c = med(runs, part, "ceiling:" + model)
             row += ["%s (%s)" % (fmt(c), span(runs, part, "ceiling:" + model)),
@@ -99,14 +106,14 @@ def synthetic_table(runs, part, title, goals):
             if c and k:
                 goals.append(goal("%s, one host: within 5%% of the ceiling (%.3f)" % (model, k / c),
                                   k / c >= 0.95))
-        for lib in ("horovod", "kolo"):
+        for lib in peers + ["kolo"]:
             row.append("%s / %s" % (fmt(med(runs, part, "%s:%s.main_cpu" % (lib, model))),
                                     fmt(med(runs, part, "%s:%s.other_cpu" % (lib, model)))))
         print("| " + " | ".join(row) + " |")
-        if h and k:
+        if best and k:
             where = "one host" if ceiling else "2 netns hosts"
-            goals.append(goal("%s, %s: at least 1.5x Horovod (%.2fx)" % (model, where, k / h),
-                              k / h >= 1.5))
+            goals.append(goal("%s, %s: at least 1.5x Horovod's faster controller (%.2fx)" %
+                              (model, where, k / best), k / best >= 1.5))
     print()
 
 
@@ -146,7 +153,8 @@ def plot(runs, path):
     labels, ratios = [], []
     for part, where in (("synthetic", "1 host"), ("netns", "2 hosts, 1 Gbit/s")):
         for model in sorted({k.split(":")[1] for (p, k) in runs if p == part and "." not in k}):
-            h, k = med(runs, part, "horovod:" + model), med(runs, part, "kolo:" + model)
+            k = med(runs, part, "kolo:" + model)
+            h = max((med(runs, part, "%s:%s" % (p, model)) or 0) for p in ("horovod", "horovod-gloo"))
             if h and k:
                 labels.append("%s\n%s" % (model, where))
                 ratios.append(k / h)
@@ -159,9 +167,9 @@ def plot(runs, path):
     b.axhline(1.5, color="tab:red", lw=1, ls="--", label="goal 1.5x")
     b.set_xticks(range(len(ratios)))
     b.set_xticklabels(labels, fontsize=8)
-    b.set_ylabel("kolo / Horovod (img/s; recovery: Horovod's s / kolo's)")
+    b.set_ylabel("kolo / faster Horovod (img/s; recovery: s / s)")
     b.set_title("Horovod's synthetic benchmark and elastic recovery")
-    b.legend()
+    b.legend(loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
