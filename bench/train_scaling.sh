@@ -10,6 +10,11 @@
 #
 #   bench/train_scaling.sh [--build-dir build] [--steps 200] [--repeats 2]
 #                          [--stat best|median] [--out DIR] [--nice N] [--from DIR]
+#                          [--python /usr/bin/python3]
+#
+# --python: the interpreter of the Python example and of DDP, whose torch is
+# the one compared (e.g. torch 2.x: --build-dir build-torch2 --python
+# .venv-torch2/bin/python, scripts/torch2-tests.sh makes both).
 #
 # Programs (batch 64 per rank, Adam, 2 epochs of --steps steps each; the
 # throughput is the second epoch's, over the slowest rank's time):
@@ -53,6 +58,7 @@ while [[ $# -gt 0 ]]; do
     --out) OUT_DIR="$2"; shift 2 ;;
     --nice) NICE="$2"; shift 2 ;;
     --from) FROM="$2"; shift 2 ;;
+    --python) PYTHON="$2"; shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "train_scaling.sh: unknown option $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -125,7 +131,7 @@ else
   echo "uptime after: $(uptime)" >>"$OUT_DIR/meta.txt"
 fi
 
-"$PYTHON" - "$OUT_DIR" "$STAT" <<'EOF'
+/usr/bin/python3 - "$OUT_DIR" "$STAT" <<'EOF'  # the report: Debian's matplotlib
 import glob, json, os, re, statistics, sys
 
 out, stat = sys.argv[1], sys.argv[2]

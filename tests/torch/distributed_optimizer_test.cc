@@ -16,6 +16,7 @@
 
 #include "frameworks/torch/distributed_optimizer.h"
 #include "frameworks/torch/lars.h"
+#include "frameworks/torch/optimizer_state_key.h"
 #include "support/comm_world.h"
 
 // The test model, outside namespace kolo::torch: libtorch's TORCH_MODULE
@@ -330,7 +331,7 @@ TEST(BroadcastOptimizerState, MomentumAndLearningRateFollowRoot) {
     lrs[ctx.rank()] = opt.param_groups()[0].options().get_lr();
     for (auto& p : net->parameters()) {
       auto& s = static_cast<::torch::optim::SGDParamState&>(
-          *opt.state().at(c10::guts::to_string(p.unsafeGetTensorImpl())));
+          *opt.state().at(optimizerStateKey(opt, p)));
       buffers[ctx.rank()].push_back(s.momentum_buffer().clone());
     }
   });
@@ -408,7 +409,7 @@ TEST(Lars, SaveAndLoadKeepMomentum) {
   ::torch::serialize::InputArchive in;
   in.load_from(bytes.data(), bytes.size());
   b.load(in);
-  auto key = c10::guts::to_string(w.unsafeGetTensorImpl());
+  auto key = optimizerStateKey(a, w);
   auto& sa = static_cast<LarsParamState&>(*a.state().at(key));
   auto& sb = static_cast<LarsParamState&>(*b.state().at(key));
   EXPECT_TRUE(::torch::equal(sa.momentumBuffer(), sb.momentumBuffer()));

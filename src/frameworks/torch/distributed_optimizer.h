@@ -107,7 +107,10 @@ class DistributedOptimizer {
   struct Param {
     std::string name;
     ::torch::Tensor tensor;
-    std::shared_ptr<::torch::autograd::Node> accumulator;  // kept alive
+    // kept alive; a std::shared_ptr in torch 1.x, a c10::intrusive_ptr in
+    // torch 2.x: the type grad_accumulator returns in the torch built against.
+    decltype(::torch::autograd::impl::grad_accumulator(
+        std::declval<at::Tensor>())) accumulator;
     uintptr_t hookKey = 0;
     int passes = 0;             // backward passes since the last reduction
     runtime::HandlePtr handle;  // pending reduction

@@ -1,5 +1,7 @@
 #include "frameworks/torch/lars.h"
 
+#include "frameworks/torch/optimizer_state_key.h"
+
 #include <torch/optim/serialize.h>
 
 namespace kolo::torch {
@@ -75,7 +77,7 @@ double Lars::trustRatio(double weightNorm, double gradNorm, const LarsOptions& o
       const double gradNorm = g.norm().item<double>();
       const double localLr = o.lr() * trustRatio(weightNorm, gradNorm, o);
       ::torch::Tensor update = g.add(w, o.weightDecay()).mul_(localLr);
-      auto key = c10::guts::to_string(w.unsafeGetTensorImpl());
+      auto key = optimizerStateKey(*this, w);
       auto it = state_.find(key);
       if (it == state_.end()) {
         auto s = std::make_unique<LarsParamState>();
