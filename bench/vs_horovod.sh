@@ -6,6 +6,8 @@
 #               host: Horovod with its Gloo controller (horovodrun --gloo),
 #               Horovod with MPI (horovodrun --mpi), kolo (kolorun);
 #               bench/peers/hvd_allreduce.py, median per call.
+#   allreduce_inplace  the same through hvd.allreduce_ (into the input: no
+#               fresh output tensor to page in; not in the default parts).
 #   synthetic   Horovod's own examples/pytorch_synthetic_benchmark.py,
 #               unchanged (kolo serves `import horovod.torch` through the
 #               conformance shim), ResNet-18 and ResNet-50 on the CPU, 2 ranks
@@ -82,41 +84,50 @@ log() { echo "vs_horovod: $*" >&2; }
 has_part() { [[ ",$PARTS," == *",$1,"* ]]; }
 
 # watch_threads FILE: until killed, every second, writes to FILE the CPU
-# seconds (user + system) so far of the synthetic benchmark's processes,
-# "MAIN OTHER": their main threads (the training loop) and every other thread
-# (the library's background loop and its transport's threads; OMP_NUM_THREADS=1
-# leaves torch no pool of its own). The last sample before the job ends stays.
+# ticks (user + system, 1/100 s) so far of the synthetic benchmark's
+# processes, "MAIN OTHER": their main threads (the training loop) and every
+# other thread (the library's background loop and its transport's threads;
+# OMP_NUM_THREADS=1 leaves torch no pool of its own). Each thread counts with
+# the last value it was seen with, also after it has ended.
 watch_threads() {
-  local file="$1" pid stat
+  local file="$1" pids key
+  local -A ticks=() main=()
   while sleep 1; do
-    local main=0 other=0
-    for pid in $(pgrep -f "^[^ ]*python[0-9.]* [^ ]*pytorch_synthetic_benchmark.py" || true); do
-      for stat in /proc/"$pid"/task/*/stat; do
-        read -r m o < <(awk -v pid="$pid" '{ n = split($0, f, ") "); split(f[n], s, " ")
-          t = s[12] + s[13]; if ($1 == pid) print t, 0; else print 0, t }' "$stat" 2>/dev/null ||
-          echo 0 0)
-        main=$((main + ${m:-0})) other=$((other + ${o:-0}))
-      done
+    pids="$(pgrep -f "^[^ ]*python[0-9.]* [^ ]*pytorch_synthetic_benchmark.py" | tr '\n' ' ')"
+    [ -n "$pids" ] || continue
+    while read -r pid tid t; do
+      ticks["$pid:$tid"]=$t
+      main["$pid:$tid"]=$([ "$pid" = "$tid" ] && echo 1 || echo 0)
+    done < <(for pid in $pids; do
+        awk -v pid="$pid" '{ n = split($0, f, ") "); split(f[n], s, " ")
+          print pid, $1, s[12] + s[13] }' /proc/"$pid"/task/*/stat 2>/dev/null
+      done)
+    local m=0 o=0
+    for key in "${!ticks[@]}"; do
+      if [ "${main[$key]}" = 1 ]; then m=$((m + ticks[$key])); else o=$((o + ticks[$key])); fi
     done
-    [ $((main + other)) -gt 0 ] && echo "$main $other" >"$file"
+    echo "$m $o" >"$file"
   done
 }
 
 # ---- allreduce ------------------------------------------------------------
+# allreduce_round ROUND PART [--inplace]: PART is allreduce (hvd.allreduce)
+# or allreduce_inplace (hvd.allreduce_).
 allreduce_round() {
-  local r="$1" peer log
+  local r="$1" part="$2" peer log
+  shift 2
   for peer in horovod-gloo horovod-mpi kolo; do
-    log="$OUT/allreduce.$peer.$r.log"
+    log="$OUT/$part.$peer.$r.log"
     case "$peer" in
       horovod-gloo) timeout 300 "$HVDRUN" --gloo -np 2 -H localhost:2 "$HVD_PY" \
-        "$ROOT/bench/peers/hvd_allreduce.py" --lib horovod >"$log" 2>&1 ;;
+        "$ROOT/bench/peers/hvd_allreduce.py" --lib horovod "$@" >"$log" 2>&1 ;;
       horovod-mpi) timeout 300 "$HVDRUN" --mpi -np 2 -H localhost:2 "$HVD_PY" \
-        "$ROOT/bench/peers/hvd_allreduce.py" --lib horovod >"$log" 2>&1 ;;
+        "$ROOT/bench/peers/hvd_allreduce.py" --lib horovod "$@" >"$log" 2>&1 ;;
       kolo) PYTHONPATH="$BUILD_DIR/python" timeout 300 "$KOLORUN" -np 2 "$KOLO_PY" \
-        "$ROOT/bench/peers/hvd_allreduce.py" --lib kolo >"$log" 2>&1 ;;
-    esac || { log "allreduce round $r, $peer failed:"; tail -20 "$log" >&2; exit 1; }
-    grep -o 'allreduce [0-9]* [0-9.]*' "$log" | awk -v p="$peer" -v r="$r" \
-      '{ print "allreduce " p ":" $2 " " r " " $3 }' >>"$RESULTS"
+        "$ROOT/bench/peers/hvd_allreduce.py" --lib kolo "$@" >"$log" 2>&1 ;;
+    esac || { log "$part round $r, $peer failed:"; tail -20 "$log" >&2; exit 1; }
+    grep -o 'allreduce [0-9]* [0-9.]*' "$log" | awk -v part="$part" -v p="$peer" -v r="$r" \
+      '{ print part " " p ":" $2 " " r " " $3 }' >>"$RESULTS"
   done
 }
 
@@ -252,7 +263,11 @@ elastic_round() {
 log "machine: $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /proc/loadavg); kolo $(git -C "$ROOT" rev-parse --short HEAD), torch $("$KOLO_PY" -c 'import torch; print(torch.__version__)'); Horovod $("$HVD_PY" -c 'import horovod; print(horovod.__version__)') with torch $("$HVD_PY" -c 'import torch; print(torch.__version__)'); logs in $OUT"
 if has_part netns || has_part elastic; then netns_setup; fi
 for ((r = 1; r <= ROUNDS; r++)); do
-  if has_part allreduce; then log "round $r/$ROUNDS: allreduce"; allreduce_round "$r"; fi
+  if has_part allreduce; then log "round $r/$ROUNDS: allreduce"; allreduce_round "$r" allreduce; fi
+  if has_part allreduce_inplace; then
+    log "round $r/$ROUNDS: allreduce_inplace"
+    allreduce_round "$r" allreduce_inplace --inplace
+  fi
   if has_part synthetic; then log "round $r/$ROUNDS: synthetic"; synthetic_round "$r"; fi
   if has_part netns; then log "round $r/$ROUNDS: netns"; netns_round "$r"; fi
   if has_part elastic; then log "round $r/$ROUNDS: elastic"; elastic_round "$r"; fi

@@ -48,21 +48,24 @@ def human(nbytes):
     return "%d B" % nbytes
 
 
-def allreduce_table(runs, goals):
-    sizes = sorted({int(k.split(":")[1]) for (p, k) in runs if p == "allreduce"})
+def allreduce_table(runs, goals, part="allreduce"):
+    sizes = sorted({int(k.split(":")[1]) for (p, k) in runs if p == part})
     if not sizes:
         return
-    print("### hvd.allreduce, float32, 2 ranks of one host: median µs per call (median of the "
-          "rounds' medians; range over rounds)\n")
+    call = "hvd.allreduce_ (in place)" if part == "allreduce_inplace" else "hvd.allreduce"
+    print("### %s, float32, 2 ranks of one host: median µs per call (median of the "
+          "rounds' medians; range over rounds)\n" % call)
     print("| size | Horovod + Gloo | Horovod + MPI | kolo | Gloo / kolo | MPI / kolo |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for n in sizes:
-        g, m, k = (med(runs, "allreduce", "%s:%d" % (p, n))
+        g, m, k = (med(runs, part, "%s:%d" % (p, n))
                    for p in ("horovod-gloo", "horovod-mpi", "kolo"))
-        row = [human(n)] + ["%s (%s)" % (fmt(v), span(runs, "allreduce", "%s:%d" % (p, n)))
+        row = [human(n)] + ["%s (%s)" % (fmt(v), span(runs, part, "%s:%d" % (p, n)))
                             for v, p in ((g, "horovod-gloo"), (m, "horovod-mpi"), (k, "kolo"))]
         row += ["%.2fx" % (g / k) if g and k else "-", "%.2fx" % (m / k) if m and k else "-"]
         print("| " + " | ".join(row) + " |")
+        if part != "allreduce":
+            continue
         if n == 8 and g and m and k:
             goals.append(goal("8 B latency at most a tenth of Horovod's (%.1f%% of Gloo's, %.1f%% "
                               "of MPI's)" % (100 * k / g, 100 * k / m), k <= 0.1 * min(g, m)))
@@ -141,10 +144,13 @@ def plot(runs, path):
     import matplotlib.pyplot as plt
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
     sizes = sorted({int(k.split(":")[1]) for (p, k) in runs if p == "allreduce"})
-    for peer, style in (("horovod-gloo", "s--"), ("horovod-mpi", "^--"), ("kolo", "o-")):
-        ys = [med(runs, "allreduce", "%s:%d" % (peer, n)) for n in sizes]
-        if any(ys):
-            a.loglog(sizes, [y / 1e3 if y else float("nan") for y in ys], style, label=peer)
+    colors = {"horovod-gloo": "tab:blue", "horovod-mpi": "tab:orange", "kolo": "tab:green"}
+    for part, suffix, line in (("allreduce", "", "-"), ("allreduce_inplace", ", in place", ":")):
+        for peer, marker in (("horovod-gloo", "s"), ("horovod-mpi", "^"), ("kolo", "o")):
+            ys = [med(runs, part, "%s:%d" % (peer, n)) for n in sizes]
+            if any(ys):
+                a.loglog(sizes, [y / 1e3 if y else float("nan") for y in ys], marker + line,
+                         color=colors[peer], label=peer + suffix)
     a.set_xlabel("bytes (float32)")
     a.set_ylabel("ms per hvd.allreduce (median)")
     a.set_title("allreduce, 2 ranks of one host")
@@ -163,6 +169,9 @@ def plot(runs, path):
         labels.append("elastic\nrecovery")
         ratios.append(h / k)
     b.bar(range(len(ratios)), ratios, color="tab:blue")
+    b.set_yscale("log")
+    for i, v in enumerate(ratios):
+        b.text(i, v * 1.05, "%.2fx" % v, ha="center", va="bottom", fontsize=8)
     b.axhline(1.0, color="gray", lw=1)
     b.axhline(1.5, color="tab:red", lw=1, ls="--", label="goal 1.5x")
     b.set_xticks(range(len(ratios)))
@@ -182,6 +191,7 @@ def main():
     runs = load(args.results)
     goals = []
     allreduce_table(runs, goals)
+    allreduce_table(runs, goals, "allreduce_inplace")
     synthetic_table(runs, "synthetic", "Horovod's pytorch_synthetic_benchmark.py, CPU, 2 ranks of "
                     "one host: total img/s (median of the rounds; range)", goals)
     synthetic_table(runs, "netns", "The same on 2 network-namespace hosts x 1 rank, 1 Gbit/s "

@@ -54,7 +54,7 @@ SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pu
 RPATH_LINK="$(ls -d "$SITE"/nvidia/*/lib 2>/dev/null | paste -sd: || true)"
 LINK_FLAGS="${RPATH_LINK:+-Wl,-rpath-link,$RPATH_LINK}"
 cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launcher[@]}" \
-  -DPython3_EXECUTABLE="$VENV/bin/python" \
+  -DPython3_EXECUTABLE="$VENV/bin/python" -DKOLO_WITH_TENSORFLOW=OFF \
   -DCMAKE_PREFIX_PATH="$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')" \
   -DCMAKE_EXE_LINKER_FLAGS="$LINK_FLAGS" -DCMAKE_SHARED_LINKER_FLAGS="$LINK_FLAGS" \
   -DCMAKE_MODULE_LINKER_FLAGS="$LINK_FLAGS" \

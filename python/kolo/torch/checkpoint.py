@@ -135,7 +135,10 @@ def _newest(path):
 
 def _read(path):
     target = _newest(path)
-    data = torch.load(target, map_location="cpu")
+    # kolo's own format (tensors, NumPy and Python RNG states, plain
+    # values): not loadable in torch's weights-only mode, the default of
+    # torch.load since torch 2.6. Load checkpoints you trust, as with torch.
+    data = torch.load(target, map_location="cpu", weights_only=False)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError("'%s' is not a kolo checkpoint" % target)
     if data.get("version") != VERSION:

@@ -68,6 +68,13 @@ def _drain(handles):
     return first
 
 
+def _unpickled(data):
+    """The object torch.save wrote into ``data`` (bytes from the ranks of
+    this job, as Horovod's objects are): any picklable object, so not
+    torch.load's weights-only mode (its default since torch 2.6)."""
+    return torch.load(io.BytesIO(data), weights_only=False)
+
+
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
     """Returns root_rank's ``obj`` (root_rank is a global rank, as in
     Horovod) on every rank of the set (pickled; tensors included). ``name``
@@ -89,7 +96,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     D.broadcast_(payload, root_rank, name=base + ".data", process_set=process_set)
     if is_root:
         return obj
-    return torch.load(io.BytesIO(payload.numpy().tobytes()))
+    return _unpickled(payload.numpy().tobytes())
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
@@ -108,7 +115,7 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     gathered = C.synchronize(h_data).numpy().tobytes()
     out, offset = [], 0
     for n in sizes:
-        out.append(torch.load(io.BytesIO(gathered[offset:offset + n])))
+        out.append(_unpickled(gathered[offset:offset + n]))
         offset += n
     return out
 
@@ -149,15 +156,23 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
 
 def _initialize_state(optimizer):
     """One step of the wrapped optimizer (never the distributed step, which
-    would reduce gradients) with zero gradients, to create its state."""
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if p.requires_grad and p.grad is None:
-                p.grad = torch.zeros_like(p)
-                if isinstance(optimizer, torch.optim.SparseAdam):
-                    p.grad = p.grad.to_sparse()
+    would reduce gradients) with zero gradients, to create its state. The
+    step leaves no other trace: the parameters and gradients are put back as
+    they were (a gradient left by an interrupted step, or weight decay,
+    would otherwise move the parameters, differently on each rank)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]
+              if p.requires_grad]
+    saved = [(p, p.detach().clone(), p.grad) for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+        if isinstance(optimizer, torch.optim.SparseAdam):
+            p.grad = p.grad.to_sparse()
     step = getattr(optimizer, "_kolo_local_step", optimizer.step)
     step()
+    with torch.no_grad():
+        for p, data, grad in saved:
+            p.copy_(data)
+            p.grad = grad
 
 
 def metric_average(value, name=None, process_set=global_process_set):
