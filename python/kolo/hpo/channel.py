@@ -44,6 +44,19 @@ def broadcast_object(obj, is_root, process_set, name):
     return obj if is_root else pickle.loads(payload.tobytes())
 
 
+def allgather_object(obj, process_set, name):
+    """Every member's ``obj``, in set-rank order: the sizes, then the bytes."""
+    mine = _encode(obj)
+    sizes = kn.allgather(np.array([mine.size], dtype=np.int64), name=name + ".size",
+                         process_set=process_set)
+    data = kn.allgather(mine, name=name + ".data", process_set=process_set)
+    out, offset = [], 0
+    for n in sizes.tolist():
+        out.append(pickle.loads(data[offset:offset + n].tobytes()))
+        offset += n
+    return out
+
+
 class Link:
     """The owner's end or the other rank's end of a two-rank process set.
 
