@@ -96,6 +96,36 @@ def perturb_value(value, spec, factors, rng):
     return int(round(moved)) if len(spec) == 3 and "int" in spec[2] else moved
 
 
+def exploit_plan(scores, quantile, direction, seed, interval):
+    """[(loser, winner)]: each member of the bottom ``quantile`` of
+    ``scores`` ({member: score}; NaN ranks last) paired with a member of
+    the top quantile, drawn by a generator seeded with ``seed`` and
+    ``interval``. At least one pair when there are two members or more."""
+    worst = -math.inf if direction == "maximize" else math.inf
+    key = {i: (worst if math.isnan(v) else v) for i, v in scores.items()}
+    order = sorted(key, key=lambda i: (key[i], -i), reverse=(direction == "maximize"))
+    n = len(order)
+    if n < 2:
+        return []
+    k = max(1, int(n * quantile))
+    top, bottom = order[:k], order[n - k:]
+    rng = random.Random("%s/exploit/%d" % (seed, interval))
+    return [(loser, rng.choice(top)) for loser in bottom if loser not in top]
+
+
+def explore(base, space, factors, resample_probability, seed, interval, index):
+    """New hyper-parameters from ``base`` (the winner's): each resampled
+    with probability ``resample_probability``, else perturbed."""
+    rng = random.Random("%s/explore/%d/%d" % (seed, interval, index))
+    out = {}
+    for name, spec in sorted(space.items()):
+        if rng.random() < resample_probability:
+            out[name] = sample(spec, rng)
+        else:
+            out[name] = perturb_value(base[name], spec, factors, rng)
+    return out
+
+
 class Member:
     """One member of the population, as seen by the ranks of its team."""
 
@@ -193,18 +223,7 @@ class PBT:
 
     def plan(self, scores, interval):
         """[(loser, winner)] for one exploit step: the same on every rank."""
-        order = sorted(scores, key=lambda i: (scores[i] if not math.isnan(scores[i])
-                                              else -math.inf), reverse=True)
-        if self.direction == "minimize":
-            order = sorted(scores, key=lambda i: (scores[i] if not math.isnan(scores[i])
-                                                  else math.inf))
-        n = len(order)
-        if n < 2:
-            return []
-        k = max(1, int(n * self.quantile))
-        top, bottom = order[:k], order[n - k:]
-        rng = random.Random("%s/exploit/%d" % (self.seed, interval))
-        return [(loser, rng.choice(top)) for loser in bottom if loser not in top]
+        return exploit_plan(scores, self.quantile, self.direction, self.seed, interval)
 
     def _exploit(self, member, score, model, optimizer, step):
         import kolo.torch as kt  # the weights are torch tensors
@@ -240,14 +259,8 @@ class PBT:
         return parent is not None
 
     def _explore(self, base, interval, index):
-        rng = random.Random("%s/explore/%d/%d" % (self.seed, interval, index))
-        out = {}
-        for name, spec in sorted(self.hyperparams.items()):
-            if rng.random() < self.resample_probability:
-                out[name] = sample(spec, rng)
-            else:
-                out[name] = perturb_value(base[name], spec, self.perturb, rng)
-        return out
+        return explore(base, self.hyperparams, self.perturb, self.resample_probability,
+                       self.seed, interval, index)
 
     def _gather_lineage(self, member, final):
         mine = {"member": member.index, "ranks": member.team.ranks,

@@ -52,6 +52,7 @@ def split_teams(size, team_size):
 def open_study(name, storage, sampler, pruner, direction, resume, log=_log):
     """Creates (or, with ``resume``, loads) the Optuna study. ValueError
     naming the storage when it cannot be opened or written."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # kolo.hpo prints its own lines
     try:
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler,
                                     pruner=pruner, direction=direction,
