@@ -33,9 +33,10 @@ or a list of choices.
 
 Lineage: ``member.history`` (and, after ``run``, ``PBT.lineage`` on every
 rank, written as JSON to ``lineage_path`` by rank 0) lists, per member,
-every interval's ``{"step", "score", "hyperparams", "parent", "seconds"}``:
-``parent`` is the member copied at that step (None: none), ``seconds`` the
-time the copy took. A rank that dies ends a PBT run (the exploit step is a
+every interval's ``{"step", "score", "hyperparams", "parent", "seconds",
+"time"}``: ``parent`` is the member copied at that step (None: none),
+``seconds`` the time the copy took, ``time`` the seconds since ``run``
+began. A rank that dies ends a PBT run (the exploit step is a
 collective of the whole job); resume is for ``Study``.
 """
 
@@ -201,6 +202,7 @@ class PBT:
         ranks = self.team_ranks[index]
         team = Team(index, sets[index], ranks, ranks.index(me))
         member = Member(self, index, team, self._initial(index))
+        self._t0 = time.time()
         final = train(member, team)
         self.lineage = self._gather_lineage(member, final)
         if me == 0 and self.lineage_path:
@@ -250,7 +252,7 @@ class PBT:
         member.history.append({
             "step": step if step is not None else member.interval * self.interval_steps,
             "score": float(score), "hyperparams": dict(member.hyperparams),
-            "parent": parent, "seconds": seconds})
+            "parent": parent, "seconds": seconds, "time": time.time() - self._t0})
         if optimizer is not None:
             for group in optimizer.param_groups:
                 for name, value in member.hyperparams.items():

@@ -120,6 +120,12 @@ class Study:
 
     # ---- running -----------------------------------------------------------
 
+    def enqueue_trial(self, params):
+        """Queues a trial with fixed ``params`` (Optuna's enqueue_trial) for
+        the next optimize; every rank calls it, rank 0 queues it."""
+        if kolo.rank() == 0:
+            self._owner_study.enqueue_trial(dict(params))
+
     def optimize(self, objective, n_trials=None, timeout=None):
         """Runs trials, one per team at a time, until the study holds
         ``n_trials`` ended trials (counting earlier jobs' when resumed) or
