@@ -11,6 +11,7 @@
     # members / 4 trials, teams of 1 rank, the same epochs each
     build/bin/kolorun -np 4 ... examples/hpo_fashion_mnist.py pbt --out DIR
     build/bin/kolorun --hpo -np 4 ... examples/hpo_fashion_mnist.py random --out DIR
+    /usr/bin/python3 examples/hpo_fashion_mnist.py compare --out DIR   # the plot
 
 The model is examples/fashion_mnist.py's CNN (conv 16, conv 32, a hidden
 layer) with the hidden layer's width and a dropout before the last layer as
@@ -238,9 +239,50 @@ def _finish(args, mode, runs, seconds, exploit=None):
                                                        mode), flush=True)
 
 
+def compare(args):
+    """OUT/pbt_vs_random.png from OUT/pbt.json and OUT/random.json: each
+    member's / trial's test accuracy against wall-clock time, and the best
+    so far of each method."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 4))
+    lines = []
+    for mode, color in (("random", "C0"), ("pbt", "C3")):
+        with open(os.path.join(args.out, "%s.json" % mode)) as f:
+            run = json.load(f)
+        points = []
+        for r in run["runs"]:
+            curve = r["curve"] if mode == "random" else [(h["time"], h["score"])
+                                                         for h in r["history"]]
+            ax.plot([c[0] for c in curve], [c[1] for c in curve], color=color, lw=0.6,
+                    alpha=0.5)
+            points += curve
+        points.sort()
+        best, xs, ys = -math.inf, [], []
+        for t, acc in points:
+            best = max(best, acc)
+            xs.append(t)
+            ys.append(best)
+        ax.step(xs, ys, where="post", color=color, lw=2,
+                label="%s: best %.4f (%.0f rank-s)" % (mode, best, run["rank_seconds"]))
+        lines.append("%s: best test accuracy %.4f, %.1f s x %d ranks = %.0f rank-s"
+                     % (mode, best, run["seconds"], run["ranks"], run["rank_seconds"]))
+    ax.set_xlabel("wall-clock (s)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("PBT and random search at equal compute (thin: each member / trial)")
+    ax.legend()
+    fig.tight_layout()
+    path = os.path.join(args.out, "pbt_vs_random.png")
+    fig.savefig(path, dpi=100)
+    for line in lines:
+        print(line)
+    print("compare: wrote %s" % path)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("mode", choices=("search", "pbt", "random"))
+    p.add_argument("mode", choices=("search", "pbt", "random", "compare"))
     p.add_argument("--out", required=True, help="directory for JSON and plots")
     p.add_argument("--trials", type=int, default=24)
     p.add_argument("--epochs", type=int, default=3)
@@ -249,6 +291,8 @@ def main():
     p.add_argument("--resume", action="store_true")
     p.add_argument("--data", default=DEFAULT_DATA)
     args = p.parse_args()
+    if args.mode == "compare":
+        return compare(args)
     torch.set_num_threads(1)
     kt.init()
     os.makedirs(args.out, exist_ok=True)

@@ -66,8 +66,6 @@ def train_pair(member, team):
         if member.due(s):
             before_hp = dict(member.hyperparams)
             winner_weights = [p.detach().clone() for p in model.parameters()]
-            winner_state = {k: v["momentum_buffer"].clone()
-                            for k, v in opt.state_dict()["state"].items()}
             copied = member.exploit(score=member.index, model=model, optimizer=opt, step=s)
             assert copied == (member.index == 0), (member.index, copied)
             if member.index == 1:  # the winner is unchanged
@@ -81,7 +79,6 @@ def train_pair(member, team):
                               for v in opt.state_dict()["state"].values()])
             every = kt.allgather(flat[None, :], name="check")
             assert torch.equal(every[0], every[-1]), "weights or momentum differ after copy"
-            del winner_state
             assert opt.param_groups[0]["lr"] == member.hyperparams["lr"]
     return float(member.index)
 

@@ -18,7 +18,6 @@
 Exit 0 on success; rank 0's exit is the job's.
 """
 
-import math
 import os
 import signal
 import sys
@@ -33,7 +32,6 @@ import kolo.numpy as kn
 
 DIR = sys.argv[1]
 STORAGE = "sqlite:///" + os.path.join(DIR, "study.db")
-ME = kolo.rank() if kolo.is_initialized() else None
 
 
 def expect_error(fragment, **kwargs):
