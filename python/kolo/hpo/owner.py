@@ -6,8 +6,9 @@ requests (``handle``); the owner's own team calls ``handle`` directly.
 
 Requests (tuples; the reply is ``("ok", value)`` or ``("err", exception)``):
 
-- ``("next", team)``: a new trial for the team (``(number, params_fixed)``)
-  or None when the budget is spent.
+- ``("next", team)``: a new trial's number for the team, None when the
+  budget is spent, or ``("broken", why)`` when a member is known dead
+  (the team must re-form first).
 - ``("suggest", number, kind, name, args, kwargs)``: Optuna's
   ``trial.suggest_<kind>(name, *args, **kwargs)``.
 - ``("report", number, value, step)``, ``("prune?", number)``,
@@ -128,6 +129,10 @@ class StudyOwner:
     def _next(self, team):
         if team not in self.teams or not self._budget_left():
             return None
+        lost = [r for r in self.teams[team] if r in self.dead]
+        if lost:  # the team must re-form first
+            return ("broken", "rank %d of team %d was lost: %s"
+                    % (lost[0], team, self.dead[lost[0]]))
         trial = self.study.ask()
         ranks = self.teams[team]
         trial.set_user_attr(ATTR_TEAM, team)
