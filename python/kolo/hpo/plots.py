@@ -6,8 +6,9 @@
   last reported value), parallel_coordinates.png (every complete trial as
   a line through its parameters, scaled to [0, 1] per parameter, coloured
   by its value).
-- ``lineage_plot(lineage, path)``: each member's score against step, with
-  a dashed segment where it took another member's weights.
+- ``lineage_plot(lineage, path)``: each member's score against step; a
+  segment is dashed, and starts at the other member's point, where the
+  member went on from another member's weights.
 """
 
 import os
@@ -93,15 +94,18 @@ def lineage_plot(lineage, path, x="step"):
     fig, ax = plt.subplots(figsize=(7, 4))
     by_member = {m["member"]: m["history"] for m in lineage}
     for m, hist in sorted(by_member.items()):
-        xs = [h[x] for h in hist]
-        ys = [h["score"] for h in hist]
-        ax.plot(xs, ys, marker="o", ms=3, color="C%d" % (m % 10), label="member %d" % m)
-        for i, h in enumerate(hist):
-            if h.get("parent") is not None and i + 1 < len(hist):
-                # after step i the member continues from the parent's state
-                parent = by_member[h["parent"]][i]
-                ax.plot([parent[x], hist[i + 1][x]], [parent["score"], hist[i + 1]["score"]],
-                        ls="--", lw=0.8, color="C%d" % (h["parent"] % 10))
+        color = "C%d" % (m % 10)
+        ax.plot([h[x] for h in hist], [h["score"] for h in hist], ls="", marker="o", ms=3,
+                color=color, label="member %d" % m)
+        for i in range(len(hist) - 1):
+            parent = hist[i].get("parent")
+            if parent is None:  # the member trained on from its own state
+                ax.plot([hist[i][x], hist[i + 1][x]], [hist[i]["score"], hist[i + 1]["score"]],
+                        color=color)
+            else:  # it went on from the parent's state at step i
+                start = by_member[parent][i]
+                ax.plot([start[x], hist[i + 1][x]], [start["score"], hist[i + 1]["score"]],
+                        ls="--", lw=1, color=color)
     ax.set_xlabel(x)
     ax.set_ylabel("score")
     ax.set_title("PBT lineage (dashed: took the weights of another member)")
