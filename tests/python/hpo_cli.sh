@@ -25,7 +25,7 @@ $2"
 
 "$HPO" --np 4 --team-size 2 --params params.yaml --trials 20 --sampler grid --pruner none --output-dir grid \
   -- "${SCRIPT[@]}" --lr @lr --width=@width --act @act --fail-if-width 8 > grid.log 2>&1 \
-  || { cat grid.log; fail "grid search exited $?"; }
+  || { rc=$?; cat grid.log; fail "grid search exited $rc"; }
 cat grid.log
 db grid "
 assert len(t) == 8, len(t)  # the whole grid, once each
@@ -39,7 +39,7 @@ for x in t:
 
 "$HPO" --np 2 --team-size 2 --params params.yaml --trials 8 --sampler random --seed 4 \
   --pruner median --output-dir random -- "${SCRIPT[@]}" --lr @lr --width @width --act @act \
-  --epochs 6 --sleep 0.1 > random.log 2>&1 || { cat random.log; fail "random search exited $?"; }
+  --epochs 6 --sleep 0.1 > random.log 2>&1 || { rc=$?; cat random.log; fail "random search exited $rc"; }
 cat random.log
 db random "
 pruned = [x for x in t if x.state.name == 'PRUNED']
@@ -53,7 +53,7 @@ assert all(x.state.name in ('COMPLETE', 'PRUNED') for x in t)
 
 "$HPO" --np 4 --team-size 2 --params params.yaml --trials 4 --sampler tpe --pruner none --seed 1 --plots \
   --output-dir tpe -- "${SCRIPT[@]}" --lr @lr --width @width --act @act > tpe.log 2>&1 \
-  || { cat tpe.log; fail "TPE exited $?"; }
+  || { rc=$?; cat tpe.log; fail "TPE exited $rc"; }
 cat tpe.log
 db tpe "assert [x.state.name for x in t] == ['COMPLETE'] * 4" || fail "TPE: wrong trials"
 [ -s tpe/objective_vs_trial.png ] && [ -s tpe/parallel_coordinates.png ] || fail "no plots"
@@ -61,7 +61,7 @@ grep -q 'team 1 busy' tpe.log || fail "TPE: no utilisation line"
 
 "$HPO" --np 4 --team-size 1 --params params.yaml --pbt --segments 3 --seed 2 --plots \
   --output-dir pbt -- "${SCRIPT[@]}" --lr @lr --width @width --act @act --epochs 1 \
-  --checkpoint @checkpoint --member @member > pbt.log 2>&1 || { cat pbt.log; fail "PBT exited $?"; }
+  --checkpoint @checkpoint --member @member > pbt.log 2>&1 || { rc=$?; cat pbt.log; fail "PBT exited $rc"; }
 cat pbt.log
 "$PY" - <<'PY' || fail "PBT: a loser did not resume from the winner's checkpoint"
 import json
@@ -70,7 +70,6 @@ copies = [(m["member"], h["parent"], i) for m in lineage for i, h in enumerate(l
 assert copies, lineage
 for loser, winner, i in copies:
     log = open("pbt/member-%d-segment-%d.log" % (loser, i + 1)).read()
-    writers = [m["member"] for m in lineage]  # noqa
     line = [l for l in log.splitlines() if "resumed: writers=" in l][0]
     assert line.rstrip().endswith(", %d]" % winner) or line.rstrip().endswith("[%d]" % winner), (line, winner)
 print("PBT copies:", copies)
