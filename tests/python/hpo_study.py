@@ -3,7 +3,7 @@
 
     kolorun --hpo -np 4 python3 hpo_study.py DIR
 
-1. Bad input, on every rank alike: an unknown sampler or pruner, a team
+1. Bad input, on every rank alike (and a study stopped by its timeout): an unknown sampler or pruner, a team
    size that does not divide 4, a storage that cannot be written, an
    existing study without resume=True: ValueError naming the problem.
 2. A study of 14 trials (random sampler, median pruner, SQLite in DIR):
@@ -54,6 +54,13 @@ expect_error("cannot open study 'bad' in storage 'sqlite:////proc/no/such/dir/x.
              storage="sqlite:////proc/no/such/dir/x.db")
 hpo.Study("exists", storage=STORAGE)
 expect_error("study 'exists' already exists", name="exists", storage=STORAGE)
+
+# timeout: no trial starts after 0.6 s; the running ones end.
+timed = hpo.Study("timed", team_size=2, sampler="random")
+timed.optimize(lambda trial, team: (time.sleep(0.25), trial.suggest_float("x", 0, 1))[1],
+               timeout=0.6)
+assert 2 <= len(timed.trials) <= 8, len(timed.trials)
+assert all(t.state.name == "COMPLETE" for t in timed.trials), timed.trials
 
 killed_marker = os.path.join(DIR, "killed")
 
