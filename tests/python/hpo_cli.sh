@@ -3,7 +3,7 @@
 #   hpo_cli.sh KOLO_HPO PYTHON TESTDIR
 # grid (a failing configuration recorded as a failed trial), random with a
 # median pruner on one team (deterministic: pruned jobs end early), TPE on
-# two teams, PBT with @checkpoint (a loser resumes from the winner's file),
+# two teams then resumed to 6 trials, PBT with @checkpoint (a loser resumes from the winner's file),
 # and bad input (exit 2 naming the problem).
 set -u
 HPO=$1 PY=$2 HERE=$3
@@ -37,13 +37,13 @@ for x in t:
         assert x.state.name == 'COMPLETE' and x.value > 0, x
 " || fail "grid search: wrong trials"
 
-"$HPO" --np 2 --team-size 2 --params params.yaml --trials 8 --sampler random --seed 4 \
+"$HPO" --np 2 --team-size 2 --params params.yaml --trials 6 --sampler random --seed 4 \
   --pruner median --output-dir random -- "${SCRIPT[@]}" --lr @lr --width @width --act @act \
   --epochs 6 --sleep 0.1 > random.log 2>&1 || { rc=$?; cat random.log; fail "random search exited $rc"; }
 cat random.log
 db random "
 pruned = [x for x in t if x.state.name == 'PRUNED']
-assert pruned and len(t) == 8, [x.state.name for x in t]
+assert pruned and len(t) == 6, [x.state.name for x in t]
 for x in pruned:
     assert len(x.intermediate_values) < 6, x.intermediate_values
     log = open('random/trial-%d.log' % x.number).read()
@@ -58,6 +58,15 @@ cat tpe.log
 db tpe "assert [x.state.name for x in t] == ['COMPLETE'] * 4" || fail "TPE: wrong trials"
 [ -s tpe/objective_vs_trial.png ] && [ -s tpe/parallel_coordinates.png ] || fail "no plots"
 grep -q 'team 1 busy' tpe.log || fail "TPE: no utilisation line"
+db tpe "print({x.number: x.value for x in t})" > tpe.before
+"$HPO" --np 4 --team-size 2 --params params.yaml --trials 6 --sampler tpe --pruner none --resume \
+  --output-dir tpe -- "${SCRIPT[@]}" --lr @lr --width @width --act @act > tpe2.log 2>&1 \
+  || { rc=$?; cat tpe2.log; fail "TPE --resume exited $rc"; }
+db tpe "
+before = $(cat tpe.before)
+assert [x.state.name for x in t] == ['COMPLETE'] * 6, [x.state.name for x in t]
+assert all(t[n].value == v for n, v in before.items()), before
+" || fail "TPE --resume: the first 4 trials were not kept"
 
 "$HPO" --np 4 --team-size 1 --params params.yaml --pbt --segments 3 --seed 2 --plots \
   --output-dir pbt -- "${SCRIPT[@]}" --lr @lr --width @width --act @act --epochs 1 \
