@@ -141,6 +141,7 @@ class Study:
         team = self._team
         while team is not None:
             team = self._run_team(objective, team, client)
+            self._team = team or self._team  # a re-formed team serves the next optimize
         if me == 0:
             service.join()
             if service.error is not None:
