@@ -4,13 +4,14 @@
   complete trial's value and the best so far, by trial number and by
   wall-clock from the first trial's start; pruned trials marked at their
   last reported value), parallel_coordinates.png (every complete trial as
-  a line through its parameters, scaled to [0, 1] per parameter, coloured
-  by its value).
+  a line through its parameters, scaled to [0, 1] per parameter, on a
+  log scale where the parameter's distribution is, coloured by its value).
 - ``lineage_plot(lineage, path)``: each member's score against step; a
   segment is dashed, and starts at the other member's point, where the
   member went on from another member's weights.
 """
 
+import math
 import os
 
 
@@ -64,9 +65,11 @@ def study_plots(trials, outdir, direction="maximize"):
         for n in names:
             raw = [t.params.get(n) for t in done]
             if all(isinstance(v, (int, float)) for v in raw if v is not None):
-                vs = [v for v in raw if v is not None]
+                log = any(getattr(t.distributions.get(n), "log", False) for t in done)
+                f = math.log if log and min(v for v in raw if v is not None) > 0 else float
+                vs = [f(v) for v in raw if v is not None]
                 a, b = min(vs), max(vs)
-                columns[n] = lambda v, a=a, b=b: 0.5 if b == a else (v - a) / (b - a)
+                columns[n] = lambda v, a=a, b=b, f=f: 0.5 if b == a else (f(v) - a) / (b - a)
             else:
                 levels = sorted({str(v) for v in raw})
                 columns[n] = lambda v, levels=levels: levels.index(str(v)) / max(
