@@ -5,6 +5,7 @@ collectives (kolo.numpy, so no framework is needed):
 
 - ``broadcast_object(obj, root, process_set, name)``: the root's object on
   every member of the set (a team sharing its trial's suggestions).
+- ``process_set(ranks)``: the job's one process set of those ranks.
 - ``Link``: the owner of the study (rank 0) and one other rank, as a
   two-rank process set. Each ``exchange(outgoing)`` is one allgather of the
   two sides' pickled lists: both sides call it, each gets the other's list.
@@ -28,6 +29,23 @@ import kolo.numpy as kn
 
 def _encode(obj):
     return np.frombuffer(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL), dtype=np.uint8).copy()
+
+
+_sets = {}  # sorted global ranks -> ProcessSet, made once per job
+
+
+def process_set(ranks):
+    """The kolo process set of ``ranks``, made on first use and then shared
+    by every Study and PBT of the job (a set is a background thread and a
+    communicator on each member). Collective over the members: every rank
+    asks for the same sets in the same order (non-members return at once)."""
+    import kolo
+    from kolo.process_sets import add_process_set
+    key = tuple(sorted(ranks))
+    known = _sets.get(key)
+    if known is None or (known.process_set_id is None and kolo.rank() in key):
+        _sets[key] = add_process_set(list(key))  # new, or gone with a shutdown
+    return _sets[key]
 
 
 def broadcast_object(obj, is_root, process_set, name):
@@ -76,6 +94,10 @@ class Link:
         mine = _encode(outgoing)
         handle = kn.allgather_async(mine, name=self._name, process_set=self.process_set)
         return handle, mine.size
+
+    def done(self, started):
+        """Whether the exchange has finished (``finish`` then returns at once)."""
+        return kn.poll(started[0])
 
     def finish(self, started):
         """Waits for the exchange; returns the peer's list. Raises

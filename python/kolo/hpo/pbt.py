@@ -50,7 +50,7 @@ from kolo import basics
 from kolo.hpo import channel
 from kolo.hpo.study import split_teams
 from kolo.hpo.trial import Team
-from kolo.process_sets import add_process_set, global_process_set
+from kolo.process_sets import global_process_set
 
 
 def check_space(hyperparams):
@@ -193,11 +193,12 @@ class PBT:
         """Runs ``train(member, team)`` on every rank; returns the lineage
         (list per member of its history) on every rank."""
         me = kolo.rank()
-        sets = [add_process_set(r) for r in self.team_ranks]
+        sets = [channel.process_set(r) for r in self.team_ranks]
         self._pairs = {}
         for i in range(self.population):
             for j in range(i + 1, self.population):
-                self._pairs[(i, j)] = add_process_set(self.team_ranks[i] + self.team_ranks[j])
+                self._pairs[(i, j)] = channel.process_set(self.team_ranks[i] +
+                                                          self.team_ranks[j])
         index = next(i for i, r in enumerate(self.team_ranks) if me in r)
         ranks = self.team_ranks[index]
         team = Team(index, sets[index], ranks, ranks.index(me))

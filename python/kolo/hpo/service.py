@@ -1,16 +1,18 @@
 """Carrying requests to the study's owner and its replies back.
 
-On rank 0, ``OwnerService`` runs one thread that ticks every link (one
-per other rank, channel.Link): it starts an exchange on each live link,
-finishes them, hands each request to ``StudyOwner.handle`` and queues the
-replies for the next tick. A link whose exchange fails (kolo.PeerLostError)
-is dead: ``StudyOwner.peer_lost`` fails that rank's team trial. A link is
-closed after the tick that carried the reply to the rank's ``bye``.
+On rank 0, ``OwnerService`` runs one thread that keeps one exchange under
+way on every link (one per other rank, channel.Link) and polls them: when
+a link's exchange finishes, it hands each request to
+``StudyOwner.handle`` and at once starts the link's next exchange,
+carrying the replies. Each link thus goes at its own rank's pace. A link
+whose exchange fails (kolo.PeerLostError) is dead:
+``StudyOwner.peer_lost`` fails that rank's team trial. A link is closed
+after the exchange that carried the reply to the rank's ``bye``.
 
 On the other ranks, ``Client`` runs the matching thread; ``call(request)``
-queues the request and waits for its reply. Both threads sleep ``TICK``
-between idle exchanges and go straight on while requests are in flight,
-so a call costs about two exchanges (a few milliseconds on one host).
+queues the request, wakes the thread and waits for the reply. The thread
+exchanges every ``TICK`` while idle and straight on while a request is in
+flight, so a call costs about two exchanges.
 
 On rank 0 itself, ``LocalClient`` calls the owner directly.
 """
@@ -23,7 +25,8 @@ import kolo
 
 from kolo.hpo.owner import PENDING
 
-TICK = 0.02  # seconds between idle exchanges
+TICK = 0.02   # seconds between a rank's idle exchanges
+POLL = 0.002  # seconds between the owner's polls of its links when none moved
 
 
 def _raise_or_value(reply):
@@ -40,8 +43,10 @@ class OwnerService:
         self.owner = owner
         self.links = dict(links)
         self.outbox = {r: [] for r in links}
-        self.pending = {}  # rank -> request id waiting for a reform reply
-        self.closing = set()
+        self.pending = {}    # rank -> (request id, kind) waiting for its reply
+        self.bye_queued = set()  # ranks whose outbox holds the reply to their bye
+        self.closing = set()     # ranks whose bye reply is in flight
+        self.inflight = {}       # rank -> the exchange under way
         self.error = None
         self._thread = threading.Thread(target=self._run, name="kolo.hpo.owner",
                                         daemon=True)
@@ -54,51 +59,62 @@ class OwnerService:
 
     def _run(self):
         try:
+            for r in list(self.links):
+                self._post(r)
             while self.links:
-                busy = self._tick()
-                if not busy:
-                    time.sleep(TICK)
+                progressed = False
+                for r in list(self.inflight):
+                    if self.links[r].done(self.inflight[r]):
+                        self._receive(r, self.inflight.pop(r))
+                        progressed = True
+                self._resolve()
+                if not progressed:
+                    time.sleep(POLL)
         except Exception as e:  # a bug: every rank waiting on us must learn it
             self.error = e
             raise
 
-    def _tick(self):
-        started, busy = {}, False
-        for r, link in self.links.items():
-            out, self.outbox[r] = self.outbox[r], []
-            busy = busy or bool(out)
-            try:
-                started[r] = link.start(out)
-            except kolo.KoloError as e:
-                self._lost(r, e)
-        for r, st in started.items():
-            try:
-                incoming = self.links[r].finish(st)
-            except kolo.KoloError as e:
-                self._lost(r, e)
-                continue
-            if r in self.closing:
-                del self.links[r]
-                continue
-            for req_id, req in incoming:
-                busy = True
-                reply = self.owner.handle(r, req)
-                if reply is PENDING:
-                    self.pending[r] = (req_id, req[0])
-                else:
-                    self.outbox[r].append((req_id, reply))
+    def _post(self, r):
+        """Starts rank r's next exchange, carrying its outbox."""
+        out, self.outbox[r] = self.outbox[r], []
+        if r in self.bye_queued:
+            self.bye_queued.discard(r)
+            self.closing.add(r)
+        try:
+            self.inflight[r] = self.links[r].start(out)
+        except kolo.KoloError as e:
+            self._lost(r, e)
+
+    def _receive(self, r, started):
+        try:
+            incoming = self.links[r].finish(started)
+        except kolo.KoloError as e:
+            self._lost(r, e)
+            return
+        if r in self.closing:  # that exchange carried the bye's reply
+            del self.links[r]
+            return
+        for req_id, req in incoming:
+            reply = self.owner.handle(r, req)
+            if reply is PENDING:
+                self.pending[r] = (req_id, req[0])
+            else:
+                self.outbox[r].append((req_id, reply))
+        self._post(r)
+
+    def _resolve(self):
         for r, reply in self.owner.resolve().items():
             if r in self.pending:
                 req_id, kind = self.pending.pop(r)
                 self.outbox[r].append((req_id, reply))
                 if kind == "bye":
-                    self.closing.add(r)
+                    self.bye_queued.add(r)
             else:
                 self.owner.local_reply(r, reply)
-        return busy or bool(self.pending)
 
     def _lost(self, r, err):
         self.links.pop(r, None)
+        self.inflight.pop(r, None)
         self.pending.pop(r, None)
         self.owner.peer_lost(r, str(err))
 
@@ -115,6 +131,7 @@ class Client:
         self._closed = False
         self._error = None
         self._rank = kolo.rank()
+        self._wake = threading.Event()  # a request is queued
         self._thread = threading.Thread(target=self._run, name="kolo.hpo.client",
                                         daemon=True)
         self._thread.start()
@@ -128,6 +145,7 @@ class Client:
             req_id = next(self._ids)
             self._waiting[req_id] = slot
             self._queue.append((req_id, request))
+        self._wake.set()
         event.wait()
         if slot[1] is None:
             raise self._error
@@ -136,6 +154,7 @@ class Client:
     def _run(self):
         bye = None
         while True:
+            self._wake.clear()
             with self._lock:
                 out, self._queue = self._queue, []
                 for req_id, req in out:
@@ -160,7 +179,7 @@ class Client:
             if done:
                 return
             if idle:
-                time.sleep(TICK)
+                self._wake.wait(TICK)
 
     def _fail(self, err):
         with self._lock:

@@ -28,7 +28,7 @@ from kolo.hpo.owner import StudyOwner, interrupt_running
 from kolo.hpo.samplers import make_pruner, make_sampler
 from kolo.hpo.service import Client, LocalClient, OwnerService
 from kolo.hpo.trial import Team, TeamTrial
-from kolo.process_sets import add_process_set, global_process_set
+from kolo.process_sets import global_process_set
 
 _FINISHED = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED,
              optuna.trial.TrialState.FAIL)
@@ -106,10 +106,10 @@ class Study:
         """Every rank adds the same sets in the same order: the teams, then
         one link per rank other than the owner."""
         me = kolo.rank()
-        self._team_sets = [add_process_set(ranks) for ranks in self.team_ranks]
+        self._team_sets = [channel.process_set(ranks) for ranks in self.team_ranks]
         self._links = {}
         for r in range(1, kolo.size()):
-            ps = add_process_set([0, r])
+            ps = channel.process_set([0, r])
             if me == 0:
                 self._links[r] = channel.Link(ps, r, True)
             elif me == r:
@@ -186,7 +186,7 @@ class Study:
         me = kolo.rank()
         if me not in survivors:
             return None
-        ps = add_process_set(survivors)
+        ps = channel.process_set(survivors)
         return Team(team.index, ps, survivors, survivors.index(me))
 
     # ---- results -----------------------------------------------------------
