@@ -11,7 +11,7 @@
     # members / 4 trials, teams of 1 rank, the same epochs each
     build/bin/kolorun -np 4 ... examples/hpo_fashion_mnist.py pbt --out DIR
     build/bin/kolorun --hpo -np 4 ... examples/hpo_fashion_mnist.py random --out DIR
-    /usr/bin/python3 examples/hpo_fashion_mnist.py compare --out DIR   # the plot
+    PYTHONPATH=build/python /usr/bin/python3 examples/hpo_fashion_mnist.py compare --out DIR
 
 The model is examples/fashion_mnist.py's CNN (conv 16, conv 32, a hidden
 layer) with the hidden layer's width and a dropout before the last layer as
