@@ -677,6 +677,36 @@ TEST(ServerJobTest, ServersComeFromTheFlagOrKoloServers) {
   unsetenv("KOLO_SERVERS");
 }
 
+TEST(ServerJobTest, AStudyGoesOnWithoutAnyRankButZero) {
+  ServerJob job = ServerJob::study(4);  // kolorun --hpo
+  EXPECT_TRUE(job.isStudy());
+  EXPECT_TRUE(job.isServer(0));
+  ServerJob::Verdict v = job.onExit(3, false);
+  EXPECT_TRUE(v.workerLost);
+  EXPECT_FALSE(v.endJob);
+  v = job.onExit(1, false);  // every other rank lost: rank 0 still decides
+  EXPECT_FALSE(v.endJob);
+  EXPECT_FALSE(v.workersGone);
+  v = job.onExit(2, true);
+  EXPECT_FALSE(v.endJob);
+  EXPECT_FALSE(v.workersGone);  // no window: rank 0 may run a last trial
+  EXPECT_EQ(job.lostWorkers(), std::vector<int>({3, 1}));
+  v = job.onExit(0, false);
+  EXPECT_TRUE(v.endJob);
+  EXPECT_EQ(v.failedRank, 0);
+}
+
+TEST(ServerJobTest, HpoIsAFlagOfItsOwn) {
+  EXPECT_TRUE(parse({"--hpo", "-np", "4", "prog"}).hpo);
+  EXPECT_FALSE(parse({"-np", "4", "prog"}).hpo);
+  EXPECT_NE(usageErrorOf({"--hpo", "--servers", "1", "-np", "4", "prog"})
+                .find("--hpo cannot be combined with --servers"),
+            std::string::npos);
+  EXPECT_NE(usageErrorOf({"--hpo", "--min-np", "2", "-np", "4", "prog"})
+                .find("--hpo cannot be combined with elastic training"),
+            std::string::npos);
+}
+
 TEST(PlacementTest, JobVariableIsWhatALocalRankSees) {
   setenv("KOLO_TEST_VARIABLE", "env", 1);
   EXPECT_EQ(jobVariable({}, "KOLO_TEST_VARIABLE"), "env");

@@ -131,6 +131,13 @@ void servers(Parse& p, const Flag&, const std::string& flag, const std::string& 
   setExport(p, "KOLO_SERVERS", std::to_string(s));
 }
 
+// --hpo: the job runs a kolo.hpo study (docs/hpo.md): rank 0 owns it, and
+// another rank's failure fails only its team's trial.
+void hpo(Parse& p, const Flag&, const std::string&, const std::string&) {
+  p.options.hpo = true;
+  setExport(p, "KOLO_HPO", "1");
+}
+
 // Elastic training: --min-np, --max-np, --elastic-timeout, --reset-limit.
 void minRanks(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
   p.options.elastic.minRanks = parseRankCount(flag, v);
@@ -376,6 +383,7 @@ const Flag kFlags[] = {
     // kolorun's own, with horovodrun's spellings.
     {"-np -n --np --num-proc", true, ranks},
     {"--servers", true, servers},
+    {"--hpo", false, hpo},
     {"--min-np --min-num-proc", true, minRanks},
     {"--max-np --max-num-proc", true, maxRanks},
     {"--elastic-timeout", true, elasticTimeout},
@@ -527,6 +535,7 @@ void checkElastic(LaunchOptions& o) {
   }
   if (o.servers > 0)
     throw UsageError("--servers cannot be combined with elastic training");
+  if (o.hpo) throw UsageError("--hpo cannot be combined with elastic training");
   if (o.mpi)
     throw UsageError(
         "--mpi cannot be combined with elastic training (mpirun "
@@ -554,6 +563,9 @@ void finish(Parse& p) {
                      ": at least one worker must train");
   }
   if (p.gloo && p.options.mpi) throw UsageError("give either --gloo or --mpi, not both");
+  if (p.options.hpo && p.options.servers > 0) {
+    throw UsageError("--hpo cannot be combined with --servers");
+  }
   checkElastic(p.options);
   if (!p.options.mpiArgs.empty() && !p.options.mpi) {
     throw UsageError("--mpi-args needs --mpi (they are flags of mpirun)");
@@ -605,6 +617,8 @@ std::string usageText() {
          "                      worker does not end the job, a failed server does\n"
          "  --validators V      with --servers: the last V workers validate\n"
          "                      instead of training (sets KOLO_VALIDATORS)\n"
+         "  --hpo               a kolo.hpo study: a failed rank other than 0\n"
+         "                      fails only its team's trial, not the job\n"
          "  -H HOST[:SLOTS],... hosts and their slots (default 1); ranks fill\n"
          "                      them in order. Without -H: the hosts of the LSF\n"
          "                      or Slurm allocation kolorun runs in, else all\n"

@@ -54,6 +54,7 @@ struct LaunchOptions {
   int numRanks = 0;           // -np N, required, >= 1
   int servers = 0;            // --servers S: parameter servers among them, < N
   int validators = 0;         // --validators V: validating workers, < N - S
+  bool hpo = false;           // --hpo: a kolo.hpo study; only rank 0's failure ends it
   double timeoutSeconds = 0;  // --timeout S: job wall-clock limit, 0 = none
   std::string outputDir;      // --output-dir DIR: also rank.R.{stdout,stderr}
   bool verbose = false;       // --verbose / -v

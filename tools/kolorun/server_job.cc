@@ -16,6 +16,15 @@ ServerJob::ServerJob(const std::vector<int>& hostOfRank, int servers) {
   workersLeft_ = static_cast<int>(roles.workers.size());
 }
 
+ServerJob ServerJob::study(int numRanks) {
+  ServerJob job({}, 0);
+  job.study_ = true;
+  job.isServer_.assign(static_cast<size_t>(numRanks), false);
+  if (numRanks > 0) job.isServer_[0] = true;
+  job.workersLeft_ = numRanks - 1;
+  return job;
+}
+
 ServerJob::Verdict ServerJob::onExit(int rank, bool success) {
   Verdict v;
   if (!hasServers() || isServer(rank)) {
@@ -24,6 +33,13 @@ ServerJob::Verdict ServerJob::onExit(int rank, bool success) {
     return v;
   }
   --workersLeft_;
+  if (study_) {
+    if (!success) {
+      v.workerLost = true;
+      lost_.push_back(rank);
+    }
+    return v;
+  }
   if (success) {
     anyWorkerFinished_ = true;
   } else {

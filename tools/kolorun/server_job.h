@@ -15,6 +15,11 @@
 //   from it, as in plain sync); else the workers are gone and the servers
 //   should exit by themselves (the supervisor gives them a window).
 //
+// A kolo.hpo study (--hpo, docs/hpo.md) is the same with rank 0, the
+// study's owner, as the only "server" and no end for the workers: a worker
+// that fails is recorded as lost (its team's trial fails, the study goes
+// on), and the job ends when its ranks have exited, as any job.
+//
 // Roles: kolorun computes them before the ranks start, as kolo_init does
 // (ps::assignRoles over each rank's host index, a pure function), so both
 // agree on which ranks are servers.
@@ -36,7 +41,11 @@ class ServerJob {
   // Throws kolo::Error (kInvalidArgument) when S < 0 or S >= N.
   ServerJob(const std::vector<int>& hostOfRank, int servers);
 
+  // The policy of a kolo.hpo study of numRanks ranks (see above).
+  static ServerJob study(int numRanks);
+
   bool hasServers() const { return !isServer_.empty(); }
+  bool isStudy() const { return study_; }
   bool isServer(int rank) const {
     return rank >= 0 && rank < static_cast<int>(isServer_.size()) && isServer_[rank];
   }
@@ -54,6 +63,7 @@ class ServerJob {
 
  private:
   std::vector<bool> isServer_;  // empty without servers
+  bool study_ = false;
   int workersLeft_ = 0;
   bool anyWorkerFinished_ = false;
   std::vector<int> lost_;

@@ -15,7 +15,8 @@ bool Supervisor::planServers(const std::vector<Placement>& placements) {
   std::vector<int> hostOfRank;
   for (const Placement& p : placements) hostOfRank.push_back(p.crossRank);
   try {
-    serverJob_ = ServerJob(hostOfRank, serversOfJob(options_));
+    serverJob_ = options_.hpo ? ServerJob::study(static_cast<int>(hostOfRank.size()))
+                              : ServerJob(hostOfRank, serversOfJob(options_));
   } catch (const Error& e) {
     return failLaunch(e.what(), 1);
   }
@@ -23,6 +24,12 @@ bool Supervisor::planServers(const std::vector<Placement>& placements) {
 }
 
 void Supervisor::noteLostWorker(const RankProcess& rank) {
+  if (serverJob_.isStudy()) {
+    output_.note(rankName(rank.rank(), rank.pid()) + " " + describeExit(rank) +
+                 "; the job runs a kolo.hpo study (--hpo): its team's trial fails, the "
+                 "study goes on");
+    return;
+  }
   output_.note(rankName(rank.rank(), rank.pid()) + " " + describeExit(rank) +
                "; it is a worker and the job has parameter servers: they decide whether "
                "the training goes on without it");
@@ -71,11 +78,13 @@ void Supervisor::reportLostWorkers() {
         (list.empty() ? "" : "; ") + rankName(r, rank.pid()) + " " + describeExit(rank);
   }
   const std::string count = std::to_string(lost.size()) + " worker(s)";
-  output_.note(
-      reason_ == EndReason::kNone
-          ? "the job finished without " + count +
-                " that failed on the way (the parameter servers went on): " + list
-          : count + " had failed before the job ended: " + list);
+  const char* went = serverJob_.isStudy()
+                         ? " that failed on the way (the study went on): "
+                         : " that failed on the way (the parameter "
+                           "servers went on): ";
+  output_.note(reason_ == EndReason::kNone
+                   ? "the job finished without " + count + went + list
+                   : count + " had failed before the job ended: " + list);
 }
 
 }  // namespace kolo::kolorun
