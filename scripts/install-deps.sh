@@ -38,6 +38,9 @@ PACKAGES=(
   python3-mpi4py
   # .venv/ (kolo.tensorflow, kolo.keras; see tensorflow_venv below)
   python3-venv
+  # kolo.hpo and kolo-hpo (docs/hpo.md): Optuna's samplers, pruners and
+  # storage, its trials table, params.yaml
+  python3-optuna python3-pandas python3-yaml
 )
 
 # TensorFlow's interpreter (docs/tensorflow.md): the CPU build of TensorFlow,
