@@ -93,7 +93,7 @@ watch_threads() {
   local file="$1" pids key
   local -A ticks=() main=()
   while sleep 1; do
-    pids="$(pgrep -f "^[^ ]*python[0-9.]* [^ ]*pytorch_synthetic_benchmark.py" | tr '\n' ' ')"
+    pids="$( (pgrep -f "^[^ ]*python[0-9.]* [^ ]*pytorch_synthetic_benchmark.py" || true) | tr '\n' ' ')"
     [ -n "$pids" ] || continue
     while read -r pid tid t; do
       ticks["$pid:$tid"]=$t
@@ -145,8 +145,9 @@ synthetic_run() {
   shift 4
   watch_threads "$log.cpu" &
   watcher=$!
-  "$@" >"$log" 2>&1 || { kill $watcher; log "$key round $r failed:"; tail -20 "$log" >&2; exit 1; }
-  kill $watcher 2>/dev/null; wait $watcher 2>/dev/null || true
+  "$@" >"$log" 2>&1 || { kill $watcher 2>/dev/null || true; log "$key round $r failed:"; tail -20 "$log" >&2; exit 1; }
+  kill $watcher 2>/dev/null || true
+  wait $watcher 2>/dev/null || true
   rate="$(total_rate "$log")"
   [ -n "$rate" ] || { log "$key round $r printed no rate:"; tail -20 "$log" >&2; exit 1; }
   read -r main other <"$log.cpu" 2>/dev/null || { main=0; other=0; }

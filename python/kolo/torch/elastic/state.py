@@ -89,11 +89,17 @@ class _SchedulerHandler(_SamplerHandler):
     state_dict, like a sampler."""
 
 
+# The schedulers' public base class since torch 2.0 (LRScheduler); torch
+# 1.13 has only _LRScheduler, which torch 2.x keeps as a subclass that the
+# built-in schedulers no longer derive from.
+_SCHEDULER_BASE = getattr(torch.optim.lr_scheduler, "LRScheduler",
+                          torch.optim.lr_scheduler._LRScheduler)
+
 _HANDLERS = [
     (torch.nn.Module, _ModelHandler),
     (torch.optim.Optimizer, _OptimizerHandler),
     (ElasticSampler, _SamplerHandler),
-    (torch.optim.lr_scheduler._LRScheduler, _SchedulerHandler),
+    (_SCHEDULER_BASE, _SchedulerHandler),
 ]
 
 _LR_RULES = ("linear", "sqrt", "none")
