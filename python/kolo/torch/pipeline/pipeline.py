@@ -25,6 +25,11 @@ Contract
   tensor, a batch that does not split) fails every stage with an error
   naming it. Later steps send only tensors: their shapes must stay those
   of the first step.
+- ``events``: (kind, micro-batch, start, end) of the last step, kind one of
+  "forward", "backward", "recv" (time.perf_counter seconds): each stage's
+  forward, backward and waits for its messages per micro-batch.
+  ``peak_held``: the most micro-batches whose activations the stage held at
+  once in the last step.
 - Activation checkpointing (``checkpoint``): "never" keeps each
   micro-batch's graph until its backward; "always" keeps only a stage's
   input and recomputes the forward in the backward
@@ -130,6 +135,7 @@ class Pipeline(torch.nn.Module):
         self._out = None     # ... and of its output
         self._pending = []   # sends not yet synchronized
         self.events = []     # (kind, micro-batch, start, end) of the last step
+        self.peak_held = 0   # most micro-batch graphs held at once, last step
 
     # -- agreement ------------------------------------------------------------
 
@@ -310,10 +316,12 @@ class Pipeline(torch.nn.Module):
             if problem:
                 raise self._failure(_BAD_BATCH, self.stage, problem)
         keep, losses = {}, []
+        self.peak_held = 0
         for kind, m in schedules.order(self.schedule, self.stage, self.stages,
                                        self.chunks):
             if kind == "F":
                 self._forward_one(m, inputs, keep, True)
+                self.peak_held = max(self.peak_held, len(keep))
             else:
                 self._backward_one(m, keep, loss_fn, target_chunks, losses)
         self._flush()
