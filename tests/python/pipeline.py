@@ -8,6 +8,10 @@ outside the model, ranks disagreeing on the schedule, a stage returning a
 tuple) raises on every rank. Mesh(2, 2) trains with the stage gradients
 averaged across replicas. Prints "pipeline ok" on every rank."""
 
+import json
+import os
+import tempfile
+
 import torch
 
 import kolo.torch as kolo
@@ -68,6 +72,10 @@ for schedule in ("gpipe", "1f1b"):
             pipe.module.zero_grad()
             pipe.train_step(x, loss_fn, y)
             check(pipe, pipe.bounds[pipe.stage])
+            kinds = {(k, m) for k, m, _, _ in pipe.events}
+            assert ("forward", CHUNKS - 1) in kinds and ("backward", 0) in kinds
+            assert pipe.is_last or ("send", 0) in kinds
+            assert pipe.is_first or ("recv", 0) in kinds
             out = pipe(x)
             if pipe.is_last:
                 assert torch.allclose(out, ref(x))
@@ -122,5 +130,10 @@ for step in range(2):
 flat = torch.cat([p.detach().reshape(-1) for p in pipe.module.parameters()])
 theirs = kolo.allgather(flat.unsqueeze(0), process_set=mesh.replica_set)
 assert torch.equal(theirs[0], theirs[1])
+with tempfile.TemporaryDirectory() as d:
+    pipe.write_trace(os.path.join(d, "trace.json"))
+    with open(os.path.join(d, "trace.json")) as f:
+        cats = {e["cat"] for e in json.load(f)["traceEvents"]}
+    assert cats >= {"forward", "backward", "send", "recv"}, cats
 kolo.barrier()
 print("pipeline ok", flush=True)

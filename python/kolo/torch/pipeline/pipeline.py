@@ -27,9 +27,10 @@ Contract
   of the first step.
 - ``events``: (kind, micro-batch, start, end) of the last step, kind one of
   "forward", "backward", "recv" (time.perf_counter seconds): each stage's
-  forward, backward and waits for its messages per micro-batch.
+  forward, backward and waits for its messages per micro-batch, plus "send"
+  (posting). ``write_trace(path)`` writes them as a Chrome trace.
   ``peak_held``: the most micro-batches whose activations the stage held at
-  once in the last step.
+  once in the last step. (kind "recv": waiting for a message.)
 - Activation checkpointing (``checkpoint``): "never" keeps each
   micro-batch's graph until its backward; "always" keeps only a stage's
   input and recomputes the forward in the backward
@@ -155,9 +156,11 @@ class Pipeline(torch.nn.Module):
 
     # -- messages -------------------------------------------------------------
 
-    def _send(self, tensor, stage, tag):
+    def _send(self, tensor, stage, tag, m):
+        t0 = time.perf_counter()
         self._pending.append(_p2p.isend(tensor, self.ranks[stage], tag=tag,
                                         process_set=self.process_set))
+        self.events.append(("send", m, t0, time.perf_counter()))
 
     def _recv(self, dtype, shape, stage, tag):
         t = torch.empty(shape, dtype=dtype)
@@ -224,7 +227,7 @@ class Pipeline(torch.nn.Module):
                 _p2p.send(self._describe(_OK, y), self.ranks[self.stage + 1], _TAG_SHAPE,
                           self.process_set)
         if not self.is_last:
-            self._send(y.detach(), self.stage + 1, _TAG_ACT)
+            self._send(y.detach(), self.stage + 1, _TAG_ACT, m)
         if first:
             self._answer()
         keep[m] = (x, y)
@@ -247,7 +250,7 @@ class Pipeline(torch.nn.Module):
             t1 = time.perf_counter()
         t2 = time.perf_counter()
         if not self.is_first and x.requires_grad:
-            self._send(x.grad, self.stage - 1, _TAG_GRAD)
+            self._send(x.grad, self.stage - 1, _TAG_GRAD, m)
         self.events += [("recv", m, t0, t1), ("backward", m, t1, t2)]
 
     # -- the first step: shapes ----------------------------------------------
@@ -337,6 +340,19 @@ class Pipeline(torch.nn.Module):
             keep.clear()
         self._flush()
         return torch.cat(outs) if self.is_last else None
+
+    def write_trace(self, path):
+        """Writes the last step's events as a Chrome trace (Perfetto): one
+        track per stage, a span per forward, backward, send and receive of
+        each micro-batch. Ranks sharing a file system give different paths."""
+        import json
+        t0 = min((e[2] for e in self.events), default=0.0)
+        spans = [{"name": "%s %d" % (kind, m), "cat": kind, "ph": "X",
+                  "pid": self.ranks[self.stage], "tid": self.stage,
+                  "ts": (start - t0) * 1e6, "dur": (end - start) * 1e6}
+                 for kind, m, start, end in self.events]
+        with open(path, "w") as f:
+            json.dump({"traceEvents": spans}, f)
 
     def step(self, optimizer):
         """``optimizer.step()`` then ``optimizer.zero_grad()``."""
