@@ -3,6 +3,7 @@
 // environment exactly as kolorun sets it.
 #include <gtest/gtest.h>
 #include <kolo/kolo.h>
+#include <kolo/runtime.h>
 #include <stdlib.h>
 
 #include <cstdint>
@@ -145,6 +146,42 @@ TEST(CApi, CollectivesAcrossProcesses) {
       return 7;
     }
     std::printf("mismatch: %s\n", kolo_last_error());
+    // Point to point: a ring (kolo_isend before the blocking kolo_recv), a
+    // process set of ranks 1 and 2 (set ranks), a dtype mismatch.
+    const int right = (rank + 1) % n, left = (rank + n - 1) % n;
+    int64_t out1[3] = {rank, rank, rank}, in1[3] = {-1, -1, -1};
+    kolo_handle hs = 0;
+    if (kolo_isend(out1, 3, KOLO_INT64, right, 5, 0, &hs) != KOLO_OK ||
+        kolo_recv(in1, 3, KOLO_INT64, left, 5) != KOLO_OK || kolo_wait_release(hs) ||
+        in1[2] != left) {
+      std::printf("ring: %s\n", kolo_last_error());
+      return 10;
+    }
+    if (kolo_isend(out1, 3, KOLO_INT64, rank, 5, 0, &hs) != KOLO_ERR_INVALID_ARGUMENT)
+      return 11;
+    if (rank > 0) {
+      const int members[2] = {1, 2};
+      int set = -1, done = 0;
+      if (kolo_process_set_create(members, 2, &set) != KOLO_OK) return 12;
+      kolo_handle h = 0;
+      if (rank == 1) {
+        if (kolo_send(out1, 3, KOLO_INT64, 2, 6) != KOLO_OK) return 13;  // world
+        if (kolo_isend(out1, 2, KOLO_INT64, 1, 6, set, &h) != KOLO_OK) return 13;
+      } else {
+        int64_t w[2] = {0, 0};
+        if (kolo_irecv(w, 2, KOLO_INT64, 0, 6, set, &h) != KOLO_OK) return 14;
+        if (kolo_recv(in1, 3, KOLO_INT64, 1, 6) != KOLO_OK) return 15;
+        while (!done && kolo_poll(h, &done) == KOLO_OK) {
+        }
+        if (!done || w[1] != 1) return 16;
+        double d[3];
+        if (kolo_recv(d, 3, KOLO_FLOAT64, 1, 7) != KOLO_ERR_MISMATCH) return 17;
+        std::printf("p2p mismatch: %s\n", kolo_last_error());
+      }
+      if (rank == 1 && kolo_send(out1, 3, KOLO_INT64, 2, 7) != KOLO_OK) return 18;
+      if (kolo_wait_release(h) != KOLO_OK) return 19;
+      if (kolo_process_set_destroy(set) != KOLO_OK) return 20;
+    }
     if (kolo_barrier() != KOLO_OK) return 8;
     if (kolo_finalize() != KOLO_OK) return 9;
     return 0;
@@ -155,6 +192,12 @@ TEST(CApi, CollectivesAcrossProcesses) {
     EXPECT_EQ(o.exitCode, 0) << "rank " << o.rank << ":\n" << o.output;
     EXPECT_NE(o.output.find("rank 2 called allreduce(count=8"), std::string::npos)
         << o.output;
+    if (o.rank == 2) {
+      EXPECT_NE(o.output.find("p2p mismatch: point-to-point: rank 2 posted a receive of "
+                              "3 float64 from rank 1 (tag 7), but rank 1 sent 3 int64"),
+                std::string::npos)
+          << o.output;
+    }
   }
 }
 

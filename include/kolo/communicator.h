@@ -79,6 +79,32 @@ struct AlltoallOptions {
   DataType dtype = DataType::kFloat32;
 };
 
+// Point to point: `count` elements of `dtype` to or from rank `peer` (a
+// rank of this communicator; itself included). Messages from one rank to
+// another with the same tag are received in the order they were sent;
+// different tags never match. The receive's count and dtype must equal the
+// send's: otherwise the receive fails with Error(kMismatch) naming both
+// ranks and both counts and dtypes, its buffer untouched. Tags are >= 0.
+// Messages match only within one channel (a namespace of tags: the C API
+// gives each process set its own).
+struct SendOptions {
+  const void* buffer = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int peer = 0;
+  int tag = 0;
+  uint32_t channel = 0;
+};
+
+struct RecvOptions {
+  void* buffer = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int peer = 0;
+  int tag = 0;
+  uint32_t channel = 0;
+};
+
 // Handle of an async collective.
 class Work {
  public:
@@ -139,6 +165,26 @@ class Communicator {
       const ReduceScatterOptions& options) = 0;
   virtual std::shared_ptr<Work> alltoallAsync(const AlltoallOptions& options) = 0;
   virtual std::shared_ptr<Work> barrierAsync() = 0;
+
+  // Point to point (SendOptions above). Not collective: only the two ranks
+  // take part, and nothing is agreed beforehand.
+  // - send() returns once the message has left this rank's buffer (it may
+  //   not be received yet: messages are buffered by the receiver's
+  //   transport); recv() once the buffer holds the message.
+  // - isend()/irecv() return at once; the buffer must stay valid (and a
+  //   send's unchanged) until Work::wait() returns or test() is true.
+  //   Progress happens while this rank is inside a call of this
+  //   communicator (a wait, a test, another operation): a rank that posts
+  //   and then computes for a long time delays a large message.
+  // - A receive from a rank that died fails with Error(kPeerLost) naming
+  //   it, one from a rank that stays silent with Error(kTimeout) after
+  //   KOLO_TIMEOUT; both break the communicator like a collective's.
+  // - Bad arguments (a peer outside the communicator, a negative tag, a
+  //   null buffer with a count) throw Error(kInvalidArgument) at once.
+  virtual void send(const SendOptions& options) = 0;
+  virtual void recv(const RecvOptions& options) = 0;
+  virtual std::shared_ptr<Work> isend(const SendOptions& options) = 0;
+  virtual std::shared_ptr<Work> irecv(const RecvOptions& options) = 0;
 
   // The elastic world this communicator was formed in (fromEnvironment in
   // an elastic job; its teams inherit it); generation 0 otherwise.

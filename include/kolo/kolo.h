@@ -67,6 +67,14 @@ int kolo_reduce_scatter(const void* send, void* recv, size_t recv_count, kolo_dt
 int kolo_alltoall(const void* send, void* recv, size_t count_per_rank, kolo_dtype dtype);
 int kolo_barrier(void);
 
+/* Point to point, blocking, among every rank (kolo_isend / kolo_irecv in
+ * kolo/runtime.h: the contract, and process sets). Not collective.
+ * kolo_send returns once `buf` may be reused, kolo_recv once it holds the
+ * message; count and dtype must match the sender's (else
+ * KOLO_ERR_MISMATCH naming both ranks). Tags >= 0, matched in order. */
+int kolo_send(const void* buf, size_t count, kolo_dtype dtype, int peer, int tag);
+int kolo_recv(void* buf, size_t count, kolo_dtype dtype, int peer, int tag);
+
 /* Elastic jobs (kolorun --min-np, docs/elastic.md). kolo_elastic_world:
  * the generation of this process's world (1, 2, ... as the launcher forms
  * them; 0 outside an elastic job, before kolo_init or after kolo_finalize)

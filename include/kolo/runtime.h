@@ -105,6 +105,26 @@ int kolo_barrier_async(int process_set, kolo_handle* handle);
  * done. */
 int kolo_join_async(int process_set, kolo_handle* handle);
 
+/* --- point to point ------------------------------------------------------
+ * Non-blocking kolo_send / kolo_recv (kolo.h) within a process set: `peer`
+ * is a rank of the set (id 0: every rank; kolo_send and kolo_recv are
+ * these on set 0, waited for). Not collective: only the two ranks take
+ * part. Messages from one rank to another in one set with the same tag
+ * are received in the order sent; the receive's count and dtype must equal
+ * the send's, else kolo_wait returns KOLO_ERR_MISMATCH naming both ranks,
+ * counts and dtypes (the buffer untouched). A receive from a rank that died
+ * fails with KOLO_ERR_PEER_LOST naming it (a silent one: KOLO_ERR_TIMEOUT
+ * after KOLO_TIMEOUT). Bad arguments (peer outside the set or this rank
+ * itself, negative tag, null buffer with a count, unknown set) are returned
+ * by the call itself. The handle is completed by kolo_wait, kolo_poll and
+ * kolo_wait_release, which move the messages (the transfer progresses
+ * while this rank is inside a kolo call); kolo_handle_notify is refused.
+ * Buffers stay in use until the handle is done, even when released. */
+int kolo_isend(const void* buf, size_t count, kolo_dtype dtype, int peer, int tag,
+               int process_set, kolo_handle* handle);
+int kolo_irecv(void* buf, size_t count, kolo_dtype dtype, int peer, int tag,
+               int process_set, kolo_handle* handle);
+
 /* --- completion --------------------------------------------------------
  * An unknown (or released) handle is KOLO_ERR_INVALID_ARGUMENT. */
 int kolo_poll(kolo_handle handle, int* done); /* *done = 1 when finished */

@@ -162,6 +162,28 @@ void bindAsyncOperations(py::module_& m) {
       },
       py::arg("process_set") = 0);
   m.def(
+      "send_async",
+      [](py::handle buf, size_t count, int dtype, int peer, int tag, int processSet) {
+        kolo_handle h = 0;
+        check(kolo_isend(addressOf(buf, false), count, asEnum<kolo_dtype>(dtype), peer,
+                         tag, processSet, &h));
+        return h;
+      },
+      py::arg("ptr"), py::arg("count"), py::arg("dtype"), py::arg("peer"), py::arg("tag"),
+      py::arg("process_set") = 0,
+      "Starts a point-to-point send (kolo_isend; peer: a rank of the set).");
+  m.def(
+      "recv_async",
+      [](py::handle buf, size_t count, int dtype, int peer, int tag, int processSet) {
+        kolo_handle h = 0;
+        check(kolo_irecv(addressOf(buf, true), count, asEnum<kolo_dtype>(dtype), peer,
+                         tag, processSet, &h));
+        return h;
+      },
+      py::arg("ptr"), py::arg("count"), py::arg("dtype"), py::arg("peer"), py::arg("tag"),
+      py::arg("process_set") = 0,
+      "Starts a point-to-point receive (kolo_irecv; peer: a rank of the set).");
+  m.def(
       "join_async",
       [](int processSet) {
         kolo_handle h = 0;

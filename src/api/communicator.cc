@@ -450,6 +450,15 @@ void CommunicatorImpl::close(bool atExit) {
   std::lock_guard<std::mutex> lock(shutdownMu_);
   if (shut_) return;
   shut_ = true;
+  // Messages still pending end now; a receive never matched cannot be.
+  queue_.runBlocking([&] {
+    if (p2p_) {
+      p2p_->failAll(std::make_exception_ptr(Error(
+          ErrorCode::kInvalidArgument, "point-to-point: the communicator of rank " +
+                                           std::to_string(rank()) +
+                                           " shut down while the message was pending")));
+    }
+  });
   if (broken_ || layout().size == 1) return;
   // A peer lost in a team of this communicator's family (the runtime's,
   // found while this one was idle) would not answer this step either.

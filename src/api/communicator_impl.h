@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "api/op_queue.h"
+#include "api/point_to_point.h"
 #include "api/topology.h"
 #include "collectives/agreement_host.h"
 #include "collectives/context.h"
@@ -75,6 +76,19 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
   std::shared_ptr<Work> reduceScatterAsync(const ReduceScatterOptions& o) override;
   std::shared_ptr<Work> alltoallAsync(const AlltoallOptions& o) override;
   std::shared_ptr<Work> barrierAsync() override;
+
+  // Point to point (communicator_p2p.cc, api/point_to_point.h).
+  void send(const SendOptions& o) override;
+  void recv(const RecvOptions& o) override;
+  std::shared_ptr<Work> isend(const SendOptions& o) override;
+  std::shared_ptr<Work> irecv(const RecvOptions& o) override;
+  // isend/irecv with a callback run once when the operation ends (on the
+  // thread that drives it to its end; it must be quick and must not call
+  // this communicator).
+  std::shared_ptr<Work> isendNotify(const SendOptions& o,
+                                    std::function<void(std::exception_ptr)> onDone);
+  std::shared_ptr<Work> irecvNotify(const RecvOptions& o,
+                                    std::function<void(std::exception_ptr)> onDone);
 
   std::string allreduceAlgorithm(size_t bytes) const override;
   ElasticWorld elasticWorld() const override { return elastic_; }
@@ -151,6 +165,12 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
   void doAlltoall(const AlltoallOptions& o);
   void doBarrier();
 
+  // Point to point (communicator_p2p.cc).
+  class PointToPointWork;
+  void checkPeer(int peer, int tag, const void* buffer, size_t count, DataType dtype,
+                 const char* what) const;
+  PointToPoint& pointToPointEngine();
+
   // Runs op with the communicator's failure rules: a lost peer or timeout
   // breaks the communicator (later calls rethrow the same error).
   void guarded(const std::function<void()>& op);
@@ -191,6 +211,10 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
   std::atomic<uint64_t> exchanged_{0};  // agreementCounts()
   std::atomic<uint64_t> skipped_{0};
   std::exception_ptr broken_;
+  std::unique_ptr<PointToPoint> p2p_;  // made at first use, under the queue
+  // Point-to-point Works hold it weakly: a Work waited after the
+  // communicator is gone says so instead of touching it.
+  std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);
   bool everyoneKnows_ = false;  // broken_ is a departure every rank saw
   // Set when this communicator, or one split from the same root (a
   // runtime's team, a process set), broke on a lost or silent peer (not a

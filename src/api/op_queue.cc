@@ -70,6 +70,30 @@ void OpQueue::runBlocking(const std::function<void()>& op) {
   op();
 }
 
+bool OpQueue::tryRunBlocking(const std::function<void()>& op) {
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (holder_ != std::this_thread::get_id()) {
+      if (!queue_.empty() || busy_) return false;
+      busy_ = true;
+    } else {
+      lock.unlock();
+      op();
+      return true;
+    }
+  }
+  struct Release {
+    OpQueue* q;
+    ~Release() {
+      std::lock_guard<std::mutex> lock(q->mu_);
+      q->busy_ = false;
+      q->changed_.notify_all();
+    }
+  } release{this};
+  op();
+  return true;
+}
+
 void OpQueue::hold() {
   std::unique_lock<std::mutex> lock(mu_);
   changed_.wait(lock, [&] { return queue_.empty() && !busy_; });

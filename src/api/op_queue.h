@@ -35,6 +35,9 @@ class OpQueue {
   OpQueue& operator=(const OpQueue&) = delete;
 
   void runBlocking(const std::function<void()>& op);
+  // runBlocking when the queue is free now (nothing queued or running, or
+  // the calling thread holds it); false, without running op, otherwise.
+  bool tryRunBlocking(const std::function<void()>& op);
   std::shared_ptr<Work> submit(std::function<void()> op);
   void hold();
   void release();  // by the holding thread

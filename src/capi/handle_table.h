@@ -41,9 +41,9 @@ class HandleTable {
     return r.ok() ? KOLO_OK : failure(fn, 0, r);
   }
   int find(const char* fn, kolo_handle h, runtime::HandlePtr* handle,
-           runtime::OpKind* kind = nullptr,
-           const std::vector<uint8_t>** owned = nullptr) {
-    const auto r = table_->find(h, handle, kind, owned);
+           runtime::OpKind* kind = nullptr, const std::vector<uint8_t>** owned = nullptr,
+           std::shared_ptr<Work>* work = nullptr) {
+    const auto r = table_->find(h, handle, kind, owned, work);
     return r.ok() ? KOLO_OK : failure(fn, h, r);
   }
   int take(const char* fn, kolo_handle h, HandleEntry* out) {

@@ -4,6 +4,7 @@
 // thread-local message (docs/errors.md). No exception crosses it.
 #include <kolo/communicator.h>
 #include <kolo/kolo.h>
+#include <kolo/runtime.h>
 
 #include <cstring>
 #include <memory>
@@ -260,6 +261,18 @@ int kolo_alltoall(const void* send, void* recv, size_t count_per_rank, kolo_dtyp
     o.dtype = static_cast<kolo::DataType>(dtype);
     c.alltoall(o);
   });
+}
+
+int kolo_send(const void* buf, size_t count, kolo_dtype dtype, int peer, int tag) {
+  kolo_handle h = 0;
+  if (int rc = kolo_isend(buf, count, dtype, peer, tag, 0, &h)) return rc;
+  return kolo_wait_release(h);
+}
+
+int kolo_recv(void* buf, size_t count, kolo_dtype dtype, int peer, int tag) {
+  kolo_handle h = 0;
+  if (int rc = kolo_irecv(buf, count, dtype, peer, tag, 0, &h)) return rc;
+  return kolo_wait_release(h);
 }
 
 int kolo_barrier(void) {

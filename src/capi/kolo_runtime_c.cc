@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "capi/capi_internal.h"
@@ -164,6 +165,72 @@ int submit(const char* fn, int id, const OpRequest& request, kolo_handle* out,
     if (int rc = argumentError(handle)) return rc;
     const OpKind kind = request.spec.kind;
     return gHandles.add(fn, HandleEntry{std::move(handle), kind, std::move(owned)}, out);
+  });
+}
+
+// ---- point to point ----------------------------------------------------------
+// A process set's messages travel on kolo_init's communicator: the peer is
+// the set member's world rank and the channel is the set's id, so the sets'
+// tags never meet (api/point_to_point.h). The runtime::Handle in the table
+// completes when the thread that waits or polls sees the Work end.
+
+// The Work's outcome into the handle (once; later calls are ignored), and
+// the error with the process set named.
+int finishMessage(const char* fn, const HandleEntry& e, bool wait) {
+  try {
+    if (wait) {
+      e.work->wait();
+    } else if (!e.work->test()) {
+      return KOLO_OK;
+    } else {
+      e.work->wait();  // done: returns or throws at once
+    }
+    e.handle->complete();
+  } catch (const kolo::Error& err) {
+    e.handle->fail(std::current_exception());
+    if (wait) return fail(static_cast<int>(err.code()), err.what());
+  } catch (const std::exception& err) {
+    e.handle->fail(std::current_exception());
+    if (wait) return fail(KOLO_ERR_INTERNAL, std::string(fn) + ": " + err.what());
+  }
+  return KOLO_OK;
+}
+
+template <typename Options>
+int postMessage(const char* fn, bool send, Options o, const kolo_dtype& dtype,
+                int processSet, kolo_handle* handle) {
+  if (handle == nullptr) return invalid(std::string(fn) + ": handle pointer is null");
+  const int v = rawValue(dtype);
+  if (v < 0 || v >= kolo::kNumDataTypes) {
+    return invalid(std::string(fn) + ": unknown dtype value " + std::to_string(v));
+  }
+  o.dtype = static_cast<kolo::DataType>(v);
+  ProcessSetPtr set;
+  if (int rc = findSet(fn, processSet, &set)) return rc;
+  auto world = kolo::capi::world();
+  if (!world) return notInitialized(fn);
+  const int n = static_cast<int>(set->ranks.size());
+  if (o.peer < 0 || o.peer >= n) {
+    return invalid(std::string(fn) + ": peer " + std::to_string(o.peer) +
+                   " is not a rank of process set " + std::to_string(processSet) + " (" +
+                   std::to_string(n) + " ranks)");
+  }
+  const int setPeer = o.peer;
+  o.peer = set->ranks[setPeer];
+  o.channel = static_cast<uint32_t>(processSet);
+  return guarded(fn, [&] {
+    std::shared_ptr<kolo::Work> work;
+    if constexpr (std::is_same_v<Options, kolo::SendOptions>) {
+      work = world->isend(o);
+    } else {
+      work = world->irecv(o);
+    }
+    const std::string name = std::string(send ? "send to " : "receive from ") + "rank " +
+                             std::to_string(setPeer) + " (tag " + std::to_string(o.tag) +
+                             ", process set " + std::to_string(processSet) + ")";
+    HandleEntry e{std::make_shared<kolo::runtime::Handle>(name), OpKind::kBarrier,
+                  nullptr, std::move(work)};
+    return gHandles.add(fn, std::move(e), handle);
   });
 }
 
@@ -396,19 +463,46 @@ int kolo_join_async(int process_set, kolo_handle* handle) {
   });
 }
 
+// ---- point to point ---------------------------------------------------------------
+
+int kolo_isend(const void* buf, size_t count, kolo_dtype dtype, int peer, int tag,
+               int process_set, kolo_handle* handle) {
+  kolo::SendOptions o;
+  o.buffer = buf;
+  o.count = count;
+  o.peer = peer;
+  o.tag = tag;
+  return postMessage("kolo_isend", true, o, dtype, process_set, handle);
+}
+
+int kolo_irecv(void* buf, size_t count, kolo_dtype dtype, int peer, int tag,
+               int process_set, kolo_handle* handle) {
+  kolo::RecvOptions o;
+  o.buffer = buf;
+  o.count = count;
+  o.peer = peer;
+  o.tag = tag;
+  return postMessage("kolo_irecv", false, o, dtype, process_set, handle);
+}
+
 // ---- completion -----------------------------------------------------------------
 
 int kolo_poll(kolo_handle handle, int* done) {
   if (done == nullptr) return invalid("kolo_poll: done pointer is null");
-  HandlePtr h;
-  if (int rc = gHandles.find("kolo_poll", handle, &h)) return rc;
-  *done = h->poll() ? 1 : 0;
+  HandleEntry e;
+  if (int rc = gHandles.find("kolo_poll", handle, &e.handle, nullptr, nullptr, &e.work))
+    return rc;
+  if (e.work) finishMessage("kolo_poll", e, /*wait=*/false);
+  *done = e.handle->poll() ? 1 : 0;
   return KOLO_OK;
 }
 
 int kolo_wait(kolo_handle handle) {
-  HandlePtr h;
-  if (int rc = gHandles.find("kolo_wait", handle, &h)) return rc;
+  HandleEntry e;
+  if (int rc = gHandles.find("kolo_wait", handle, &e.handle, nullptr, nullptr, &e.work))
+    return rc;
+  if (e.work) return finishMessage("kolo_wait", e, /*wait=*/true);
+  const HandlePtr& h = e.handle;
   return guarded("kolo_wait", [&] {
     h->wait();
     return KOLO_OK;
@@ -424,7 +518,10 @@ int kolo_handle_output(kolo_handle handle, const void** data, size_t* bytes, int
   HandlePtr h;
   OpKind kind;
   const std::vector<uint8_t>* owned = nullptr;
-  if (int rc = gHandles.find(fn, handle, &h, &kind, &owned)) return rc;
+  std::shared_ptr<kolo::Work> work;
+  if (int rc = gHandles.find(fn, handle, &h, &kind, &owned, &work)) return rc;
+  if (work)
+    return invalid(std::string(fn) + ": " + h->name() + " has no output of kolo's");
   if (kind != OpKind::kAllgather && kind != OpKind::kAlltoall &&
       kind != OpKind::kReduceScatter) {
     return invalid(std::string(fn) + ": " + kolo::runtime::toString(kind) + " '" +
@@ -451,6 +548,7 @@ int kolo_wait_release(kolo_handle handle) {
   const char* fn = "kolo_wait_release";
   HandleEntry entry;  // outlives the wait: it owns a reducescatter's output
   if (int rc = gHandles.take(fn, handle, &entry)) return rc;
+  if (entry.work) return finishMessage(fn, entry, /*wait=*/true);
   return guarded(fn, [&] {
     entry.handle->wait();
     return KOLO_OK;
@@ -461,7 +559,13 @@ int kolo_handle_notify(kolo_handle handle, kolo_done_fn fn, void* arg) {
   const char* fn_name = "kolo_handle_notify";
   if (fn == nullptr) return invalid(std::string(fn_name) + ": callback is null");
   HandlePtr h;
-  if (int rc = gHandles.find(fn_name, handle, &h)) return rc;
+  std::shared_ptr<kolo::Work> work;
+  if (int rc = gHandles.find(fn_name, handle, &h, nullptr, nullptr, &work)) return rc;
+  if (work) {
+    return invalid(std::string(fn_name) + ": " + h->name() +
+                   ": point-to-point handles complete in kolo_wait or kolo_poll, "
+                   "not through a callback");
+  }
   return guarded(fn_name, [&] {
     h->onDone([fn, arg] { fn(arg); });
     return KOLO_OK;
@@ -469,6 +573,15 @@ int kolo_handle_notify(kolo_handle handle, kolo_done_fn fn, void* arg) {
 }
 
 int kolo_release(kolo_handle handle) {
+  // A message's handle goes at once: its operation, still pending in the
+  // communicator, keeps the buffer in use until it ends.
+  HandlePtr h;
+  std::shared_ptr<kolo::Work> work;
+  if (gHandles.find("kolo_release", handle, &h, nullptr, nullptr, &work) == KOLO_OK &&
+      work && !h->poll()) {
+    h->fail(std::make_exception_ptr(
+        kolo::Error(kolo::ErrorCode::kInvalidArgument, h->name() + ": released")));
+  }
   return gHandles.release("kolo_release", handle);
 }
 

@@ -87,7 +87,8 @@ void HandleTable::freeLocked(Slot* slot, uint32_t index) {
 }
 
 HandleTable::Result HandleTable::find(HandleValue h, HandlePtr* handle, OpKind* kind,
-                                      const std::vector<uint8_t>** owned) {
+                                      const std::vector<uint8_t>** owned,
+                                      std::shared_ptr<Work>* work) {
   std::lock_guard<std::mutex> lock(mu_);
   Result result;
   Slot* slot = slotLocked(h, &result);
@@ -95,6 +96,7 @@ HandleTable::Result HandleTable::find(HandleValue h, HandlePtr* handle, OpKind* 
   if (handle) *handle = slot->entry.handle;
   if (kind) *kind = slot->entry.kind;
   if (owned) *owned = slot->entry.owned.get();
+  if (work) *work = slot->entry.work;
   return {};
 }
 

@@ -25,6 +25,8 @@
 #include <mutex>
 #include <vector>
 
+#include <kolo/communicator.h>
+
 #include "runtime/handle.h"
 #include "runtime/op_spec.h"
 
@@ -33,9 +35,17 @@ namespace kolo::runtime {
 using HandleValue = int64_t;
 
 struct HandleEntry {
+  HandleEntry() = default;
+  HandleEntry(HandlePtr h, OpKind k, std::unique_ptr<std::vector<uint8_t>> o,
+              std::shared_ptr<Work> w = nullptr)
+      : handle(std::move(h)), kind(k), owned(std::move(o)), work(std::move(w)) {}
+
   HandlePtr handle;
   OpKind kind = OpKind::kAllreduce;
   std::unique_ptr<std::vector<uint8_t>> owned;  // reducescatter's output
+  // A point-to-point message's Work (api/point_to_point.h): driven by the
+  // thread that waits or polls, which completes `handle` when it ends.
+  std::shared_ptr<Work> work;
 };
 
 class HandleTable {
@@ -67,7 +77,8 @@ class HandleTable {
   Result add(HandleEntry entry, HandleValue* out);
   // Copies out what callers read (any pointer may be null): the entry stays.
   Result find(HandleValue h, HandlePtr* handle, OpKind* kind = nullptr,
-              const std::vector<uint8_t>** owned = nullptr);
+              const std::vector<uint8_t>** owned = nullptr,
+              std::shared_ptr<Work>* work = nullptr);
   // Removes the entry and moves it to *out.
   Result take(HandleValue h, HandleEntry* out);
   // Removes the entry. One still pending is kept until its operation ends

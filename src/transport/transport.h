@@ -54,6 +54,10 @@ namespace kolo::transport {
 
 using Tag = uint64_t;
 inline constexpr int kAnySource = -1;
+// Tags with this bit carry the point-to-point messages of the public API
+// (api/point_to_point.h); collectives never set it (their tags are
+// operation sequence * 65536 + step).
+inline constexpr Tag kUserMessageBit = Tag{1} << 63;
 
 // State of one posted send or receive. Transports fill it; callers read it
 // after completion.

@@ -44,6 +44,7 @@ from kolo.torch.functions import (broadcast_parameters, broadcast_optimizer_stat
                                   broadcast_object, allgather_object,
                                   metric_average)
 from kolo.torch.optimizer import DistributedOptimizer
+from kolo.torch.point_to_point import send, recv, isend, irecv
 from kolo.torch.process_sets import (ProcessSet, add_process_set,
                                      remove_process_set, global_process_set)
 from kolo.torch.sync_batch_norm import SyncBatchNorm

@@ -31,6 +31,8 @@ constexpr int kMinTagBits = 24;
 constexpr int kAbortTag = 0;
 // Heartbeats: empty messages on the control communicator with tag 1.
 constexpr int kHeartbeatTag = 1;
+// Tags from 2: point-to-point messages of the public API (kUserMessageBit).
+constexpr int kUserMessageTag = 2;
 constexpr size_t kMaxAbortBytes = 4096;
 struct AbortNotice {
   int32_t code;
@@ -277,8 +279,15 @@ RequestPtr MpiTransport::Impl::post(Request::Kind kind, int peer, Tag tag, void*
     char* at = base + static_cast<size_t>(i) * options_.maxPieceBytes;
     const int count = static_cast<int>(pieceBytes(bytes, i));
     MPI_Request r = MPI_REQUEST_NULL;
-    int rc = send ? MPI_Isend(at, count, MPI_BYTE, mpiPeer, mpiTag(tag), data_, &r)
-                  : MPI_Irecv(at, count, MPI_BYTE, mpiPeer, mpiTag(tag), data_, &r);
+    // The public API's messages travel on the control communicator, clear
+    // of its own tags: every tag of the data communicator may be a
+    // collective's (their low bits wrap).
+    const bool user = (tag & kUserMessageBit) != 0;
+    MPI_Comm comm = user ? control_ : data_;
+    const int t =
+        user ? kUserMessageTag + static_cast<int>(tag & (tagMask_ >> 1)) : mpiTag(tag);
+    int rc = send ? MPI_Isend(at, count, MPI_BYTE, mpiPeer, t, comm, &r)
+                  : MPI_Irecv(at, count, MPI_BYTE, mpiPeer, t, comm, &r);
     if (rc != MPI_SUCCESS) {
       breakWith(std::make_exception_ptr(Error(
           ErrorCode::kPeerLost,
