@@ -1,0 +1,79 @@
+"""The two collectives of sharded training, one bucket at a time.
+
+- ``start_reduce_scatter(flat, ...)``: the average over the ranks of a
+  bucket's padded flat gradient; rank r gets block r (``shard`` elements).
+  Normally the runtime's reducescatter (a ring: each rank sends and
+  receives (n-1)/n of the vector). With ``KOLO_DETERMINISTIC=1`` the
+  runtime's allreduce sums each element in rank order 0..n-1 (the
+  ``ordered`` algorithm) while the ring reducescatter starts each block's
+  sum at a different rank, so there it runs as an alltoall (block j to rank
+  j, the same bytes on the wire) followed by the same rank-order sum here:
+  float32/float64 in their own type, float16/bfloat16 accumulated in float32
+  and rounded once, then divided by n, as the ordered allreduce does. The
+  result is then bit for bit the block of kolo.torch.DistributedOptimizer's
+  averaged gradient.
+- ``start_allgather(shard, ...)``: every rank's ``shard`` elements,
+  concatenated in rank order (the padded flat vector).
+
+Each returns a handle whose ``wait()`` gives the result tensor.
+"""
+
+import os
+
+import torch
+
+from kolo.torch import collectives as C
+
+
+def deterministic():
+    """KOLO_DETERMINISTIC as the runtime reads it (an integer, 0 = off)."""
+    value = os.environ.get("KOLO_DETERMINISTIC", "0").strip() or "0"
+    try:
+        return int(value) != 0
+    except ValueError:
+        return False
+
+
+class _Handle:
+    __slots__ = ("_handle", "_finish")
+
+    def __init__(self, handle, finish):
+        self._handle = handle
+        self._finish = finish
+
+    def wait(self):
+        return self._finish(C.synchronize(self._handle))
+
+
+_WIDE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
+
+
+def _rank_order_average(received, size):
+    """received: [size * shard], rank j's block at j*shard. The average of
+    the blocks summed in rank order."""
+    shard = received.numel() // size
+    wide = _WIDE.get(received.dtype)
+    acc = received[:shard].clone() if wide is None else received[:shard].to(wide)
+    for j in range(1, size):
+        block = received[j * shard:(j + 1) * shard]
+        acc.add_(block if wide is None else block.to(wide))
+    if wide is not None:
+        acc = acc.to(received.dtype)
+    return acc.div_(size)
+
+
+def start_reduce_scatter(flat, name, size, process_set, compression):
+    """flat: the padded flat gradient (a multiple of ``size`` elements)."""
+    compressed, ctx = compression.compress(flat)
+    if deterministic() and size > 1:
+        h = C.alltoall_async(compressed, name=name, process_set=process_set)
+        return _Handle(h, lambda out: compression.decompress(
+            _rank_order_average(out[0], size), ctx))
+    h = C.reducescatter_async(compressed, name=name, op=C.Average,
+                              process_set=process_set)
+    return _Handle(h, lambda out: compression.decompress(out, ctx))
+
+
+def start_allgather(shard, name, process_set):
+    h = C.allgather_async(shard, name=name, process_set=process_set)
+    return _Handle(h, lambda out: out)

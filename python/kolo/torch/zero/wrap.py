@@ -1,0 +1,230 @@
+"""Stage 3: ``wrap(model)`` shards the parameters of a model and installs
+the hooks that gather them around each module's forward and backward.
+
+Every module that owns parameters directly (``parameters(recurse=False)``)
+becomes a *unit*: its parameters form one bucket (layout.py), of which this
+rank keeps its block (``shard_buf``, ``ceil(total / N)`` elements) and
+nothing else. The parameters themselves stay the same objects (so
+``model.parameters()``, optimizers built on them and ``named_parameters``
+keep working) but hold an empty tensor while released; gathered, each is a
+view of the unit's allgathered flat vector (``p.data`` is swapped: autograd
+keeps the parameter object, so a saved weight sees the gathered data again
+in backward).
+
+The hooks:
+- forward pre-hook of a unit: gather it (waiting for its prefetch if one is
+  in flight), then start the allgather of the next unit in forward order
+  (the order of the previous forward), overlapped with this one's compute;
+- forward hook: register a hook on the outputs' gradients, then release;
+- output-gradient hook (runs just before the unit's backward): gather the
+  unit again, prefetch the previous unit in forward order, and queue one
+  callback for the end of backward that releases whatever is still
+  gathered;
+- the optimizer (stage 3) releases a unit once backward has produced the
+  gradients of all its trainable parameters and starts their
+  reduce-scatter.
+
+At most two units are gathered at once (the current and the prefetched one)
+outside ``full_parameters(model)``, which gathers every unit for a block
+(evaluation, checkpoints), optionally writing changes back to the shards.
+"""
+
+import contextlib
+
+import torch
+
+from kolo.torch import errors
+from kolo.torch.process_sets import global_process_set
+from kolo.torch.zero import comm
+from kolo.torch.zero.layout import Bucket, check_flat
+
+_units_made = [0]
+
+
+class Unit:
+    """One module's parameters, sharded."""
+
+    def __init__(self, module, named, process_set, uid):
+        self.module = module
+        self.process_set = process_set
+        self.uid = uid
+        size, rank = process_set.size(), process_set.rank()
+        self.bucket = Bucket(uid, named, size, rank)
+        self.bucket.unit = self
+        self.shapes = {p: tuple(p.shape) for _, p in named}
+        b = self.bucket
+        self.shard_buf = torch.zeros(b.shard, dtype=b.dtype)
+        flat = torch.cat([p.data.reshape(-1) for p in b.params])
+        self.shard_buf[:b.owned].copy_(flat[b.begin:b.end])
+        self._empty = torch.empty(0, dtype=b.dtype)
+        self.full = None
+        self.pending = None
+        self.pinned = False
+        for p in b.params:
+            p._kolo_zero_unit = self
+        self.release()
+
+    def shape_of(self, p):
+        return self.shapes[p]
+
+    def start_gather(self):
+        if self.full is None and self.pending is None:
+            self.pending = comm.start_allgather(self.shard_buf, "zero.unit.%d" % self.uid,
+                                                self.process_set)
+
+    def gather(self):
+        if self.full is not None:
+            return
+        self.start_gather()
+        pending, self.pending = self.pending, None
+        flat = pending.wait()
+        self.full = flat
+        b = self.bucket
+        for p, off, n in zip(b.params, b.offsets, b.numels):
+            p.data = flat[off:off + n].view(self.shapes[p])
+
+    def release(self):
+        if self.pinned:
+            return
+        for p in self.bucket.params:
+            p.data = self._empty
+        self.full = None
+
+    def write_back(self):
+        """The gathered parameters' owned elements into the shard."""
+        b = self.bucket
+        flat = torch.cat([p.data.reshape(-1) for p in b.params])
+        self.shard_buf[:b.owned].copy_(flat[b.begin:b.end])
+
+
+class _Sharded:
+    """The hooks' state of one wrapped model."""
+
+    def __init__(self, units):
+        self.units = units
+        self.order = []          # units in the order of the last forward
+        self.recording = []
+        self.callback_queued = False
+
+    def begin_forward(self, module, inputs):
+        self.recording = []
+
+    def end_forward(self, module, inputs, output):
+        if self.recording:
+            self.order = self.recording
+
+    def _neighbour(self, unit, step):
+        try:
+            i = self.order.index(unit) + step
+        except ValueError:
+            return None
+        return self.order[i] if 0 <= i < len(self.order) else None
+
+    def pre_forward(self, unit):
+        if unit not in self.recording:
+            self.recording.append(unit)
+        unit.gather()
+        nxt = self._neighbour(unit, 1)
+        if nxt is not None:
+            nxt.start_gather()
+
+    def post_forward(self, unit, output):
+        if torch.is_grad_enabled():
+            for t in _tensors(output):
+                if t.requires_grad:
+                    t.register_hook(lambda g, unit=unit: self.pre_backward(unit))
+        unit.release()
+
+    def pre_backward(self, unit):
+        if not self.callback_queued:
+            torch.autograd.Variable._execution_engine.queue_callback(self.end_backward)
+            self.callback_queued = True
+        unit.gather()
+        prev = self._neighbour(unit, -1)
+        if prev is not None:
+            prev.start_gather()
+
+    def end_backward(self):
+        self.callback_queued = False
+        for u in self.units:
+            if u.pending is not None:  # a prefetch backward did not use
+                u.pending.wait()
+                u.pending = None
+            u.release()
+
+
+def _tensors(output):
+    if isinstance(output, torch.Tensor):
+        return [output]
+    if isinstance(output, (list, tuple)):
+        return [t for o in output for t in _tensors(o)]
+    if isinstance(output, dict):
+        return [t for o in output.values() for t in _tensors(o)]
+    return []
+
+
+def wrap(model, process_set=None):
+    """Shards ``model``'s parameters across the ranks of ``process_set``
+    (default: all) and installs the stage-3 hooks; returns ``model``.
+    Every rank must hold the same parameters when it is called (broadcast
+    them first). Build the optimizer afterwards, on ``model.parameters()``,
+    and wrap it with ``DistributedOptimizer(..., stage=3)``."""
+    if process_set is None:
+        process_set = global_process_set
+    if getattr(model, "_kolo_zero", None) is not None:
+        raise errors.invalid_argument("kolo.torch.zero.wrap: the model is already wrapped")
+    owner = {}
+    plan = []
+    for mname, module in model.named_modules():
+        named = []
+        for pname, p in module.named_parameters(recurse=False):
+            full = "%s.%s" % (mname, pname) if mname else pname
+            if p in owner:
+                raise errors.invalid_argument(
+                    "kolo.torch.zero.wrap: parameter '%s' is shared with '%s'; shared "
+                    "parameters are not supported at stage 3" % (full, owner[p]))
+            owner[p] = full
+            check_flat(p, full)
+            named.append((full, p))
+        if named:
+            dtypes = {p.dtype for _, p in named}
+            if len(dtypes) > 1:
+                raise errors.invalid_argument(
+                    "kolo.torch.zero.wrap: module '%s' mixes parameter dtypes %s" %
+                    (mname, sorted(str(d) for d in dtypes)))
+            plan.append((module, named))
+    units = []
+    for module, named in plan:
+        units.append(Unit(module, named, process_set, _units_made[0]))
+        _units_made[0] += 1
+    state = _Sharded(units)
+    model.register_forward_pre_hook(state.begin_forward)
+    for unit in units:
+        unit.module.register_forward_pre_hook(lambda m, i, u=unit: state.pre_forward(u))
+        unit.module.register_forward_hook(lambda m, i, o, u=unit: state.post_forward(u, o))
+    model.register_forward_hook(state.end_forward)
+    model._kolo_zero = state
+    return model
+
+
+@contextlib.contextmanager
+def full_parameters(model, write_back=False):
+    """Inside, every parameter of the wrapped ``model`` holds its full value
+    (collective: each unit is allgathered). With ``write_back``, changes
+    made inside are kept (each rank takes its own elements)."""
+    state = getattr(model, "_kolo_zero", None)
+    if state is None:
+        yield model
+        return
+    for u in state.units:
+        u.gather()
+        u.pinned = True
+    try:
+        yield model
+        if write_back:
+            for u in state.units:
+                u.write_back()
+    finally:
+        for u in state.units:
+            u.pinned = False
+            u.release()
