@@ -8,6 +8,7 @@ buckets small enough to split parameters between ranks.
 """
 
 import os
+import tempfile
 
 import pytest
 import torch
@@ -60,9 +61,9 @@ OPTIMIZERS = {
 }
 
 
-def train(model, opt, steps=STEPS, passes=1, clip=None):
+def train(model, opt, steps=STEPS, passes=1, clip=None, start=0):
     losses = []
-    for step in range(steps):
+    for step in range(start, start + steps):
         opt.zero_grad()
         for k in range(passes):
             x, y = batch(step * passes + k)
@@ -211,3 +212,116 @@ def test_bad_use():
     with pytest.raises(kolo.MismatchError, match="fc3.weight"):
         zero.DistributedOptimizer(OPTIMIZERS["sgd"](other.parameters()),
                                   named_parameters=other.named_parameters(), stage=2)
+
+
+# --- checkpoints ------------------------------------------------------------------
+
+def shared_dir(process_set=hvd.global_process_set):
+    path = tempfile.mkdtemp(prefix="kolo_zero_") if process_set.rank() == 0 else None
+    return hvd.broadcast_object(path, root_rank=process_set.ranks[0], name="zero.test.dir",
+                                process_set=process_set)
+
+
+def build(stage, kind="adam", process_set=None, model=None):
+    model = model or make_net()
+    if stage == 3:
+        zero.wrap(model, process_set=process_set)
+    opt = zero.DistributedOptimizer(OPTIMIZERS[kind](model.parameters()),
+                                    named_parameters=model.named_parameters(), stage=stage,
+                                    bucket_mb=TINY_MB, process_set=process_set)
+    return model, opt
+
+
+def full_params(model):
+    with zero.full_parameters(model):
+        return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def assert_same(a, b, what):
+    assert sorted(a) == sorted(b), what
+    for name in a:
+        if isinstance(a[name], dict):
+            assert_same(a[name], b[name], "%s %s" % (what, name))
+        else:
+            assert_bits(torch.as_tensor(a[name]), torch.as_tensor(b[name]),
+                        "%s %s" % (what, name))
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_checkpoint_resumes_exactly(stage):
+    path = shared_dir()
+    model, opt = build(stage)
+    train(model, opt, steps=3)
+    zero.save(path, model, opt)
+    train(model, opt, steps=3, start=3)
+    model2, opt2 = build(stage)
+    zero.load(path, model2, opt2)
+    train(model2, opt2, steps=3, start=3)
+    assert_same(full_params(model2), full_params(model), "parameter")
+    assert_same(opt2.gathered_state(), opt.gathered_state(), "state")
+    # A second save replaces the first: one set of shards.
+    zero.save(path, model2, opt2)
+    hvd.barrier()
+    shards = [f for f in os.listdir(path) if f.startswith("shard-")]
+    assert len(shards) == hvd.size(), shards
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_checkpoint_reshards(stage):
+    """Saved by N ranks, loaded by N-1 (a process set); and back."""
+    size = hvd.size()
+    fewer = hvd.add_process_set(list(range(size - 1)))
+    path, back = shared_dir(), shared_dir()
+    model, opt = build(stage)
+    train(model, opt, steps=2)
+    zero.save(path, model, opt)
+    state, params = opt.gathered_state(), full_params(model)
+    if fewer.included():
+        model2, opt2 = build(stage, process_set=fewer)
+        zero.load(path, model2, opt2)
+        assert_same(opt2.gathered_state(), state, "state")
+        assert_same(full_params(model2), params, "parameter")
+        train(model2, opt2, steps=1, start=2)
+        zero.save(back, model2, opt2)
+        state, params = opt2.gathered_state(), full_params(model2)
+    state = hvd.broadcast_object(state, root_rank=0)
+    params = hvd.broadcast_object(params, root_rank=0)
+    model3, opt3 = build(stage)
+    zero.load(back, model3, opt3)
+    assert_same(opt3.gathered_state(), state, "state")
+    assert_same(full_params(model3), params, "parameter")
+    hvd.remove_process_set(fewer)
+
+
+def test_consolidate_gives_plain_state_dicts():
+    path = shared_dir()
+    model, opt = build(3)
+    train(model, opt, steps=2)
+    zero.save(path, model, opt)
+    state, params = opt.gathered_state(), full_params(model)
+    if hvd.rank() == 0:
+        model_sd, _ = zero.consolidate(path)
+        plain = Net().double()
+        plain.load_state_dict(torch.load(os.path.join(path, "consolidated.pt")))
+        assert_same({n: p.detach() for n, p in plain.named_parameters()}, params, "parameter")
+        plain_opt = OPTIMIZERS["adam"](plain.parameters())
+        plain_opt.load_state_dict(torch.load(os.path.join(path, "consolidated.optimizer.pt")))
+        names = {p: n for n, p in plain.named_parameters()}
+        assert_same({names[p]: dict(s) for p, s in plain_opt.state.items()}, state, "state")
+        assert plain_opt.param_groups[0]["lr"] == 0.01
+    hvd.barrier()
+
+
+def test_checkpoint_of_another_model_is_refused():
+    path = shared_dir()
+    model, opt = build(1)
+    zero.save(path, model, opt)
+    other = make_net()
+    other.fc3 = nn.Linear(5, 4).double()
+    model2, opt2 = build(1, model=other)
+    with pytest.raises(kolo.InvalidArgumentError,
+                       match="from another model: parameter 'fc3.weight' is torch.float64 "
+                             "\\[3, 5\\] there and torch.float64 \\[4, 5\\] here"):
+        zero.load(path, model2, opt2)
+    with pytest.raises(kolo.InvalidArgumentError, match="not a kolo.torch.zero checkpoint|cannot read"):
+        zero.load(path + "/missing", model, opt)

@@ -15,3 +15,4 @@ the ranks (ZeRO's stages 1, 2 and 3). See docs/zero.md.
 
 from kolo.torch.zero.optimizer import DistributedOptimizer  # noqa: F401
 from kolo.torch.zero.wrap import full_parameters, wrap  # noqa: F401
+from kolo.torch.zero.checkpoint import consolidate, load, save  # noqa: F401

@@ -37,7 +37,6 @@ dtypes (an allgather) and raise MismatchError naming the first difference.
 
 import collections
 import contextlib
-import itertools
 import math
 
 import torch
@@ -59,7 +58,10 @@ _WINDOW = 2
 # else, so they are refused.
 _NOT_ELEMENTWISE = ("LARS", "LAMB", "Lamb", "Adafactor", "LBFGS", "NovoGrad")
 
-_ids = itertools.count()
+# The next optimizer id. Operation names carry it; the ranks agree on it at
+# construction (the largest proposal), since ranks of different process sets
+# may have built different numbers of optimizers.
+_next_id = [0]
 
 _WHAT = "kolo.torch.zero.DistributedOptimizer"
 
@@ -127,8 +129,10 @@ class _ZeroMixin:
         self._compression = compression
         self._size = process_set.size()
         self._rank = process_set.rank()
-        self._id = next(_ids)
         self._names, trainable = _named(self.param_groups, named_parameters)
+        # The original groups by name (checkpoints: consolidate() rebuilds a
+        # plain optimizer state_dict in this order).
+        self._group_names = [[self._names[p] for p in g["params"]] for g in self.param_groups]
         for name, p, _ in trainable:
             if getattr(p, "_kolo_zero_unit", None) is None:
                 check_flat(p, name)
@@ -151,11 +155,13 @@ class _ZeroMixin:
             self._register_hooks()
 
     def _check_agree(self, trainable):
-        mine = {"stage": self.stage,
+        mine = {"stage": self.stage, "id": _next_id[0],
                 "params": [(n, list(full_shape(p)), str(p.dtype)) for n, p, _ in trainable]}
         everyone = allgather_object(mine, name="zero.DistributedOptimizer.check",
                                     process_set=self.process_set)
         ranks = self.process_set.ranks
+        self._id = max(e["id"] for e in everyone)
+        _next_id[0] = self._id + 1
         first = everyone[0]
         for r, theirs in zip(ranks, everyone):
             if theirs["stage"] != first["stage"]:
@@ -210,6 +216,7 @@ class _ZeroMixin:
         buckets = []
         for i, unit in enumerate(units):
             unit.bucket.index = i
+            unit.name = "zero%d.unit.%d" % (self._id, i)
             unit.bucket.params_grad = [q for q in unit.bucket.params if q.requires_grad]
             buckets.append(unit.bucket)
         return buckets

@@ -48,6 +48,9 @@ class Unit:
         self.module = module
         self.process_set = process_set
         self.uid = uid
+        # Its allgathers' name; the stage-3 optimizer renames it with an id
+        # the ranks agree on.
+        self.name = "zero.unit.%d" % uid
         size, rank = process_set.size(), process_set.rank()
         self.bucket = Bucket(uid, named, size, rank)
         self.bucket.unit = self
@@ -69,7 +72,7 @@ class Unit:
 
     def start_gather(self):
         if self.full is None and self.pending is None:
-            self.pending = comm.start_allgather(self.shard_buf, "zero.unit.%d" % self.uid,
+            self.pending = comm.start_allgather(self.shard_buf, self.name,
                                                 self.process_set)
 
     def gather(self):
