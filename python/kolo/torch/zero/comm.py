@@ -13,7 +13,9 @@
   result is then bit for bit the block of kolo.torch.DistributedOptimizer's
   averaged gradient.
 - ``start_allgather(shard, ...)``: every rank's ``shard`` elements,
-  concatenated in rank order (the padded flat vector).
+  concatenated in rank order (the padded flat vector);
+  ``start_allgather_into(shard, dest, ...)`` writes them into ``dest``
+  (stage 3's unit storage) instead of a new tensor.
 
 Each returns a handle whose ``wait()`` gives the result tensor.
 """
@@ -22,7 +24,9 @@ import os
 
 import torch
 
+from kolo import _native
 from kolo.torch import collectives as C
+from kolo.torch import errors
 
 
 def deterministic():
@@ -77,3 +81,25 @@ def start_reduce_scatter(flat, name, size, process_set, compression):
 def start_allgather(shard, name, process_set):
     h = C.allgather_async(shard, name=name, process_set=process_set)
     return _Handle(h, lambda out: out)
+
+
+def start_allgather_into(shard, dest, name, process_set):
+    """As start_allgather, the result written into the contiguous ``dest``
+    (the runtime's output copied once, straight into place)."""
+    what = "allgather"
+    ps_id = C._ps_id(process_set, what)
+    name = C._op_name(what, name)
+    h, keep, _ = C._allgather_submit(shard, name, ps_id, what)
+    nbytes = dest.numel() * dest.element_size()
+
+    def finish(keep, ids):
+        rows = list(_native.output_shape(ids[0]))[0]  # shard is 1-d: rows = elements
+        if rows * shard.element_size() != nbytes:
+            raise errors.invalid_argument(
+                "allgather '%s': %d elements gathered, the destination holds %d" %
+                (name, rows, dest.numel()))
+        if nbytes:
+            _native.output_into(ids[0], dest.data_ptr(), nbytes)
+        return dest
+
+    return _Handle(C._submitted((h,), name, keep, finish), lambda out: out)

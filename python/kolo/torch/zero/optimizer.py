@@ -144,7 +144,10 @@ class _ZeroMixin:
             self._buckets = split_buckets([(n, p) for n, p, _ in trainable],
                                           int(bucket_mb * 2 ** 20), self._size, self._rank)
         self._install_pieces(trainable)
-        self._handles = {}  # bucket index -> comm handle of its reduce-scatter
+        # Bucket index -> handle of its reduce-scatter, in launch order; the
+        # buckets finished this step.
+        self._handles = collections.OrderedDict()
+        self._done = set()
         self._synchronized = False
         self._grad_accs = []
         self._delay = {p: self.backward_passes_per_step for p in self._zero_params}
@@ -247,8 +250,9 @@ class _ZeroMixin:
                 bucket_of[p] = b
         for b in self._buckets:
             unit = getattr(b, "unit", None)
-            if unit is not None:
-                unit.gather()  # the accumulator records the full shape
+            if unit is not None and not unit.gathered:
+                # expand_as checks the storage: lend it memory (not read).
+                unit.flat.storage().resize_(b.padded)
             with torch.enable_grad():
                 for p in b.params:
                     if not p.requires_grad:
@@ -256,8 +260,8 @@ class _ZeroMixin:
                     grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
                     grad_acc.register_hook(self._make_hook(p, b))
                     self._grad_accs.append(grad_acc)
-            if unit is not None:
-                unit.release()
+            if unit is not None and not unit.gathered:
+                unit.flat.storage().resize_(0)
 
     # --- gradients ----------------------------------------------------------
 
@@ -305,6 +309,15 @@ class _ZeroMixin:
         self._handles[b.index] = comm.start_reduce_scatter(
             flat, "zero%d.grad.%d" % (self._id, b.index), self._size,
             self.process_set, self._compression)
+        # Back-pressure: at most _WINDOW flat copies in flight, so memory
+        # stays bounded when backward outruns the network.
+        while len(self._handles) > _WINDOW:
+            self._finish_oldest()
+
+    def _finish_oldest(self):
+        index = next(iter(self._handles))
+        self._done.add(index)
+        self._finish(self._buckets[index])
 
     def _finish(self, b):
         block = self._handles.pop(b.index).wait()
@@ -333,24 +346,19 @@ class _ZeroMixin:
         hooks did not run); the pieces' ``grad`` then hold the averaged
         gradient of the owned elements."""
         first_error = None
-        pending = []
         for b in self._buckets:
+            if b.index in self._handles or b.index in self._done:
+                continue
             try:
-                if b.index not in self._handles:
-                    self._launch(b)
-                pending.append(b)
-                if self.stage == 1 and len(pending) >= _WINDOW:
-                    self._finish(pending.pop(0))
+                self._launch(b)
             except Exception as e:  # still wait for the others below
-                self._handles.pop(b.index, None)
                 first_error = first_error or e
-        for b in pending + [x for x in self._buckets if x.index in self._handles
-                            and x not in pending]:
+        while self._handles:
             try:
-                self._finish(b)
+                self._finish_oldest()
             except Exception as e:
-                self._handles.pop(b.index, None)
                 first_error = first_error or e
+        self._done = set()
         for p in self._zero_params:
             self._delay[p] = self.backward_passes_per_step
         self._waiting = [len(getattr(b, "params_grad", b.params)) for b in self._buckets]

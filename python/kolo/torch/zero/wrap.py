@@ -6,10 +6,8 @@ becomes a *unit*: its parameters form one bucket (layout.py), of which this
 rank keeps its block (``shard_buf``, ``ceil(total / N)`` elements) and
 nothing else. The parameters themselves stay the same objects (so
 ``model.parameters()``, optimizers built on them and ``named_parameters``
-keep working) but hold an empty tensor while released; gathered, each is a
-view of the unit's allgathered flat vector (``p.data`` is swapped: autograd
-keeps the parameter object, so a saved weight sees the gathered data again
-in backward).
+keep working) and their shapes, but their storage (the unit's flat vector)
+is 0 bytes while released (see Unit).
 
 The hooks:
 - forward pre-hook of a unit: gather it (waiting for its prefetch if one is
@@ -42,7 +40,15 @@ _units_made = [0]
 
 
 class Unit:
-    """One module's parameters, sharded."""
+    """One module's parameters, sharded.
+
+    ``flat`` is the unit's padded flat vector; each parameter's data is a
+    view of it, set once. Released, ``flat``'s storage is resized to 0
+    bytes: the parameters keep their shapes (autograd's accumulators and
+    saved views stay valid) but hold no memory, also where the autograd
+    graph keeps views of them (a linear layer saves its weight's
+    transpose). Gathered, the storage is allocated again and the
+    allgather writes into it, so saved views see the values again."""
 
     def __init__(self, module, named, process_set, uid):
         self.module = module
@@ -54,50 +60,51 @@ class Unit:
         size, rank = process_set.size(), process_set.rank()
         self.bucket = Bucket(uid, named, size, rank)
         self.bucket.unit = self
-        self.shapes = {p: tuple(p.shape) for _, p in named}
         b = self.bucket
-        self.shard_buf = torch.zeros(b.shard, dtype=b.dtype)
-        flat = torch.cat([p.data.reshape(-1) for p in b.params])
-        self.shard_buf[:b.owned].copy_(flat[b.begin:b.end])
-        self._empty = torch.empty(0, dtype=b.dtype)
-        self.full = None
+        self.shapes = {p: tuple(p.shape) for _, p in named}
+        self.flat = torch.zeros(b.padded, dtype=b.dtype)
+        with torch.no_grad():
+            for p, off, n in zip(b.params, b.offsets, b.numels):
+                self.flat[off:off + n].copy_(p.data.reshape(-1))
+                p.data = self.flat[off:off + n].view(self.shapes[p])
+                p._kolo_zero_unit = self
+        self.shard_buf = self.flat[b.begin:b.begin + b.shard].clone()
+        self.gathered = True
         self.pending = None
         self.pinned = False
-        for p in b.params:
-            p._kolo_zero_unit = self
         self.release()
 
     def shape_of(self, p):
         return self.shapes[p]
 
     def start_gather(self):
-        if self.full is None and self.pending is None:
-            self.pending = comm.start_allgather(self.shard_buf, self.name,
-                                                self.process_set)
+        if self.gathered or self.pending is not None:
+            return
+        self.flat.storage().resize_(self.bucket.padded)
+        self.pending = comm.start_allgather_into(self.shard_buf, self.flat, self.name,
+                                                 self.process_set)
 
     def gather(self):
-        if self.full is not None:
+        if self.gathered and self.pending is None:
             return
         self.start_gather()
         pending, self.pending = self.pending, None
-        flat = pending.wait()
-        self.full = flat
-        b = self.bucket
-        for p, off, n in zip(b.params, b.offsets, b.numels):
-            p.data = flat[off:off + n].view(self.shapes[p])
+        pending.wait()
+        self.gathered = True
 
     def release(self):
         if self.pinned:
             return
-        for p in self.bucket.params:
-            p.data = self._empty
-        self.full = None
+        if self.pending is not None:  # never free memory the runtime writes into
+            self.pending.wait()
+            self.pending = None
+        self.flat.storage().resize_(0)
+        self.gathered = False
 
     def write_back(self):
         """The gathered parameters' owned elements into the shard."""
         b = self.bucket
-        flat = torch.cat([p.data.reshape(-1) for p in b.params])
-        self.shard_buf[:b.owned].copy_(flat[b.begin:b.end])
+        self.shard_buf[:b.owned].copy_(self.flat[b.begin:b.end])
 
 
 class _Sharded:
@@ -150,10 +157,7 @@ class _Sharded:
     def end_backward(self):
         self.callback_queued = False
         for u in self.units:
-            if u.pending is not None:  # a prefetch backward did not use
-                u.pending.wait()
-                u.pending = None
-            u.release()
+            u.release()  # also waits for a prefetch backward did not use
 
 
 def _tensors(output):
