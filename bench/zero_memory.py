@@ -83,6 +83,8 @@ def measure(stage, bucket_mb):
             if stage == 3:
                 params = [u.shard_buf for u in model._kolo_zero.units]
         at_grads = storage_bytes(params + grads)
+        del params, grads  # no reference of the bench's own may outlive the step
+        shards = None
         with opt.skip_synchronize():
             opt.step()
         opt_state = storage_bytes([v for s in opt.state.values() for v in s.values()
