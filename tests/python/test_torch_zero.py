@@ -189,6 +189,22 @@ def test_stage3_releases_parameters():
     opt.step()
     with zero.full_parameters(model):
         assert model.fc1.weight.shape == (13, 7)
+    # From the second forward on, a unit's forward finds the next unit's
+    # allgather started (prefetch), and at most two units hold memory.
+    units = model._kolo_zero.units
+    seen = []
+
+    def check(module, inputs):
+        held_units = [u for u in units if u.flat.storage().size()]
+        seen.append((module, len(held_units)))
+        if module is model.fc1:
+            nxt = units[1]
+            assert nxt.pending is not None or nxt.gathered, "fc2 not prefetched"
+
+    for m in (model.fc1, model.fc2, model.fc3):
+        m.register_forward_pre_hook(check)
+    model(x).sum().backward()
+    assert len(seen) == 3 and max(n for _, n in seen) <= 2, seen
 
 
 def test_bad_use():

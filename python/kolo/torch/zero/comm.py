@@ -18,6 +18,8 @@
   (stage 3's unit storage) instead of a new tensor.
 
 Each returns a handle whose ``wait()`` gives the result tensor.
+``sent_bytes[0]`` counts what this rank sends for them (the ring's and the
+alltoall's (n-1)/n of the vector; bench/zero_speed.py reports it per step).
 """
 
 import os
@@ -36,6 +38,13 @@ def deterministic():
         return int(value) != 0
     except ValueError:
         return False
+
+
+sent_bytes = [0]
+
+
+def _count(tensor, size, fraction_of):
+    sent_bytes[0] += tensor.numel() * tensor.element_size() * (size - 1) // fraction_of
 
 
 class _Handle:
@@ -69,6 +78,7 @@ def _rank_order_average(received, size):
 def start_reduce_scatter(flat, name, size, process_set, compression):
     """flat: the padded flat gradient (a multiple of ``size`` elements)."""
     compressed, ctx = compression.compress(flat)
+    _count(compressed, size, size)
     if deterministic() and size > 1:
         h = C.alltoall_async(compressed, name=name, process_set=process_set)
         return _Handle(h, lambda out: compression.decompress(
@@ -79,6 +89,7 @@ def start_reduce_scatter(flat, name, size, process_set, compression):
 
 
 def start_allgather(shard, name, process_set):
+    _count(shard, process_set.size(), 1)
     h = C.allgather_async(shard, name=name, process_set=process_set)
     return _Handle(h, lambda out: out)
 
@@ -86,6 +97,7 @@ def start_allgather(shard, name, process_set):
 def start_allgather_into(shard, dest, name, process_set):
     """As start_allgather, the result written into the contiguous ``dest``
     (the runtime's output copied once, straight into place)."""
+    _count(shard, process_set.size(), 1)
     what = "allgather"
     ps_id = C._ps_id(process_set, what)
     name = C._op_name(what, name)
