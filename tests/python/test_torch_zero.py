@@ -343,3 +343,32 @@ def test_checkpoint_of_another_model_is_refused():
         zero.load(path, model2, opt2)
     with pytest.raises(kolo.InvalidArgumentError, match="not a kolo.torch.zero checkpoint|cannot read"):
         zero.load(path + "/missing", model, opt)
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_fp16_compression(stage):
+    """Gradients travel as float16, as kolo.torch.DistributedOptimizer's do."""
+    def run(make):
+        torch.manual_seed(0)
+        model = Net().float()
+        opt = make(model)
+        for step in range(3):
+            x, y = batch(step)
+            opt.zero_grad()
+            ((model(x.float()) - y.float()) ** 2).mean().backward()
+            opt.step()
+        return full_params(model)
+
+    ref = run(lambda m: hvd.DistributedOptimizer(
+        torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters(),
+        compression=hvd.Compression.fp16))
+
+    def sharded_opt(m):
+        if stage == 3:
+            zero.wrap(m)
+        return zero.DistributedOptimizer(
+            torch.optim.SGD(m.parameters(), lr=0.1), named_parameters=m.named_parameters(),
+            stage=stage, bucket_mb=TINY_MB, compression=hvd.Compression.fp16)
+
+    got = run(sharded_opt)
+    assert_same(got, ref, "parameter")
