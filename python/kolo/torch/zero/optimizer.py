@@ -6,17 +6,17 @@ wrapped optimizer's state for those elements only: the wrapped optimizer's
 param groups hold *pieces*, 1-d views of the owned elements, with the
 groups' own hyperparameters, so LR schedulers keep working.
 
-- Stage 1: backward fills ``p.grad`` as usual. ``synchronize()`` (called by
-  ``step()``) reduce-scatters each bucket's flat gradient (comm.py), writes
-  the averaged block into the owned slice of ``p.grad`` (so no memory beyond
-  the full gradients), steps the pieces and allgathers each bucket's updated
-  elements into every rank's parameters. Bytes per step: one reduce-scatter
-  plus one allgather, one allreduce's worth.
-- Stage 2: as 1, but a hook on each parameter's gradient accumulator counts
-  the bucket's parameters; when backward has produced the last of them, the
-  bucket's gradients are flattened, ``p.grad`` is freed and the
-  reduce-scatter starts while backward goes on. Each rank keeps only its
-  block of the averaged gradient.
+- Stage 1: backward fills ``p.grad`` as usual. A hook on each parameter's
+  gradient accumulator counts the bucket's parameters; when backward has
+  produced the last of them, the bucket's gradients are flattened and its
+  reduce-scatter (comm.py) starts while backward goes on. ``synchronize()``
+  (called by ``step()``) writes each averaged block into the owned slice of
+  ``p.grad`` (so no memory beyond the full gradients); the step updates the
+  pieces and each bucket's updated elements are allgathered into every
+  rank's parameters. Bytes per step: one reduce-scatter plus one
+  allgather, one allreduce's worth.
+- Stage 2: as 1, and ``p.grad`` is freed once flattened: each rank keeps
+  only its block of the averaged gradient.
 - Stage 3: as 2, and the parameters are sharded too: ``wrap(model)``
   (wrap.py) turns each module that owns parameters into a unit (a bucket)
   whose full parameters exist only between the allgather before its forward
@@ -154,8 +154,7 @@ class _ZeroMixin:
         # Gradients still to come, per bucket.
         self._waiting = [len(getattr(b, "params_grad", b.params)) for b in self._buckets]
         self._seen = [0] * len(self._buckets)                  # stage 3: this pass
-        if stage >= 2:
-            self._register_hooks()
+        self._register_hooks()
 
     def _check_agree(self, trainable):
         mine = {"stage": self.stage, "id": _next_id[0],
