@@ -34,7 +34,22 @@ void waitAll(const std::vector<HandlePtr>& handles) {
   if (first) std::rethrow_exception(first);
 }
 
-// Allgathers `bytes` (any length per rank); returns each rank's bytes.
+// "float32 [10, 5]" per name, in the list's order.
+std::vector<std::pair<std::string, std::string>> parseDescriptor(
+    const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t tab = line.find('\t');
+    if (tab == std::string::npos) continue;
+    out.emplace_back(line.substr(0, tab), line.substr(tab + 1));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::string> allgatherStrings(runtime::Runtime& rt, const std::string& name,
                                           const std::string& bytes, int size) {
   int64_t length = static_cast<int64_t>(bytes.size());
@@ -68,22 +83,6 @@ std::vector<std::string> allgatherStrings(runtime::Runtime& rt, const std::strin
   }
   return out;
 }
-
-// "float32 [10, 5]" per name, in the list's order.
-std::vector<std::pair<std::string, std::string>> parseDescriptor(
-    const std::string& text) {
-  std::vector<std::pair<std::string, std::string>> out;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t tab = line.find('\t');
-    if (tab == std::string::npos) continue;
-    out.emplace_back(line.substr(0, tab), line.substr(tab + 1));
-  }
-  return out;
-}
-
-}  // namespace
 
 NamedTensors namedTensors(
     const ::torch::OrderedDict<std::string, ::torch::Tensor>& dict) {

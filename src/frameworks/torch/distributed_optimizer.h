@@ -59,6 +59,11 @@ using NamedTensors = std::vector<std::pair<std::string, ::torch::Tensor>>;
 // module->named_parameters() (or named_buffers()) as a NamedTensors list.
 NamedTensors namedTensors(const ::torch::OrderedDict<std::string, ::torch::Tensor>& dict);
 
+// Allgathers `bytes` (any length per rank) as operations named `name`/...;
+// returns each rank's bytes in rank order. Collective; blocks.
+std::vector<std::string> allgatherStrings(runtime::Runtime& rt, const std::string& name,
+                                          const std::string& bytes, int size);
+
 // The kolo dtype of a tensor's scalar type; Error(kInvalidArgument)
 // naming `what` for types kolo does not reduce (bool, complex, ...).
 DataType toKoloType(::torch::ScalarType type, const std::string& what);

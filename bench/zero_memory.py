@@ -1,0 +1,144 @@
+"""Memory per rank of sharded data parallelism (kolo.torch.zero), against
+the formulas of docs/zero.md, for a float32 model of Ψ >= 50 M parameters
+trained with Adam.
+
+One configuration per job (peak RSS only grows):
+
+  build/bin/kolorun -np 4 /usr/bin/python3 bench/zero_memory.py --stage 2
+
+``--stage 0`` is plain data parallelism (kolo.torch.DistributedOptimizer).
+``--driver`` runs every stage at N = 2 and 4 and prints a table (run from
+the build tree's parent with PYTHONPATH=build/python).
+
+What is measured on each rank, after two training steps:
+- state bytes: the distinct storages of the parameters, gradients (at their
+  largest: after synchronize(), before step()) and optimizer state;
+- peak RSS (ru_maxrss) minus the RSS before the model was built, which adds
+  the transients: flat bucket copies, allgather outputs, activations, and
+  for stage 3 the gathered units.
+Formulas (bytes): plain 16Ψ; stage 1: 4Ψ + 4Ψ + 8Ψ/N; stage 2: 4Ψ + 12Ψ/N;
+stage 3: 16Ψ/N plus the gathered units (the largest and the prefetched next).
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+
+WIDTH, LAYERS = 1024, 48   # 48 x (1024*1024 + 1024) = 50.38 M parameters
+BATCH = 8
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_bytes():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def storage_bytes(tensors):
+    seen = {}
+    for t in tensors:
+        if t is None or t.numel() == 0:
+            continue
+        s = t.storage()
+        seen[s.data_ptr()] = s.nbytes() if hasattr(s, "nbytes") else s.size() * t.element_size()
+    return sum(seen.values())
+
+
+def measure(stage, bucket_mb):
+    import torch
+    import kolo.torch as hvd
+    from kolo.torch import zero
+    hvd.init()
+    torch.set_num_threads(1)
+    base = rss_bytes()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
+    psi = sum(p.numel() for p in model.parameters())
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model)
+    if stage == 3:
+        zero.wrap(model)
+    adam = torch.optim.Adam(model.parameters(), lr=1e-4)
+    if stage == 0:
+        opt = hvd.DistributedOptimizer(adam, named_parameters=model.named_parameters())
+    else:
+        opt = zero.DistributedOptimizer(adam, named_parameters=model.named_parameters(),
+                                        stage=stage, bucket_mb=bucket_mb)
+    state = 0
+    for step in range(2):
+        x = torch.randn(BATCH, WIDTH)
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.synchronize()
+        params = [p for p in model.parameters()]
+        grads = [p.grad for p in params]
+        if stage:
+            shards = [t for g in opt.param_groups for t in g["params"]]
+            grads += [t.grad for t in shards]
+            if stage == 3:
+                params = [u.shard_buf for u in model._kolo_zero.units]
+        at_grads = storage_bytes(params + grads)
+        del params, grads  # no reference of the bench's own may outlive the step
+        shards = None
+        with opt.skip_synchronize():
+            opt.step()
+        opt_state = storage_bytes([v for s in opt.state.values() for v in s.values()
+                                   if isinstance(v, torch.Tensor) and v.dim() > 0])
+        state = max(state, at_grads + opt_state)
+    n = hvd.size()
+    formula = {0: 16 * psi, 1: 8 * psi + 8 * psi / n, 2: 4 * psi + 12 * psi / n,
+               3: 16 * psi / n}[stage]
+    window = 2 * 4 * largest if stage == 3 else 0
+    out = {"stage": stage, "ranks": n, "rank": hvd.rank(), "psi": psi,
+           "formula_mb": formula / 2 ** 20, "window_mb": window / 2 ** 20,
+           "state_mb": state / 2 ** 20, "peak_rss_mb": (peak_bytes() - base) / 2 ** 20}
+    print("ZERO_MEMORY " + json.dumps(out), flush=True)
+
+
+def driver(args):
+    here = os.path.dirname(os.path.abspath(__file__))
+    kolorun = os.path.join(args.build, "bin", "kolorun")
+    rows = []
+    for n in (2, 4):
+        for stage in (0, 1, 2, 3):
+            cmd = [kolorun, "-np", str(n), sys.executable, os.path.join(here, "zero_memory.py"),
+                   "--stage", str(stage), "--bucket-mb", str(args.bucket_mb)]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+            got = [json.loads(l.split("ZERO_MEMORY ", 1)[1]) for l in out.splitlines()
+                   if "ZERO_MEMORY " in l]
+            worst = max(got, key=lambda g: g["peak_rss_mb"])
+            worst["state_mb"] = max(g["state_mb"] for g in got)
+            rows.append(worst)
+            print(json.dumps(worst), flush=True)
+    print("| N | stage | formula MB | state MB (ratio) | peak RSS MB (ratio to formula"
+          " + gathered units) |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        target = r["formula_mb"] + r["window_mb"]
+        print("| %d | %s | %.0f%s | %.0f (%.3f) | %.0f (%.3f) |" % (
+            r["ranks"], r["stage"] or "plain", r["formula_mb"],
+            " + %.0f" % r["window_mb"] if r["window_mb"] else "",
+            r["state_mb"], r["state_mb"] / r["formula_mb"], r["peak_rss_mb"],
+            r["peak_rss_mb"] / target))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--stage", type=int, default=1)
+    ap.add_argument("--bucket-mb", type=float, default=25)
+    ap.add_argument("--driver", action="store_true")
+    ap.add_argument("--build", default="build")
+    args = ap.parse_args()
+    if args.driver:
+        driver(args)
+    else:
+        measure(args.stage, args.bucket_mb)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+// kolo::torch::zero::DistributedOptimizer with ranks as threads:
+// - stages 1 and 2 give the parameters and the optimizer state of
+//   kolo::torch::DistributedOptimizer bit for bit (float64, 2 ranks, SGD
+//   with momentum and Adam, sizes that do not divide by the rank count,
+//   buckets that split parameters between ranks), also with gradient
+//   accumulation;
+// - each rank's optimizer state covers ceil(total / N) elements per bucket;
+// - clipGradNorm clips by the global norm;
+// - bad use: stage 3, stages mixed across ranks, a parameter not named.
+#include <gtest/gtest.h>
+
+#include "frameworks/torch/distributed_optimizer.h"
+#include "frameworks/torch/zero_optimizer.h"
+#include "support/comm_world.h"
+
+namespace {
+
+struct ZNetImpl : ::torch::nn::Module {
+  ZNetImpl() {
+    fc1 = register_module("fc1", ::torch::nn::Linear(7, 13));
+    fc2 = register_module("fc2", ::torch::nn::Linear(13, 3));
+  }
+  ::torch::Tensor forward(const ::torch::Tensor& x) { return fc2(::torch::tanh(fc1(x))); }
+  ::torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(ZNet);
+
+}  // namespace
+
+namespace kolo::torch {
+namespace {
+
+constexpr double kTinyMb = 40 * 8 / 1048576.0;  // 40 float64: buckets split parameters
+
+std::shared_ptr<Communicator> borrow(Communicator& c) {
+  return std::shared_ptr<Communicator>(&c, [](Communicator*) {});
+}
+
+const ZNet& initialNet();
+
+void withContexts(int n, const std::function<void(std::shared_ptr<Context>)>& fn) {
+  ::torch::set_num_threads(1);
+  initialNet();
+  test::withCommunicators(n, test::testSettings(), [&](Communicator& c) {
+    runtime::RuntimeOptions o;
+    o.cycleTimeMs = 0.5;
+    o.stallWarningSeconds = 0;
+    auto ctx = Context::create(borrow(c), o);
+    fn(std::shared_ptr<Context>(ctx.get(), [](Context*) {}));
+  });
+}
+
+// The initial parameters, made once on the test's thread (the global
+// generator is shared by the rank threads).
+const ZNet& initialNet() {
+  static const ZNet net = [] {
+    ::torch::manual_seed(3);
+    ZNet n;
+    n->to(::torch::kDouble);
+    return n;
+  }();
+  return net;
+}
+
+// A copy of the initial network.
+ZNet makeNet() {
+  ZNet net;
+  net->to(::torch::kDouble);
+  ::torch::NoGradGuard g;
+  auto src = initialNet()->named_parameters();
+  for (auto& item : net->named_parameters()) item.value().copy_(src[item.key()]);
+  return net;
+}
+
+std::pair<::torch::Tensor, ::torch::Tensor> batch(int step, int rank) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(500 + step * 16 + rank);
+  auto opts = ::torch::TensorOptions().dtype(::torch::kDouble);
+  return {::torch::randn({4, 7}, gen, opts), ::torch::randn({4, 3}, gen, opts)};
+}
+
+std::unique_ptr<::torch::optim::Optimizer> makeOptimizer(bool adam, ZNet& net) {
+  if (adam) {
+    return std::make_unique<::torch::optim::Adam>(
+        net->parameters(), ::torch::optim::AdamOptions(0.01).weight_decay(1e-3));
+  }
+  return std::make_unique<::torch::optim::SGD>(
+      net->parameters(), ::torch::optim::SGDOptions(0.05).momentum(0.9));
+}
+
+template <class Opt>
+void train(ZNet& net, Opt& opt, int rank, int steps, int passes) {
+  for (int s = 0; s < steps; ++s) {
+    opt.zeroGrad();
+    for (int k = 0; k < passes; ++k) {
+      auto [x, y] = batch(s * passes + k, rank);
+      ::torch::mse_loss(net->forward(x), y).backward();
+    }
+    opt.step();
+  }
+}
+
+// The state entries of one parameter (SGD: momentum; Adam: moments, step).
+std::vector<::torch::Tensor> stateOf(::torch::optim::Optimizer& opt, const ::torch::Tensor& p,
+                                     bool adam) {
+  auto& entry = *opt.state().at(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  if (adam) {
+    auto& s = static_cast<::torch::optim::AdamParamState&>(entry);
+    return {s.exp_avg().reshape({-1}), s.exp_avg_sq().reshape({-1}),
+            ::torch::tensor({static_cast<double>(s.step())})};
+  }
+  return {static_cast<::torch::optim::SGDParamState&>(entry).momentum_buffer().reshape({-1})};
+}
+
+class ZeroExactTest : public ::testing::TestWithParam<std::tuple<bool, int, int>> {};
+
+TEST_P(ZeroExactTest, EqualsDistributedOptimizerBitForBit) {
+  const auto [adam, stage, passes] = GetParam();
+  withContexts(2, [&, adam = adam, stage = stage, passes = passes](std::shared_ptr<Context> ctx) {
+    ZNet ref = makeNet();
+    auto refInner = makeOptimizer(adam, ref);
+    DistributedOptimizerOptions refOptions;
+    refOptions.backwardPassesPerStep = passes;
+    DistributedOptimizer refOpt(*refInner, ref->named_parameters(), ctx, refOptions);
+    train(ref, refOpt, ctx->rank(), 12, passes);
+
+    ZNet net = makeNet();
+    auto inner = makeOptimizer(adam, net);
+    zero::Options options;
+    options.stage = stage;
+    options.bucketMb = kTinyMb;
+    options.backwardPassesPerStep = passes;
+    zero::DistributedOptimizer opt(*inner, net->named_parameters(), ctx, options);
+    train(net, opt, ctx->rank(), 12, passes);
+
+    auto refParams = ref->named_parameters();
+    for (auto& item : net->named_parameters()) {
+      EXPECT_TRUE(::torch::equal(item.value(), refParams[item.key()]))
+          << "rank " << ctx->rank() << " stage " << stage << ": " << item.key();
+    }
+    int64_t owned = 0;
+    for (const auto& piece : opt.pieces()) {
+      owned += piece.end - piece.begin;
+      auto mine = stateOf(*inner, piece.view, adam);
+      auto full = stateOf(*refInner, refParams[piece.name], adam);
+      for (size_t i = 0; i < mine.size(); ++i) {
+        auto expect = full[i].numel() == 1 && mine[i].numel() == 1
+                          ? full[i]
+                          : full[i].narrow(0, piece.begin, piece.end - piece.begin);
+        EXPECT_TRUE(::torch::equal(mine[i], expect))
+            << "state " << i << " of " << piece.name << " [" << piece.begin << ", "
+            << piece.end << ")";
+      }
+    }
+    const int64_t total = 7 * 13 + 13 + 13 * 3 + 3;
+    EXPECT_LE(owned, total / 2 + 8);  // ceil(bucket / 2) per bucket
+    EXPECT_GT(owned, 0);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroExactTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(1, 2),
+                                            ::testing::Values(1, 2)));
+
+TEST(ZeroOptimizerTest, ClipsByTheGlobalNorm) {
+  withContexts(2, [](std::shared_ptr<Context> ctx) {
+    ZNet ref = makeNet();
+    ::torch::optim::SGD refInner(ref->parameters(), ::torch::optim::SGDOptions(0.1));
+    DistributedOptimizer refOpt(refInner, ref->named_parameters(), ctx);
+    ZNet net = makeNet();
+    ::torch::optim::SGD inner(net->parameters(), ::torch::optim::SGDOptions(0.1));
+    zero::Options options;
+    options.stage = 2;
+    options.bucketMb = kTinyMb;
+    zero::DistributedOptimizer opt(inner, net->named_parameters(), ctx, options);
+    auto [x, y] = batch(0, ctx->rank());
+    ::torch::mse_loss(ref->forward(x), y).backward();
+    ::torch::mse_loss(net->forward(x), y).backward();
+    refOpt.synchronize();
+    const double refNorm = ::torch::nn::utils::clip_grad_norm_(ref->parameters(), 0.01);
+    refOpt.step();
+    const double norm = opt.clipGradNorm(0.01);
+    opt.step();
+    EXPECT_NEAR(norm, refNorm, 1e-12 * refNorm);
+    auto refParams = ref->named_parameters();
+    for (auto& item : net->named_parameters()) {
+      EXPECT_TRUE(::torch::allclose(item.value(), refParams[item.key()], 1e-12, 1e-14))
+          << item.key();
+    }
+  });
+}
+
+TEST(ZeroOptimizerTest, BadUseFailsClearly) {
+  withContexts(2, [](std::shared_ptr<Context> ctx) {
+    ZNet net = makeNet();
+    ::torch::optim::SGD inner(net->parameters(), ::torch::optim::SGDOptions(0.1));
+    zero::Options three;
+    three.stage = 3;
+    try {
+      zero::DistributedOptimizer opt(inner, net->named_parameters(), ctx, three);
+      ADD_FAILURE() << "stage 3 accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("stage must be 1 or 2"), std::string::npos);
+    }
+    NamedTensors some = namedTensors(net->named_parameters());
+    some.pop_back();
+    try {
+      zero::DistributedOptimizer opt(inner, some, ctx);
+      ADD_FAILURE() << "an unnamed parameter accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("is not in namedParameters"), std::string::npos);
+    }
+    zero::Options mixed;
+    mixed.stage = ctx->rank() == 0 ? 1 : 2;
+    try {
+      zero::DistributedOptimizer opt(inner, net->named_parameters(), ctx, mixed);
+      ADD_FAILURE() << "mixed stages accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kMismatch);
+      EXPECT_NE(std::string(e.what()).find("stage 1 on rank 0 but stage 2 on rank 1"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
+}  // namespace
+}  // namespace kolo::torch
