@@ -42,6 +42,7 @@ echo "torch2-tests: [1/3] $VENV has torch $TORCH"
 [ "$SETUP_ONLY" = 1 ] && exit 0
 
 echo "torch2-tests: [2/3] building kolo against torch $TORCH in $BUILD"
+mkdir -p "$BUILD"
 launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
@@ -58,10 +59,10 @@ cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${launc
   -DCMAKE_PREFIX_PATH="$("$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')" \
   -DCMAKE_EXE_LINKER_FLAGS="$LINK_FLAGS" -DCMAKE_SHARED_LINKER_FLAGS="$LINK_FLAGS" \
   -DCMAKE_MODULE_LINKER_FLAGS="$LINK_FLAGS" \
-  >"$BUILD.configure.log" 2>&1 || { tail -30 "$BUILD.configure.log" >&2; exit 1; }
-grep -q "kolo.torch._tensor_reader for torch $TORCH" "$BUILD.configure.log" ||
+  >"$BUILD/configure.log" 2>&1 || { tail -30 "$BUILD/configure.log" >&2; exit 1; }
+grep -q "kolo.torch._tensor_reader for torch $TORCH" "$BUILD/configure.log" ||
   { echo "torch2-tests: the tensor reader is not configured for torch $TORCH:" >&2;
-    grep 'kolo:' "$BUILD.configure.log" >&2; exit 1; }
+    grep 'kolo:' "$BUILD/configure.log" >&2; exit 1; }
 ninja -C "$BUILD" -j"$(getconf _NPROCESSORS_ONLN)"
 
 echo "torch2-tests: [3/3] ctest -L 'python|torch' on torch $TORCH"
