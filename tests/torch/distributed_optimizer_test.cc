@@ -16,7 +16,7 @@
 
 #include "frameworks/torch/distributed_optimizer.h"
 #include "frameworks/torch/lars.h"
-#include "frameworks/torch/optimizer_state_key.h"
+#include "frameworks/torch/torch_versions.h"
 #include "support/comm_world.h"
 
 // The test model, outside namespace kolo::torch: libtorch's TORCH_MODULE

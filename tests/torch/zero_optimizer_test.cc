@@ -100,61 +100,63 @@ void train(ZNet& net, Opt& opt, int rank, int steps, int passes) {
 }
 
 // The state entries of one parameter (SGD: momentum; Adam: moments, step).
-std::vector<::torch::Tensor> stateOf(::torch::optim::Optimizer& opt, const ::torch::Tensor& p,
-                                     bool adam) {
-  auto& entry = *opt.state().at(c10::guts::to_string(p.unsafeGetTensorImpl()));
+std::vector<::torch::Tensor> stateOf(::torch::optim::Optimizer& opt,
+                                     const ::torch::Tensor& p, bool adam) {
+  auto& entry = *opt.state().at(optimizerStateKey(opt, p));
   if (adam) {
     auto& s = static_cast<::torch::optim::AdamParamState&>(entry);
     return {s.exp_avg().reshape({-1}), s.exp_avg_sq().reshape({-1}),
             ::torch::tensor({static_cast<double>(s.step())})};
   }
-  return {static_cast<::torch::optim::SGDParamState&>(entry).momentum_buffer().reshape({-1})};
+  return {
+      static_cast<::torch::optim::SGDParamState&>(entry).momentum_buffer().reshape({-1})};
 }
 
 class ZeroExactTest : public ::testing::TestWithParam<std::tuple<bool, int, int>> {};
 
 TEST_P(ZeroExactTest, EqualsDistributedOptimizerBitForBit) {
   const auto [adam, stage, passes] = GetParam();
-  withContexts(2, [&, adam = adam, stage = stage, passes = passes](std::shared_ptr<Context> ctx) {
-    ZNet ref = makeNet();
-    auto refInner = makeOptimizer(adam, ref);
-    DistributedOptimizerOptions refOptions;
-    refOptions.backwardPassesPerStep = passes;
-    DistributedOptimizer refOpt(*refInner, ref->named_parameters(), ctx, refOptions);
-    train(ref, refOpt, ctx->rank(), 12, passes);
+  withContexts(
+      2, [&, adam = adam, stage = stage, passes = passes](std::shared_ptr<Context> ctx) {
+        ZNet ref = makeNet();
+        auto refInner = makeOptimizer(adam, ref);
+        DistributedOptimizerOptions refOptions;
+        refOptions.backwardPassesPerStep = passes;
+        DistributedOptimizer refOpt(*refInner, ref->named_parameters(), ctx, refOptions);
+        train(ref, refOpt, ctx->rank(), 12, passes);
 
-    ZNet net = makeNet();
-    auto inner = makeOptimizer(adam, net);
-    zero::Options options;
-    options.stage = stage;
-    options.bucketMb = kTinyMb;
-    options.backwardPassesPerStep = passes;
-    zero::DistributedOptimizer opt(*inner, net->named_parameters(), ctx, options);
-    train(net, opt, ctx->rank(), 12, passes);
+        ZNet net = makeNet();
+        auto inner = makeOptimizer(adam, net);
+        zero::Options options;
+        options.stage = stage;
+        options.bucketMb = kTinyMb;
+        options.backwardPassesPerStep = passes;
+        zero::DistributedOptimizer opt(*inner, net->named_parameters(), ctx, options);
+        train(net, opt, ctx->rank(), 12, passes);
 
-    auto refParams = ref->named_parameters();
-    for (auto& item : net->named_parameters()) {
-      EXPECT_TRUE(::torch::equal(item.value(), refParams[item.key()]))
-          << "rank " << ctx->rank() << " stage " << stage << ": " << item.key();
-    }
-    int64_t owned = 0;
-    for (const auto& piece : opt.pieces()) {
-      owned += piece.end - piece.begin;
-      auto mine = stateOf(*inner, piece.view, adam);
-      auto full = stateOf(*refInner, refParams[piece.name], adam);
-      for (size_t i = 0; i < mine.size(); ++i) {
-        auto expect = full[i].numel() == 1 && mine[i].numel() == 1
-                          ? full[i]
-                          : full[i].narrow(0, piece.begin, piece.end - piece.begin);
-        EXPECT_TRUE(::torch::equal(mine[i], expect))
-            << "state " << i << " of " << piece.name << " [" << piece.begin << ", "
-            << piece.end << ")";
-      }
-    }
-    const int64_t total = 7 * 13 + 13 + 13 * 3 + 3;
-    EXPECT_LE(owned, total / 2 + 8);  // ceil(bucket / 2) per bucket
-    EXPECT_GT(owned, 0);
-  });
+        auto refParams = ref->named_parameters();
+        for (auto& item : net->named_parameters()) {
+          EXPECT_TRUE(::torch::equal(item.value(), refParams[item.key()]))
+              << "rank " << ctx->rank() << " stage " << stage << ": " << item.key();
+        }
+        int64_t owned = 0;
+        for (const auto& piece : opt.pieces()) {
+          owned += piece.end - piece.begin;
+          auto mine = stateOf(*inner, piece.view, adam);
+          auto full = stateOf(*refInner, refParams[piece.name], adam);
+          for (size_t i = 0; i < mine.size(); ++i) {
+            auto expect = full[i].numel() == 1 && mine[i].numel() == 1
+                              ? full[i]
+                              : full[i].narrow(0, piece.begin, piece.end - piece.begin);
+            EXPECT_TRUE(::torch::equal(mine[i], expect))
+                << "state " << i << " of " << piece.name << " [" << piece.begin << ", "
+                << piece.end << ")";
+          }
+        }
+        const int64_t total = 7 * 13 + 13 + 13 * 3 + 3;
+        EXPECT_LE(owned, total / 2 + 8);  // ceil(bucket / 2) per bucket
+        EXPECT_GT(owned, 0);
+      });
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroExactTest,
@@ -208,7 +210,8 @@ TEST(ZeroOptimizerTest, BadUseFailsClearly) {
       zero::DistributedOptimizer opt(inner, some, ctx);
       ADD_FAILURE() << "an unnamed parameter accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("is not in namedParameters"), std::string::npos);
+      EXPECT_NE(std::string(e.what()).find("is not in namedParameters"),
+                std::string::npos);
     }
     zero::Options mixed;
     mixed.stage = ctx->rank() == 0 ? 1 : 2;

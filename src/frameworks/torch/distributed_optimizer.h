@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "frameworks/torch/context.h"
+#include "frameworks/torch/torch_versions.h"
 
 namespace kolo::torch {
 
@@ -112,10 +113,7 @@ class DistributedOptimizer {
   struct Param {
     std::string name;
     ::torch::Tensor tensor;
-    // kept alive; a std::shared_ptr in torch 1.x, a c10::intrusive_ptr in
-    // torch 2.x: the type grad_accumulator returns in the torch built against.
-    decltype(::torch::autograd::impl::grad_accumulator(
-        std::declval<at::Tensor>())) accumulator;
+    GradAccumulatorPtr accumulator;  // kept alive
     uintptr_t hookKey = 0;
     int passes = 0;             // backward passes since the last reduction
     runtime::HandlePtr handle;  // pending reduction

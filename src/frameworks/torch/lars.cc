@@ -1,6 +1,6 @@
 #include "frameworks/torch/lars.h"
 
-#include "frameworks/torch/optimizer_state_key.h"
+#include "frameworks/torch/torch_versions.h"
 
 #include <torch/optim/serialize.h>
 

@@ -55,7 +55,7 @@
 namespace kolo::torch::zero {
 
 struct Options {
-  int stage = 1;       // 1 or 2
+  int stage = 1;  // 1 or 2
   double bucketMb = 25;
   int backwardPassesPerStep = 1;
 };
@@ -104,7 +104,7 @@ class DistributedOptimizer {
     ::torch::Tensor tensor;
     size_t bucket = 0;
     int passes = 0;
-    std::shared_ptr<::torch::autograd::Node> accumulator;
+    GradAccumulatorPtr accumulator;  // kept alive
     uintptr_t hookKey = 0;
   };
   struct Bucket {
