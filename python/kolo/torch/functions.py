@@ -156,13 +156,14 @@ def broadcast_optimizer_state(optimizer, root_rank, process_set=global_process_s
 
 def _initialize_state(optimizer):
     """One step of the wrapped optimizer (never the distributed step, which
-    would reduce gradients) with zero gradients, to create its state. The
-    step leaves no other trace: the parameters and gradients are put back as
-    they were (a gradient left by an interrupted step, or weight decay,
-    would otherwise move the parameters, differently on each rank)."""
+    would reduce gradients) with zero gradients, to create its state. As in
+    Horovod every gradient is a zero tensor afterwards (a gradient left by an
+    interrupted step must not move the parameters, differently on each rank);
+    beyond Horovod the parameters are put back as they were, so weight decay
+    does not move them either."""
     params = [p for group in optimizer.param_groups for p in group["params"]
               if p.requires_grad]
-    saved = [(p, p.detach().clone(), p.grad) for p in params]
+    saved = [(p, p.detach().clone()) for p in params]
     for p in params:
         p.grad = torch.zeros_like(p)
         if isinstance(optimizer, torch.optim.SparseAdam):
@@ -170,9 +171,8 @@ def _initialize_state(optimizer):
     step = getattr(optimizer, "_kolo_local_step", optimizer.step)
     step()
     with torch.no_grad():
-        for p, data, grad in saved:
+        for p, data in saved:
             p.copy_(data)
-            p.grad = grad
 
 
 def metric_average(value, name=None, process_set=global_process_set):
