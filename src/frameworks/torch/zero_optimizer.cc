@@ -78,8 +78,9 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
                      << " and bucketMb " << options_.bucketMb << " must be positive");
   }
   if (!optimizer_.state().empty()) {
-    KOLO_THROW(ErrorCode::kInvalidArgument,
-               kWhat << ": the optimizer already has state; wrap it before its first step");
+    KOLO_THROW(
+        ErrorCode::kInvalidArgument,
+        kWhat << ": the optimizer already has state; wrap it before its first step");
   }
   std::map<const void*, std::string> names;
   for (auto& [name, t] : namedParameters) names[t.unsafeGetTensorImpl()] = name;
@@ -156,8 +157,8 @@ void DistributedOptimizer::checkAgree() {
     if (stage != stage0) {
       KOLO_THROW_PEER(ErrorCode::kMismatch, r,
                       "kolo::torch::zero::DistributedOptimizer: stage "
-                          << stage0 << " on rank 0 but stage " << stage << " on rank " << r
-                          << "; every rank must use the same stage");
+                          << stage0 << " on rank 0 but stage " << stage << " on rank "
+                          << r << "; every rank must use the same stage");
     }
     const std::string& a = all[0];
     const std::string& b = all[static_cast<size_t>(r)];
@@ -169,9 +170,10 @@ void DistributedOptimizer::checkAgree() {
         const bool gb = static_cast<bool>(std::getline(ib, lb));
         if (!ga || !gb || la != lb) break;
       }
-      KOLO_THROW_PEER(ErrorCode::kMismatch, r,
-                      "kolo::torch::zero::DistributedOptimizer: the models differ: rank 0 has '"
-                          << la << "' where rank " << r << " has '" << lb << "'");
+      KOLO_THROW_PEER(
+          ErrorCode::kMismatch, r,
+          "kolo::torch::zero::DistributedOptimizer: the models differ: rank 0 has '"
+              << la << "' where rank " << r << " has '" << lb << "'");
     }
   }
   id_ = id;
@@ -271,7 +273,8 @@ void DistributedOptimizer::launch(Bucket& b) {
   }
   b.block = ::torch::empty({b.shard}, b.flat.options());
   OpRequest r;
-  r.spec.name = "zero" + std::to_string(id_) + "/grad/" + std::to_string(&b - &buckets_[0]);
+  r.spec.name =
+      "zero" + std::to_string(id_) + "/grad/" + std::to_string(&b - &buckets_[0]);
   r.spec.kind = OpKind::kReduceScatter;
   r.spec.dtype = toKoloType(b.dtype, r.spec.name);
   r.spec.op = ReduceOp::kAverage;
