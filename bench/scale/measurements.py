@@ -5,7 +5,9 @@ CSV header (the contract shared with `kolo-predict calibrate --from`):
 
     transport,hosts,ranks_per_host,link_bps,algorithm,bytes,seconds
 
-one row per (setting, algorithm, size); seconds is the median, over the
+one row per (setting, algorithm, size); transport is the run's
+KOLO_TRANSPORT (auto: shared memory inside a host, tcp between hosts;
+tcp: tcp between every pair); seconds is the median, over the
 repeated measurements of that size in one kolo-bench run (--sizes lists a
 size several times), of kolo-bench's time per call (back-to-back calls
 after a barrier, total / iterations, the maximum over ranks); link_bps is

@@ -137,11 +137,12 @@ for line in "${LINES[@]}"; do
     before="$(load1)"
     t0=$(date +%s.%N)
     rc=0
+    # The CSV's transport is the run's KOLO_TRANSPORT: auto (shared memory
+    # inside a host, tcp between hosts).
+    transport=auto
     if [ "$link" = none ]; then
-      transport=shm
       timeout "$CAP" "$BIN/kolorun" -np "$np" "$BIN/kolo-bench" "${args[@]}" >"$log" 2>&1 || rc=$?
     else
-      transport=tcp
       hl=""
       for ((i = 1; i <= hosts; i++)); do hl+="${hl:+,}${NETNS_IPS[i]}:$per"; done
       timeout "$CAP" "$BIN/kolorun" -np "$np" -H "$hl" --ssh-command "$NETNS_SSH" \

@@ -86,8 +86,9 @@ def find_seconds(obj, algorithm=None):
     """The predicted seconds of ALGORITHM in kolo-predict's JSON.
 
     Accepts {"algorithm": A, "seconds": s}, {"predictions": [{"algorithm":
-    A, "seconds": s}, ...]} or {"algorithms": {A: {"seconds": s}}} (also
-    "time_s" / "time_us" for the time)."""
+    A, "seconds": s}, ...]}, {"algorithms": {A: {"seconds": s}}} or
+    kolo-predict allreduce's {"results": [{"bytes": B, "seconds": {A: s}}]}
+    (also "time_s" / "time_us" for the time)."""
     def secs(d):
         for k, scale in (("seconds", 1.0), ("time_s", 1.0), ("time_us", 1e-6),
                          ("step_seconds", 1.0), ("step_s", 1.0)):
@@ -103,6 +104,9 @@ def find_seconds(obj, algorithm=None):
         v = obj.get(key)
         if isinstance(v, list):
             for d in v:
+                if isinstance(d, dict) and isinstance(d.get("seconds"), dict) and \
+                        isinstance(d["seconds"].get(algorithm), (int, float)):
+                    return float(d["seconds"][algorithm])
                 if isinstance(d, dict) and d.get("algorithm", d.get("name")) == algorithm:
                     s = secs(d)
                     if s is not None:
@@ -117,22 +121,26 @@ def find_seconds(obj, algorithm=None):
         algorithm, json.dumps(obj)[:400]))
 
 
-def predict_allreduce(predict, constants, row, latency):
+def predict_allreduce(predict, constants, row, latency, extra=()):
     cmd = [predict, "allreduce", "--ranks", str(row["hosts"] * row["ranks_per_host"]),
            "--ranks-per-host", str(row["ranks_per_host"]), "--bytes", str(row["bytes"]),
            "--algorithm", row["algorithm"], "--constants", constants, "--json"]
+    cmd += list(extra)
+    if row.get("transport") in ("tcp", "mpi"):
+        cmd += ["--transport", row["transport"]]
     link = link_arg(row["link_bps"])
     if link:
         cmd += ["--link", link, "--latency", latency]
     return find_seconds(run_json(cmd), row["algorithm"])
 
 
-def predict_train(predict, constants, row, latency):
+def predict_train(predict, constants, row, latency, extra=()):
     cmd = [predict, "train", "--params", str(row["params"]),
            "--step-compute-ms", "%.3f" % (row["step_compute_s"] * 1e3),
            "--ranks", str(row["hosts"] * row["ranks_per_host"]),
            "--ranks-per-host", str(row["ranks_per_host"]),
            "--fusion-mb", "%g" % row["fusion_mb"], "--constants", constants, "--json"]
+    cmd += list(extra)
     link = link_arg(row["link_bps"])
     if link:
         cmd += ["--link", link, "--latency", latency]
@@ -282,6 +290,13 @@ def main(argv=None):
     ap.add_argument("--calib-hosts", type=int, default=2)
     ap.add_argument("--latency", default="0us", help="--latency passed for shaped links")
     ap.add_argument("--out", default=".")
+    ap.add_argument("--calibrate-args", default="",
+                    help="more arguments for kolo-predict calibrate (e.g. '--cores 2 "
+                    "--one-machine': every host on this machine's cores)")
+    ap.add_argument("--allreduce-args", default="",
+                    help="more arguments for every kolo-predict allreduce")
+    ap.add_argument("--train-args", default="",
+                    help="more arguments for every kolo-predict train")
     a = ap.parse_args(argv)
     rows = []
     try:
@@ -304,22 +319,27 @@ def main(argv=None):
         measurements.write_rows(path, part)
     constants = os.path.join(a.out, "constants.json")
     try:
-        p = subprocess.run([a.predict, "calibrate", "--from", calib_csv, "--out", constants],
+        p = subprocess.run([a.predict, "calibrate", "--from", calib_csv, "--out", constants]
+                           + a.calibrate_args.split(),
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if p.returncode != 0:
             raise PredictError("kolo-predict calibrate: exit %d\n%s" % (p.returncode,
                                                                         p.stdout))
         for r in valid:
-            r["predicted"] = predict_allreduce(a.predict, constants, r, a.latency)
+            r["predicted"] = predict_allreduce(a.predict, constants, r, a.latency,
+                                               a.allreduce_args.split())
             r["error"] = error(r["predicted"], r["seconds"])
         train = read_train(a.train) if a.train else []
         for r in train:
-            r["predicted"] = predict_train(a.predict, constants, r, a.latency)
+            r["predicted"] = predict_train(a.predict, constants, r, a.latency,
+                                           a.train_args.split())
             r["error"] = error(r["predicted"], r["seconds"])
     except (OSError, PredictError) as e:
         print("report.py: %s" % e, file=sys.stderr)
         return 1
-    meta = {"calib_rows": len(calib), "calib_file": calib_csv, "calib_hosts": a.calib_hosts}
+    meta = {"calib_rows": len(calib), "calib_file": calib_csv, "calib_hosts": a.calib_hosts,
+            "calibrate_args": a.calibrate_args, "allreduce_args": a.allreduce_args,
+            "train_args": a.train_args}
     with open(os.path.join(a.out, "validation.md"), "w") as f:
         f.write(markdown(valid, train, meta))
     with open(os.path.join(a.out, "validation.json"), "w") as f:

@@ -132,6 +132,8 @@ def test_report_splits_calibrates_and_scores(tmp_path):
 def test_find_seconds_shapes():
     assert report.find_seconds({"algorithm": "ring", "seconds": 2.0}, "ring") == 2.0
     assert report.find_seconds({"algorithms": {"tree": {"time_us": 5.0}}}, "tree") == pytest.approx(5e-6)
+    got = {"results": [{"bytes": 8, "selected": "tree", "seconds": {"ring": 1.5, "tree": 0.5}}]}
+    assert report.find_seconds(got, "ring") == 1.5
     with pytest.raises(report.PredictError, match="no predicted time for algorithm 'hier'"):
         report.find_seconds({"algorithm": "ring", "seconds": 2.0}, "hier")
     assert report.link_arg(10 ** 8) == "100mbit" and report.link_arg(10 ** 10) == "10gbit"
