@@ -8,6 +8,13 @@ time t(p) on p ranks against the model's step count of the algorithm:
                                  is not a power of two: the fold-in/out)
     tree   2 ceil(log2(p)) steps (reduce up a binomial tree, broadcast down)
 
+plus, for every algorithm, the p - 1 steps of Communicator::allreduce's
+descriptor exchange (a ring allgather of 32 bytes before each call, which
+kolo-bench's calls pay; --no-agreement leaves it out). With --cores C (the
+ranks share C cores, as 64 ranks share this machine's 2) a step costs
+max(1, p / C) times as much: every rank's work of a step waits for its
+turn on a core, the model's oversubscription factor.
+
 t(p) = a + alpha * steps(p): alpha is the measured cost of one step. A
 model whose latency term is right gives a good fit (R^2 near 1) with
 a steps law and a constant cost per step: for the log-p algorithms the
@@ -17,7 +24,14 @@ p for rhd and tree), so the report shows which growth the data follow, and
 the cost per doubling of p, (t(2p) - t(p)), for each p.
 
     /usr/bin/python3 bench/scale/latency_fit.py latency.csv [--json out.json]
-        [--md out.md] [--png out.png]
+        [--md out.md] [--png out.png] [--no-agreement]
+        [--predict build/bin/kolo-predict [--constants F] [--predict-args
+         '--cores 2']]
+
+With --predict, every point is also predicted by `kolo-predict allreduce
+--ranks p --ranks-per-host p --transport tcp --bytes B --algorithm A
+--json` (and --predict-args), printed beside the measured times with the
+fit of the measured against the predicted growth.
 """
 
 import argparse
@@ -30,10 +44,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import measurements  # noqa: E402
 
 
-def steps(algorithm, p):
-    """The model's number of sequential message steps of one allreduce."""
+def steps(algorithm, p, agreement=True):
+    """The model's number of sequential message steps of one allreduce
+    (with the descriptor exchange's p - 1 when AGREEMENT)."""
     if p <= 1:
         return 0
+    if agreement:
+        return steps(algorithm, p, False) + (p - 1)
     lg = math.log2(p)
     if algorithm == "ring":
         return 2 * (p - 1)
@@ -67,8 +84,9 @@ def fit_line(xs, ys):
     return a, b, r2
 
 
-def analyse(rows):
-    """Per (algorithm, bytes): the points, both fits and the cost per doubling."""
+def analyse(rows, agreement=True, cores=0):
+    """Per (algorithm, bytes): the points, both fits and the cost per doubling.
+    CORES > 0: a step costs max(1, p / CORES) times as much."""
     groups = {}
     for r in rows:
         p = r["hosts"] * r["ranks_per_host"]
@@ -79,29 +97,44 @@ def analyse(rows):
         if len(ps) < 3:
             continue
         ts = [pts[p] for p in ps]
-        a, alpha, r2 = fit_line([steps(alg, p) for p in ps], ts)
+        st = [steps(alg, p, agreement) * (max(1.0, p / cores) if cores > 0 else 1.0)
+              for p in ps]
+        a, alpha, r2 = fit_line(st, ts)
         a2, b2, r2_other = fit_line([other_law(alg, p) for p in ps], ts)
         per_doubling = {}
         for p in ps:
             if 2 * p in pts:
                 per_doubling[p] = pts[2 * p] - pts[p]
         out.append({"algorithm": alg, "bytes": nbytes, "ranks": ps, "seconds": ts,
-                    "steps": [steps(alg, p) for p in ps], "intercept": a,
+                    "steps": st, "intercept": a,
                     "per_step": alpha, "r2": r2, "other_law": "log2(p)" if alg == "ring"
                     else "p", "other_slope": b2, "other_r2": r2_other,
                     "per_doubling": per_doubling})
     return out
 
 
-def markdown(fits):
-    lines = ["| algorithm | size | ranks | time (us) | per step (us) | R^2 steps law "
-             "| R^2 other law | per doubling of p (us) |",
-             "| --- | ---: | --- | --- | ---: | ---: | ---: | --- |"]
+def add_model(fits, predict, constants, extra):
+    """Each fit gets "model": kolo-predict's seconds per rank count."""
+    import report
     for f in fits:
-        lines.append("| %s | %d B | %s | %s | %.1f | %.3f | %.3f (%s) | %s |" % (
+        f["model"] = []
+        for p in f["ranks"]:
+            row = {"transport": "tcp", "hosts": 1, "ranks_per_host": p, "link_bps": 0,
+                   "algorithm": f["algorithm"], "bytes": f["bytes"]}
+            f["model"].append(report.predict_allreduce(predict, constants, row, "0us", extra))
+
+
+def markdown(fits):
+    model = any("model" in f for f in fits)
+    lines = ["| algorithm | size | ranks | time (us) | %sper step (us) | R^2 steps law "
+             "| R^2 other law | per doubling of p (us) |" % ("model (us) | " if model else ""),
+             "| --- | ---: | --- | --- | %s---: | ---: | ---: | --- |" % ("--- | " if model else "")]
+    for f in fits:
+        lines.append("| %s | %d B | %s | %s | %s%.1f | %.3f | %.3f (%s) | %s |" % (
             f["algorithm"], f["bytes"], ",".join(map(str, f["ranks"])),
-            ", ".join("%.0f" % (t * 1e6) for t in f["seconds"]), f["per_step"] * 1e6,
-            f["r2"], f["other_r2"], f["other_law"],
+            ", ".join("%.0f" % (t * 1e6) for t in f["seconds"]),
+            (", ".join("%.0f" % (t * 1e6) for t in f["model"]) + " | ") if model else "",
+            f["per_step"] * 1e6, f["r2"], f["other_r2"], f["other_law"],
             ", ".join("%d->%d: %.0f" % (p, 2 * p, d * 1e6)
                       for p, d in sorted(f["per_doubling"].items()))))
     return "\n".join(lines) + "\n"
@@ -119,11 +152,16 @@ def plot(fits, path):
                             label="%d B" % f["bytes"])
             ax.plot(f["ranks"], [(f["intercept"] + f["per_step"] * s) * 1e6
                                  for s in f["steps"]], "-", color=line.get_color(), lw=0.8)
+            if "model" in f:
+                ax.plot(f["ranks"], [t * 1e6 for t in f["model"]], ":",
+                        color=line.get_color(), lw=1.2)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("ranks (one host, tcp loopback, 2 cores)")
         ax.set_ylabel("allreduce time (us)")
-        ax.set_title("%s: points measured, lines a + alpha x steps(p)" % alg, fontsize=9)
+        ax.set_title("%s: points measured, lines a + alpha x steps(p)%s" % (
+            alg, ", dotted kolo-predict" if any("model" in f for f in fits) else ""),
+            fontsize=8)
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -135,10 +173,19 @@ def main(argv=None):
     ap.add_argument("--json")
     ap.add_argument("--md")
     ap.add_argument("--png")
+    ap.add_argument("--no-agreement", action="store_true",
+                    help="leave the descriptor exchange's p - 1 steps out of the step count")
+    ap.add_argument("--cores", type=int, default=0,
+                    help="cores the ranks share (a step costs max(1, p / cores) times more)")
+    ap.add_argument("--predict", help="kolo-predict, for the model's times")
+    ap.add_argument("--constants")
+    ap.add_argument("--predict-args", default="")
     a = ap.parse_args(argv)
     try:
-        fits = analyse(measurements.read_rows(a.csv))
-    except (OSError, ValueError) as e:
+        fits = analyse(measurements.read_rows(a.csv), not a.no_agreement, a.cores)
+        if a.predict:
+            add_model(fits, a.predict, a.constants, a.predict_args.split())
+    except (OSError, ValueError, RuntimeError) as e:
         print("latency_fit.py: %s" % e, file=sys.stderr)
         return 2
     if not fits:

@@ -42,7 +42,7 @@ import measurements  # noqa: E402
 TOLERANCE = 0.15
 
 
-class PredictError(Exception):
+class PredictError(RuntimeError):
     pass
 
 
@@ -124,7 +124,9 @@ def find_seconds(obj, algorithm=None):
 def predict_allreduce(predict, constants, row, latency, extra=()):
     cmd = [predict, "allreduce", "--ranks", str(row["hosts"] * row["ranks_per_host"]),
            "--ranks-per-host", str(row["ranks_per_host"]), "--bytes", str(row["bytes"]),
-           "--algorithm", row["algorithm"], "--constants", constants, "--json"]
+           "--algorithm", row["algorithm"], "--json"]
+    if constants:
+        cmd += ["--constants", constants]
     cmd += list(extra)
     if row.get("transport") in ("tcp", "mpi"):
         cmd += ["--transport", row["transport"]]

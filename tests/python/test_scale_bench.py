@@ -143,10 +143,10 @@ def test_latency_fit_recovers_the_step_cost():
     rows = []
     for p in (2, 4, 8, 16, 32, 64):
         for alg in ("ring", "rhd", "tree"):
-            t = 20e-6 + 5e-6 * latency_fit.steps(alg, p)
+            t = 20e-6 + 5e-6 * latency_fit.steps(alg, p, agreement=False)
             rows.append({"transport": "tcp", "hosts": 1, "ranks_per_host": p, "link_bps": 0,
                          "algorithm": alg, "bytes": 8, "seconds": t})
-    fits = {f["algorithm"]: f for f in latency_fit.analyse(rows)}
+    fits = {f["algorithm"]: f for f in latency_fit.analyse(rows, agreement=False)}
     for alg in ("ring", "rhd", "tree"):
         assert fits[alg]["per_step"] == pytest.approx(5e-6)
         assert fits[alg]["intercept"] == pytest.approx(20e-6)
@@ -156,7 +156,18 @@ def test_latency_fit_recovers_the_step_cost():
     assert fits["ring"]["per_doubling"][32] > fits["ring"]["per_doubling"][2]
     # The log-p algorithms cost the same per doubling.
     assert fits["tree"]["per_doubling"][2] == pytest.approx(fits["tree"]["per_doubling"][32])
-    assert latency_fit.steps("rhd", 6) == 6 and latency_fit.steps("tree", 6) == 6
+    assert latency_fit.steps("rhd", 6, False) == 6 and latency_fit.steps("tree", 6, False) == 6
+    # The descriptor exchange adds p - 1 steps to every algorithm; a law
+    # without it fits those times worse.
+    assert latency_fit.steps("tree", 8) == 6 + 7
+    with_agreement = [dict(r, seconds=20e-6 + 5e-6 * latency_fit.steps(r["algorithm"],
+                                                                       r["ranks_per_host"]))
+                      for r in rows]
+    tree = [f for f in latency_fit.analyse(with_agreement) if f["algorithm"] == "tree"][0]
+    assert tree["per_step"] == pytest.approx(5e-6) and tree["r2"] == pytest.approx(1.0)
+    tree_without = [f for f in latency_fit.analyse(with_agreement, agreement=False)
+                    if f["algorithm"] == "tree"][0]
+    assert tree_without["r2"] < 0.99
 
 
 def test_ab_ratios_pair_rounds():
