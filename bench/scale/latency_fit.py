@@ -150,8 +150,11 @@ def plot(fits, path):
         for f in (f for f in fits if f["algorithm"] == alg):
             line, = ax.plot(f["ranks"], [t * 1e6 for t in f["seconds"]], "o",
                             label="%d B" % f["bytes"])
-            ax.plot(f["ranks"], [(f["intercept"] + f["per_step"] * s) * 1e6
-                                 for s in f["steps"]], "-", color=line.get_color(), lw=0.8)
+            fit = [(p, (f["intercept"] + f["per_step"] * s) * 1e6)
+                   for p, s in zip(f["ranks"], f["steps"])]
+            fit = [(p, t) for p, t in fit if t > 0]  # a log axis
+            ax.plot([p for p, _ in fit], [t for _, t in fit], "-", color=line.get_color(),
+                    lw=0.8)
             if "model" in f:
                 ax.plot(f["ranks"], [t * 1e6 for t in f["model"]], ":",
                         color=line.get_color(), lw=1.2)

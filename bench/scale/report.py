@@ -15,9 +15,10 @@
 3. Predicts every validation row: `kolo-predict allreduce --ranks N
    --ranks-per-host k --link RATE --latency L --bytes B --algorithm A
    --constants DIR/constants.json --json`; and every training row of
-   --train (bench/scale/train_step.sh's CSV): `kolo-predict train --params
-   P --step-compute-ms C --ranks N --ranks-per-host k --link RATE
-   --fusion-mb F --constants ... --json`.
+   --train (bench/scale/train_step.sh's CSV): `kolo-predict train --model
+   M (or --params P) --step-compute-ms C --ranks N --ranks-per-host k
+   --link RATE --fusion-mb F --constants ... --json`, C the compute time
+   measured with as many ranks sharing the cores.
 4. Writes DIR/validation.md (one row per prediction with its error
    (predicted - measured) / measured, the fraction within 15%, the same per
    link, host count and algorithm, and the rows that miss), DIR/
@@ -40,6 +41,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import measurements  # noqa: E402
 
 TOLERANCE = 0.15
+# kolo-predict train --model names (its model zoo).
+KNOWN_MODELS = ("resnet18", "resnet50", "resnet101", "vgg16", "inception_v3", "bert-base")
 
 
 class PredictError(RuntimeError):
@@ -137,7 +140,11 @@ def predict_allreduce(predict, constants, row, latency, extra=()):
 
 
 def predict_train(predict, constants, row, latency, extra=()):
-    cmd = [predict, "train", "--params", str(row["params"]),
+    # A model kolo-predict knows brings its layer sizes (the overlap with
+    # backward depends on them); else equal tensors of --params.
+    what = ["--model", row["model"]] if row.get("model") in KNOWN_MODELS else \
+        ["--params", str(row["params"])]
+    cmd = [predict, "train"] + what + [
            "--step-compute-ms", "%.3f" % (row["step_compute_s"] * 1e3),
            "--ranks", str(row["hosts"] * row["ranks_per_host"]),
            "--ranks-per-host", str(row["ranks_per_host"]),
@@ -207,7 +214,12 @@ def markdown(allreduce, train, meta):
     if allreduce:
         lines += group_lines(allreduce, lambda r: link_name(r["link_bps"]), "link") + [""]
         lines += group_lines(allreduce, lambda r: r["hosts"], "hosts") + [""]
+        lines += group_lines(allreduce, lambda r: r["ranks_per_host"], "ranks per host") + [""]
         lines += group_lines(allreduce, lambda r: r["algorithm"], "algorithm") + [""]
+        lines += group_lines(allreduce, lambda r: "%s, %s per host" % (
+            "1 MiB and up" if r["bytes"] >= 1 << 20 else "below 1 MiB",
+            "1 rank" if r["ranks_per_host"] == 1 else "several ranks"),
+            "size class") + [""]
         lines += group_lines(allreduce, lambda r: fmt_bytes(r["bytes"]), "size") + [""]
         lines += ["## Allreduce", "",
                   "| link | hosts x ranks | algorithm | size | measured | predicted | error |",
