@@ -32,7 +32,6 @@ Exit status: 0 when the report was written (however far the model misses);
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys

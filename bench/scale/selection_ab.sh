@@ -46,9 +46,11 @@ while [ $# -gt 0 ]; do
   esac
   shift 2
 done
-[ -n "$A_BUILD" ] && [ -n "$B_BUILD" ] || die_usage "--a-build and --b-build are required"
+if [ -z "$A_BUILD" ] || [ -z "$B_BUILD" ]; then die_usage "--a-build and --b-build are required"; fi
 for d in "$A_BUILD" "$B_BUILD"; do
-  [ -x "$d/bin/kolo-bench" ] && [ -x "$d/bin/kolorun" ] || die_usage "$d: no bin/kolo-bench or bin/kolorun"
+  if [ ! -x "$d/bin/kolo-bench" ] || [ ! -x "$d/bin/kolorun" ]; then
+    die_usage "$d: no bin/kolo-bench or bin/kolorun"
+  fi
 done
 A_BUILD="$(cd "$A_BUILD" && pwd)"
 B_BUILD="$(cd "$B_BUILD" && pwd)"

@@ -3,12 +3,9 @@ calibration/validation split and the predicted-against-measured report
 (against a stand-in kolo-predict), the latency-growth fit and the selection
 A/B's ratios. No ranks, no network namespaces: the scripts' logic only."""
 
-import csv
 import json
-import math
 import os
 import stat
-import subprocess
 import sys
 import textwrap
 
