@@ -5,9 +5,10 @@
 
 Population 4, teams of one rank; fixed scores make member 2 the worst and
 member 3 the best, so at the first exploit step member 2 copies member 3.
-Rank 3 dies (SIGKILL) just when it should send its weights: rank 2 waits
-in that copy and must neither hang nor keep half a copy (it puts its own
-weights and momentum back and records the failed copy), member 3 must be
+Rank 3 dies (SIGKILL) in that copy, after its weights went to rank 2 and
+before its momentum: rank 2 waits for the momentum and must neither hang
+nor keep half a copy (it puts its own weights back and records the failed
+copy), member 3 must be
 marked failed naming rank 3, and the population goes on: at the next
 steps member 2 copies member 1, the best left.
 After the run rank 0 checks the lineage and the weights (through files in
@@ -23,7 +24,6 @@ import time
 import torch
 
 import kolo.hpo as hpo
-import kolo.hpo.pbt as pbt_module
 import kolo.torch as kt
 
 DIR = sys.argv[1]
@@ -43,8 +43,9 @@ def state(model, opt):
                          for v in opt.state_dict()["state"].values()]}
 
 
-if ME == 3:  # dies when its weights should leave for member 2
-    pbt_module._copy = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+if ME == 3:  # dies once its weights went to member 2, before its momentum
+    kt.broadcast_optimizer_state = lambda *args, **kwargs: os.kill(os.getpid(),
+                                                                   signal.SIGKILL)
 
 
 def train(member, team):
