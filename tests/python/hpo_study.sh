@@ -12,6 +12,9 @@
 #    lineage and the weights); then rank 1 exits 3 after the run, which
 #    must end the job (exit 3, naming rank 1): outside a study the first
 #    failure still ends the job.
+# 4. PBT on 4 ranks in teams of 2 under plain kolorun with rank 3 SIGKILLed
+#    while its team trains: member 1 fails, member 0 goes on, kolorun
+#    exits 0 naming rank 3 (hpo_pbt_team_fault.py checks the lineage).
 set -u
 KOLORUN=$1 PY=$2 HERE=$3
 WORK=$(mktemp -d)
@@ -58,4 +61,12 @@ echo "$out" | grep -q '^kolorun: rank 3 (pid [0-9]*) was killed by signal SIGKIL
 [ $rc -eq 3 ] || fail "rank 1's failure after the PBT run did not end the job (exit $rc, not 3)"
 echo "$out" | grep -q '^kolorun: rank 1 (pid [0-9]*) exited with code 3' \
   || fail "kolorun did not name rank 1 as the rank that ended the job"
+out=$("$KOLORUN" -np 4 "$PY" "$HERE/hpo_pbt_team_fault.py" 2>&1)
+rc=$?
+echo "$out"
+[ $rc -eq 0 ] || fail "PBT with a lost team rank exited $rc"
+[ "$(echo "$out" | grep -c 'hpo_pbt_team_fault: ok')" -eq 3 ] \
+  || fail "not every survivor of the PBT run passed its checks"
+echo "$out" | grep -q 'finished without 1 worker(s) that failed on the way (the study went on): rank 3 ' \
+  || fail "kolorun did not name rank 3 as the one rank lost in PBT"
 echo "hpo_study.sh: ok"
