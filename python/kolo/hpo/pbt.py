@@ -173,8 +173,11 @@ class Member:
         return step > 0 and step % self.pbt.interval_steps == 0
 
     def exploit(self, score, model, optimizer, step=None):
-        """The exploit-and-explore step (module docstring). Collective over
-        the whole job. Returns True when this member copied another."""
+        """The exploit-and-explore step (module docstring). Every rank of
+        every member still alive calls it at the same steps (rank 0 waits
+        for their scores). Returns True when this member copied another.
+        Raises kolo.PeerLostError when this member has failed (``run``
+        catches it)."""
         return self.pbt._exploit(self, score, model, optimizer, step)
 
 
