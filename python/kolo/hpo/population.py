@@ -9,7 +9,8 @@ Requests (the reply is ``("ok", value)`` or ``("err", exception)``):
 
 - ``("scores", interval, member, score, hyperparams, step)``, from each
   member's leader at an exploit step: the reply waits until every member
-  still alive has sent its score for that interval, then is
+  still alive and still training (none of its ranks has said bye) has
+  sent its score for that interval, then is
   ``{"scores": {member: (score, hyperparams, step)}, "plan": [(loser,
   winner)], "failed": {member: why}}`` (the same for every member), or
   ``("failed", why)`` when the asking member has failed meanwhile.
@@ -51,6 +52,7 @@ class PopulationOwner:
         self.records = {}  # member -> (rank, record) from its lowest rank
         self.notes = {}    # member -> the steps the owner saw (no record: lost)
         self.byes = set()
+        self.done = set()  # members whose ranks have begun to say bye
         self.local_reply = None  # set by LocalClient
 
     # ---- requests ----------------------------------------------------------
@@ -82,6 +84,7 @@ class PopulationOwner:
                 if known is None or rank < known[0]:
                     self.records[record["member"]] = (rank, record)
             self.byes.add(rank)
+            self.done.add(self._member_of(rank))
             return PENDING
         raise ValueError("kolo.hpo.PBT: unknown request %r from rank %d" % (kind, rank))
 
@@ -119,7 +122,8 @@ class PopulationOwner:
         with self.lock:
             for interval in sorted(self.waiting):
                 got = self.scores.get(interval, {})
-                live = [m for m in sorted(self.teams) if m not in self.failed]
+                live = [m for m in sorted(self.teams)
+                        if m not in self.failed and m not in self.done]
                 if any(m not in got for m in live):
                     continue
                 out.update(self._plan_step(interval, {m: got[m] for m in live}))
