@@ -2,6 +2,7 @@
 // mpirun translation, the remote command line run by a real sh, and the
 // policy for jobs with parameter servers (server_job.h).
 #include <gtest/gtest.h>
+#include <kolo/kolo.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -769,6 +770,29 @@ TEST(StudyDeclarationTest, RanksCountThemselvesInAndOutOfTheStore) {
                                              std::chrono::seconds(5), "guess"),
                Error);
   EXPECT_FALSE(rendezvous::studyDeclared(*launcher, 3));
+}
+
+// kolo_study_declare as a rank under kolorun calls it: its own counter, in
+// the store KOLO_RENDEZVOUS names, with KOLO_JOB_SECRET.
+TEST(StudyDeclarationTest, TheCApiCountsItsRankInTheLaunchersStore) {
+  auto server = rendezvous::TcpStoreServer::start("127.0.0.1", 0, "c-api-secret");
+  auto launcher = rendezvous::TcpStore::connect("127.0.0.1", server->port(),
+                                                std::chrono::seconds(5), "c-api-secret");
+  setenv("KOLO_RANK", "2", 1);
+  setenv("KOLO_SIZE", "4", 1);
+  setenv("KOLO_RENDEZVOUS", ("tcp://127.0.0.1:" + std::to_string(server->port())).c_str(),
+         1);
+  setenv("KOLO_JOB_SECRET", "c-api-secret", 1);
+  int told = -1;
+  EXPECT_EQ(kolo_study_declare(1, &told), KOLO_OK) << kolo_last_error();
+  EXPECT_EQ(told, 1);
+  EXPECT_TRUE(rendezvous::studyDeclared(*launcher, 2));
+  EXPECT_FALSE(rendezvous::studyDeclared(*launcher, 0));
+  EXPECT_EQ(kolo_study_declare(0, nullptr), KOLO_OK) << kolo_last_error();
+  EXPECT_FALSE(rendezvous::studyDeclared(*launcher, 2));
+  for (const char* v : {"KOLO_RANK", "KOLO_SIZE", "KOLO_RENDEZVOUS", "KOLO_JOB_SECRET"}) {
+    unsetenv(v);
+  }
 }
 
 TEST(PlacementTest, JobVariableIsWhatALocalRankSees) {
