@@ -5,9 +5,10 @@
 // with the communicator's constants (KOLO_PREDICT_CONSTANTS, else built
 // in), cached per size class by the communicator's AllreduceSelector
 // (selection.h, which also says why every rank chooses the same). The
-// candidates: on one host with a shared-memory arena only shm (the
-// cheapest there at every size we measured, and the only algorithm that
-// checks the call's arguments in its own first step); elsewhere tree, rhd
+// candidates: on one host with a shared-memory arena only shm (the only
+// algorithm that checks the call's arguments in its own first step: were
+// others chosen for some sizes, ranks whose sizes disagree would run
+// different protocols and hang instead of failing); elsewhere tree, rhd
 // and ring, and hier across hosts with several ranks each. This replaced a
 // hand-set table (tree up to 16 KiB, rhd up to 512 KiB, then ring; across
 // hosts tree up to 4 KiB, then hier); docs/scale.md compares the two.

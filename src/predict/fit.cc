@@ -10,9 +10,14 @@
 //
 // The linear problem, in relative terms (every size weighs the same):
 // unknown u_j = theta_j / s_j with s_j the starting value of term j (or a
-// small scale when it starts at 0); row i: sum_j coef_ij s_j u_j / t_i =
-// (t_i - fixed_i - other terms_i) / t_i; plus ridge rows sqrt(lambda) u_j =
-// sqrt(lambda) (towards the start). Solved by the normal equations (at most
+// small scale when it starts at 0); row i, weighted by w_i = 1 /
+// sqrt(t_i p_i) with t_i measured and p_i the previous iteration's
+// prediction: sum_j coef_ij s_j u_j w_i = (t_i - fixed_i - other terms_i)
+// w_i; plus ridge rows sqrt(lambda) u_j = sqrt(lambda) (towards the
+// start). At the fixed point the residuals are (p_i - t_i) / sqrt(t_i p_i),
+// about log(p_i / t_i): predicting half the time costs as much as twice it
+// (weighting by 1 / t_i alone bends the fit low on noisy data, since an
+// under-prediction is never worse than -100%). Solved by the normal equations (at most
 // 20 unknowns) with partial pivoting; a term that comes out negative is
 // pinned to 0 and the rest solved again (an active-set non-negative fit).
 #include "predict/fit.h"
@@ -224,7 +229,9 @@ FitResult fitConstants(const std::vector<Measurement>& data, const Constants& st
     for (size_t i = 0; i < data.size(); ++i) {
       const LinearCost lc =
           allreduceCost(data[i].algorithm, data[i].bytes, shapes[i], theta, costOptions);
-      const double t = data[i].seconds;
+      const double predicted = lc.seconds(theta);
+      const double t =
+          std::sqrt(data[i].seconds * (predicted > 0 ? predicted : data[i].seconds));
       double known = lc.fixed;
       std::vector<double> row(nt, 0);
       std::vector<bool> isFitted(kPaths * kTerms, false);
@@ -238,7 +245,7 @@ FitResult fitConstants(const std::vector<Measurement>& data, const Constants& st
         }
       }
       rows.push_back(std::move(row));
-      rhs.push_back((t - known) / t);
+      rhs.push_back((data[i].seconds - known) / t);
     }
     // Active-set non-negative solve.
     std::vector<bool> pinned(nt, false);
@@ -283,7 +290,7 @@ FitResult fitConstants(const std::vector<Measurement>& data, const Constants& st
           std::max(change, std::fabs(next - cur) / std::max(scale[j], std::fabs(cur)));
       cur = next;
     }
-    if (change < 1e-9) break;
+    if (change < 1e-6) break;
   }
 
   result.constants = theta;
