@@ -213,10 +213,15 @@ FitResult fitConstants(const std::vector<Measurement>& data, const Constants& st
   }
   if (terms.empty()) throw FitError("the measurements depend on no constant");
   const int nt = static_cast<int>(terms.size());
-  std::vector<double> scale(nt);
+  // A term that starts at 0 has no prior: no pull, and a typical size
+  // (microseconds; fractions of a nanosecond per byte) for its scale.
+  std::vector<double> scale(nt), pull(nt);
   for (int j = 0; j < nt; ++j) {
     const double v = start.paths[terms[j] / kTerms].value[terms[j] % kTerms];
-    scale[j] = v > 0 ? v : 1e-9;
+    const Term t = static_cast<Term>(terms[j] % kTerms);
+    const double typical = t == Term::kBeta || t == Term::kGamma ? 1e-10 : 1e-6;
+    scale[j] = v > 0 ? v : typical;
+    pull[j] = v > 0 ? options.ridge : 0;
   }
   auto value = [&](Constants& c, int j) -> double& {
     return c.paths[terms[j] / kTerms].value[terms[j] % kTerms];
@@ -267,8 +272,8 @@ FitResult fitConstants(const std::vector<Measurement>& data, const Constants& st
         }
       }
       for (int a = 0; a < nf; ++a) {
-        ata[a * nf + a] += options.ridge;
-        aty[a] += options.ridge;  // towards u = 1 (the start)
+        ata[a * nf + a] += pull[free[a]] + 1e-12;  // (+ a little: never singular)
+        aty[a] += pull[free[a]];                   // towards u = 1 (the start)
       }
       if (!solve(ata, aty, nf)) throw FitError("the fit's equations are singular");
       bool negative = false;
