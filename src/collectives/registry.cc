@@ -103,7 +103,9 @@ bool allreduceUsable(std::string_view name, const Context& ctx) {
 
 const AllreduceAlgorithm& selectAllreduce(size_t bytes, const Context& ctx) {
   std::string_view name;
-  if (ctx.selector != nullptr) {
+  if (ctx.world.size() == 1) {
+    name = "tree";  // nothing to choose: the communicator copies
+  } else if (ctx.selector != nullptr) {
     name = ctx.selector->choose(bytes);
   } else {
     const predict::JobShape shape = shapeOfContext(
