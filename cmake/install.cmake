@@ -19,7 +19,7 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/kolo
   FILES_MATCHING PATTERN "*.h")
 
 # Tools find libkolo next to them: PREFIX/bin -> PREFIX/lib.
-foreach(tool kolorun kolo-bench)
+foreach(tool kolorun kolo-bench kolo-predict)
   if(TARGET ${tool})
     set_target_properties(${tool} PROPERTIES
       INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}")
