@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include <kolo/error.h>
+#include <stdexcept>
 
 #include "predict/model_zoo_builder.h"
 
@@ -112,8 +112,7 @@ ZooModel zooModel(const std::string& name) {
   } else {
     std::string known;
     for (const auto& n : zooNames()) known += (known.empty() ? "" : ", ") + n;
-    throw Error(ErrorCode::kInvalidArgument,
-                "kolo-predict: unknown model '" + name + "'; known models: " + known);
+    throw std::invalid_argument("unknown model '" + name + "'; known models: " + known);
   }
   for (const auto& l : m.layers) m.parameters += l.bytes / 4;
   return m;

@@ -12,7 +12,7 @@
 //   128 tokens for BERT), given to its weight tensor; biases and
 //   normalisation parameters get one multiply-add per output element. Only
 //   the shares' ratios matter.
-// - Unknown names throw Error(kInvalidArgument) listing the known ones.
+// - Unknown names throw std::invalid_argument listing the known ones.
 #pragma once
 
 #include <cstdint>

@@ -26,7 +26,7 @@
 #include <cmath>
 #include <sstream>
 
-#include <kolo/error.h>
+#include <stdexcept>
 
 namespace kolo::predict {
 
@@ -68,9 +68,9 @@ double timed(const AllreduceTimeFn& allreduce, size_t bytes) {
   const double t = allreduce(bytes);
   if (!std::isfinite(t) || t < 0) {
     std::ostringstream m;
-    m << "kolo-predict train: the allreduce time of " << bytes << " bytes is " << t
+    m << "the allreduce time of " << bytes << " bytes is " << t
       << " s; expected a finite value >= 0";
-    throw Error(ErrorCode::kInvalidArgument, m.str());
+    throw std::invalid_argument(m.str());
   }
   return t;
 }
@@ -106,9 +106,9 @@ StepPrediction predictAllreduceStep(const TrainSpec& spec, const RuntimeKnobs& k
   checkTrainSpec(spec);
   if (!(knobs.cycleSeconds >= 0) || !std::isfinite(knobs.cycleSeconds)) {
     std::ostringstream m;
-    m << "kolo-predict train: cycle time is " << knobs.cycleSeconds * 1e3
+    m << "cycle time is " << knobs.cycleSeconds * 1e3
       << " ms; expected a finite value >= 0";
-    throw Error(ErrorCode::kInvalidArgument, m.str());
+    throw std::invalid_argument(m.str());
   }
   StepPrediction p;
   p.computeSeconds = spec.stepComputeSeconds;

@@ -10,7 +10,7 @@
 //   efficiency exactly 1.
 // - suggestFusionThreshold tries kFusionCandidates and returns the
 //   threshold of the shortest predicted step (the smallest on a tie).
-// - Bad inputs throw Error(kInvalidArgument) (checkTrainSpec, and a
+// - Bad inputs throw std::invalid_argument (checkTrainSpec, and a
 //   negative cycle time or negotiation time, or an AllreduceTimeFn that
 //   returns a negative or non-finite time, naming the bytes).
 #pragma once

@@ -10,7 +10,7 @@
 //   (src/ps/shard_map.h: tensors above the fair share cut, pieces placed
 //   largest first on the least loaded server); the largest shard sets the
 //   servers' time.
-// - Pure functions; bad inputs throw Error(kInvalidArgument) naming the
+// - Pure functions; bad inputs throw std::invalid_argument naming the
 //   value (servers < 1, a non-positive link rate, a negative latency or
 //   server cost, periods < 1).
 #pragma once

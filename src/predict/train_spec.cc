@@ -3,14 +3,14 @@
 #include <cmath>
 #include <sstream>
 
-#include <kolo/error.h>
+#include <stdexcept>
 
 namespace kolo::predict {
 
 namespace {
 
 [[noreturn]] void invalid(const std::string& what) {
-  throw Error(ErrorCode::kInvalidArgument, "kolo-predict train: " + what);
+  throw std::invalid_argument(what);
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 // - Times are seconds. A StepPrediction's single-rank reference is the
 //   step's compute alone (one rank communicates nothing), so efficiency =
 //   computeSeconds / stepSeconds, 1.0 at one rank.
-// - checkTrainSpec throws Error(kInvalidArgument) naming the field, the
+// - checkTrainSpec throws std::invalid_argument naming the field, the
 //   tensor and the value that is wrong.
 #pragma once
 
@@ -57,7 +57,7 @@ struct StepPrediction {
 // Total gradient bytes of a model.
 size_t totalBytes(const std::vector<LayerGrad>& layers);
 
-// Throws Error(kInvalidArgument) on an empty layer list, a layer of zero
+// Throws std::invalid_argument on an empty layer list, a layer of zero
 // bytes or a negative or non-finite share, shares that sum to zero, a
 // non-positive or non-finite compute time, a backward fraction outside
 // (0, 1], ranks < 1, ranksPerHost < 1.
