@@ -53,7 +53,8 @@ namespace {
 PsKnobs psKnobs(const TrainRequest& r) {
   PsKnobs k = r.ps;
   k.linkBytesPerSecond = r.linkBytesPerSecond;
-  k.latencySeconds = r.latencySeconds;
+  k.latencySeconds =
+      r.latencySeconds + r.ps.latencySeconds;  // the link's + the transport's
   return k;
 }
 

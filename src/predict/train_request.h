@@ -53,7 +53,10 @@ struct TrainRequest {
   double latencySeconds = 0;
   TrainMode mode = TrainMode::kAllreduce;
   RuntimeKnobs runtime;  // allreduce mode
-  PsKnobs ps;            // PS modes (servers, periods, server costs)
+  // PS modes: servers, periods, server costs, and ps.latencySeconds, the
+  // transport's own latency of a message (added to latencySeconds, the
+  // link's); ps.linkBytesPerSecond is linkBytesPerSecond.
+  PsKnobs ps;
 
   TrainSpec spec(int ranks) const;  // at another rank count
 };

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include <kolo/error.h>
+#include <stdexcept>
 
 #ifndef KOLO_SOURCE_DIR
 #define KOLO_SOURCE_DIR ""
@@ -49,15 +49,15 @@ std::string helperPath(const std::string& file) {
   const std::string source =
       std::string(KOLO_SOURCE_DIR) + "/python/kolo/predict/" + file;
   if (exists(source)) return source;
-  throw Error(ErrorCode::kIo, "kolo-predict: helper " + file + " found neither at " +
-                                  built + " nor at " + source);
+  throw std::runtime_error("kolo-predict: helper " + file + " found neither at " + built +
+                           " nor at " + source);
 }
 
 std::string runHelper(const std::string& python, const std::string& helper,
                       const std::vector<std::string>& args) {
   char errPath[] = "/tmp/kolo-predict-XXXXXX";
   const int fd = ::mkstemp(errPath);
-  if (fd < 0) throw Error(ErrorCode::kIo, "kolo-predict: cannot create a temporary file");
+  if (fd < 0) throw std::runtime_error("kolo-predict: cannot create a temporary file");
   ::close(fd);
   std::string command = shellQuoted(python) + " " + shellQuoted(helper);
   for (const auto& a : args) command += " " + shellQuoted(a);
@@ -81,7 +81,7 @@ std::string runHelper(const std::string& python, const std::string& helper,
       text = "kolo-predict: " + python + " " + helper + " failed (status " +
              std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : status) + ")";
     }
-    throw Error(ErrorCode::kInvalidArgument, text);
+    throw std::runtime_error(text);
   }
   return out;
 }
@@ -97,8 +97,8 @@ std::vector<LayerGrad> readModelScript(const std::string& python,
     const size_t a = line.find('\t');
     const size_t b = line.find('\t', a + 1);
     if (a == std::string::npos || b == std::string::npos) {
-      throw Error(ErrorCode::kInternal, "kolo-predict: from_model.py printed '" + line +
-                                            "', not name<TAB>elements<TAB>share");
+      throw std::runtime_error("kolo-predict: from_model.py printed '" + line +
+                               "', not name<TAB>elements<TAB>share");
     }
     const unsigned long long elements = std::strtoull(line.c_str() + a + 1, nullptr, 10);
     const double share = std::strtod(line.c_str() + b + 1, nullptr);

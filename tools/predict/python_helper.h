@@ -4,9 +4,9 @@
 // Contract
 // - helperPath(file) finds the helper: next to the tool in a build tree
 //   (<bin>/../python/kolo/predict/<file>), else in the source tree the tool
-//   was built from; throws Error(kIo) naming both places when neither has it.
+//   was built from; throws std::runtime_error naming both places when neither has it.
 // - runHelper runs `python helper args...` and returns its standard output;
-//   a failure (exit status not 0) throws Error(kInvalidArgument) with the
+//   a failure (exit status not 0) throws std::runtime_error with the
 //   helper's standard error, which names what is wrong.
 // - readModelScript runs from_model.py on a script and returns its tensors
 //   in backward order.
