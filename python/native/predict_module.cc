@@ -7,11 +7,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "predict/allreduce_model.h"
+#include "predict/constants.h"
 #include "predict/model_zoo.h"
+#include "predict/train_cost.h"
 #include "predict/train_request.h"
 
 namespace py = pybind11;
@@ -30,7 +34,8 @@ struct RequestArgs {
   int ranksPerHost;
   double linkBitsPerSecond;
   double latencySeconds;
-  double hostLinkBitsPerSecond;
+  std::string transport;  // shm, tcp or mpi
+  std::string constants;  // a constants file; empty: the built-in ones
   size_t fusionThresholdBytes;
   double cycleSeconds;
   bool periodic;
@@ -60,9 +65,40 @@ TrainRequest requestOf(const RequestArgs& a) {
   return r;
 }
 
-AllreduceModelFn allreduceOf(const RequestArgs& a) {
-  return ringAllreduceModel(a.linkBitsPerSecond / 8, a.latencySeconds, 0.0,
-                            a.hostLinkBitsPerSecond / 8);
+Constants constantsOf(const std::string& path) {
+  return path.empty() ? builtInConstants() : loadConstants(path);
+}
+
+// As `kolo-predict allreduce` and `train` read --transport.
+JobShape shapeOf(int ranks, int ranksPerHost, double linkBps, double latency,
+                 const std::string& transport) {
+  JobShape shape;
+  shape.ranks = ranks;
+  shape.ranksPerHost = std::min(ranksPerHost, ranks);
+  shape.linkBps = linkBps;
+  shape.linkLatency = latency;
+  if (transport == "shm" || transport == "auto") {
+    shape.shmArena = shape.hosts() == 1;
+  } else if (transport == "tcp") {
+    shape.intra = shape.inter = Path::kTcp;
+  } else if (transport == "mpi") {
+    shape.intra = shape.inter = Path::kMpi;
+  } else {
+    throw std::invalid_argument("transport '" + transport +
+                                "': expected shm, tcp or mpi");
+  }
+  return shape;
+}
+
+// The allreduce time under kolo's selection, and the PS costs, from the
+// constants: what kolo-predict train uses.
+AllreduceModelFn prepare(const RequestArgs& a, TrainRequest& r) {
+  JobShape shape = shapeOf(a.ranks, a.ranksPerHost, a.linkBitsPerSecond, a.latencySeconds,
+                           a.transport);
+  shape.shmArena = a.transport == "shm" || a.transport == "auto";
+  const Constants c = constantsOf(a.constants);
+  fillPsCosts(shape, c, r);
+  return selectedAllreduceModel(shape, c);
 }
 
 py::dict stepDict(const StepPrediction& s) {
@@ -88,7 +124,8 @@ RequestArgs argsOf(const py::dict& k) {
   a.ranksPerHost = k["ranks_per_host"].cast<int>();
   a.linkBitsPerSecond = k["link_bps"].cast<double>();
   a.latencySeconds = k["latency_s"].cast<double>();
-  a.hostLinkBitsPerSecond = k["host_link_bps"].cast<double>();
+  a.transport = k["transport"].cast<std::string>();
+  a.constants = k["constants"].cast<std::string>();
   a.fusionThresholdBytes = k["fusion_threshold_bytes"].cast<size_t>();
   a.cycleSeconds = k["cycle_s"].cast<double>();
   a.periodic = k["periodic"].cast<bool>();
@@ -119,7 +156,8 @@ PYBIND11_MODULE(_predict, m) {
         const RequestArgs a = argsOf(k);
         TrainRequest r = requestOf(a);
         r.mode = parseTrainMode(mode);
-        const TrainAnswer answer = predictTrain(r, allreduceOf(a));
+        const AllreduceModelFn allreduce = prepare(a, r);
+        const TrainAnswer answer = predictTrain(r, allreduce);
         py::dict d = stepDict(answer.step);
         d["mode"] = toString(r.mode);
         if (answer.hasFusion) {
@@ -138,7 +176,9 @@ PYBIND11_MODULE(_predict, m) {
         std::vector<TrainMode> ms;
         for (const auto& s : modes) ms.push_back(parseTrainMode(s));
         py::list out;
-        for (const auto& p : efficiencyCurve(requestOf(a), ms, ranks, allreduceOf(a))) {
+        TrainRequest r = requestOf(a);
+        const AllreduceModelFn allreduce = prepare(a, r);
+        for (const auto& p : efficiencyCurve(r, ms, ranks, allreduce)) {
           py::dict d = stepDict(p.step);
           d["mode"] = toString(p.mode);
           d["ranks"] = p.ranks;
@@ -148,4 +188,32 @@ PYBIND11_MODULE(_predict, m) {
       },
       py::arg("request"), py::arg("modes"), py::arg("ranks"));
   m.def("rank_series", &rankSeries, py::arg("max_ranks"));
+  m.def(
+      "allreduce",
+      [](int ranks, int ranksPerHost, double linkBps, double latency, size_t bytes,
+         const std::string& transport, const std::string& constants, bool agreement) {
+        if (ranks < 1 || ranksPerHost < 1) {
+          throw std::invalid_argument(
+              "ranks " + std::to_string(ranks) + " and ranks_per_host " +
+              std::to_string(ranksPerHost) + ": expected both >= 1");
+        }
+        const JobShape shape = shapeOf(ranks, ranksPerHost, linkBps, latency, transport);
+        const Constants c = constantsOf(constants);
+        CostOptions options;
+        options.agreement = agreement;
+        py::dict seconds;
+        for (int i = 0; i < kAlgorithms; ++i) {
+          const auto alg = static_cast<Algorithm>(i);
+          if (!usable(alg, shape)) continue;
+          seconds[py::str(std::string(toString(alg)))] =
+              allreduceSeconds(alg, bytes, shape, c, options);
+        }
+        py::dict d;
+        d["seconds"] = seconds;
+        d["selected"] = std::string(toString(selectAllreduce(bytes, shape, c)));
+        return d;
+      },
+      py::arg("ranks"), py::arg("ranks_per_host"), py::arg("link_bps"),
+      py::arg("latency_s"), py::arg("bytes"), py::arg("transport"), py::arg("constants"),
+      py::arg("agreement"));
 }

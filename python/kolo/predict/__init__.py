@@ -19,6 +19,7 @@ bits per second or text (``"25gbit"``), times seconds or text (``"2us"``).
 Bad arguments raise ValueError naming the argument and its value.
 """
 
+import os as _os
 import re as _re
 
 from kolo import _predict
@@ -99,7 +100,7 @@ def _layers(params, model, from_model, layers):
 def _request(params=None, model=None, from_model=None, layers=None, *, step_compute_ms,
              ranks=1, ranks_per_host=1, link=None, latency="2us", servers=1, fusion_mb=64,
              cycle_ms=1, runtime="kolo", push_period=1, pull_period=1,
-             backward_fraction=2.0 / 3.0, host_link="40gbit"):
+             backward_fraction=2.0 / 3.0, transport="shm", constants=None):
     name, tensor_list = _layers(params, model, from_model, layers)
     if runtime not in ("kolo", "horovod"):
         raise ValueError(f"runtime {runtime!r}: expected 'kolo' or 'horovod'")
@@ -119,7 +120,8 @@ def _request(params=None, model=None, from_model=None, layers=None, *, step_comp
         "ranks_per_host": ranks_per_host,
         "link_bps": _number("link", link if link is not None else "10gbit", _RATE),
         "latency_s": _number("latency", latency, _TIME),
-        "host_link_bps": _number("host_link", host_link, _RATE),
+        "transport": _transport(transport),
+        "constants": _constants(constants),
         "fusion_threshold_bytes": int(_number("fusion_mb", fusion_mb, _COUNT) * (1 << 20)),
         "cycle_s": _number("cycle_ms", cycle_ms, _TIME) * 1e-3,
         "periodic": runtime == "horovod",
@@ -127,6 +129,42 @@ def _request(params=None, model=None, from_model=None, layers=None, *, step_comp
         "push_period": push_period,
         "pull_period": pull_period,
     }
+
+
+def _transport(transport):
+    if transport not in ("shm", "tcp", "mpi"):
+        raise ValueError(f"transport {transport!r}: expected 'shm', 'tcp' or 'mpi'")
+    return transport
+
+
+def _constants(constants):
+    """The constants file: the argument, else KOLO_PREDICT_CONSTANTS, else
+    '' (the built-in constants)."""
+    path = constants if constants is not None else _os.environ.get("KOLO_PREDICT_CONSTANTS", "")
+    if path and not _os.path.isfile(path):
+        raise ValueError(f"constants file {path!r} does not exist")
+    return str(path)
+
+
+_BYTES = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
+          "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
+
+
+def allreduce(*, ranks, bytes, ranks_per_host=1, link=0, latency=0, transport="shm",
+              constants=None, agreement=True):
+    """Predicted seconds of one allreduce (float32 sum) of `bytes` per
+    algorithm, and the one kolo's selection runs: {"seconds": {"ring": s,
+    ...}, "selected": "rhd"} (``kolo-predict allreduce``; `agreement`:
+    include Communicator::allreduce's descriptor exchange, as kolo-bench
+    measures). `bytes` is a count or text with K/M/G (powers of 1024)."""
+    for arg, v in (("ranks", ranks), ("ranks_per_host", ranks_per_host)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{arg} {v!r}: expected an integer >= 1")
+    size = int(_number("bytes", bytes, _BYTES))
+    return dict(_predict.allreduce(ranks, ranks_per_host, _number("link", link, _RATE),
+                                   _number("latency", latency, _TIME), size,
+                                   _transport(transport), _constants(constants),
+                                   bool(agreement)))
 
 
 def _check_mode(mode):
