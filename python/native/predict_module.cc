@@ -16,6 +16,7 @@
 #include "predict/constants.h"
 #include "predict/model_zoo.h"
 #include "predict/train_cost.h"
+#include "predict/train_papers.h"
 #include "predict/train_request.h"
 
 namespace py = pybind11;
@@ -188,6 +189,23 @@ PYBIND11_MODULE(_predict, m) {
       },
       py::arg("request"), py::arg("modes"), py::arg("ranks"));
   m.def("rank_series", &rankSeries, py::arg("max_ranks"));
+  m.def("papers", [] {
+    py::list out;
+    for (const PaperCase& c : paperCases()) {
+      const PaperResult r = predictPaperCase(c);
+      py::dict d = stepDict(r.step);
+      d["paper"] = c.paper;
+      d["model"] = c.model;
+      d["gpus"] = c.gpus;
+      d["gpus_per_host"] = c.gpusPerHost;
+      d["link_bps"] = c.linkBitsPerSecond;
+      d["images_per_second"] = c.imagesPerSecond;
+      d["batch"] = c.batch;
+      d["published_efficiency"] = c.publishedEfficiency;
+      out.append(d);
+    }
+    return out;
+  });
   m.def(
       "allreduce",
       [](int ranks, int ranksPerHost, double linkBps, double latency, size_t bytes,

@@ -204,6 +204,14 @@ def efficiency_curve(params=None, model=None, from_model=None, layers=None, *,
     return out
 
 
+def papers():
+    """The published figures the model reproduces (docs/scale.md, "The
+    papers' figures"): one dict per case with its inputs (paper, model,
+    gpus, gpus_per_host, link_bps, images_per_second, batch), the
+    published_efficiency and the predicted step (efficiency, step_s, ...)."""
+    return [dict(r) for r in _predict.papers()]
+
+
 def plot_curve(curve, out, title=""):
     """Draws an efficiency_curve() result to a PNG (matplotlib)."""
     from kolo.predict import plot
