@@ -59,13 +59,36 @@ namespace kd = kolo::data;
 using FloatArray = py::array_t<float, py::array::c_style>;
 using LabelArray = py::array_t<int64_t, py::array::c_style>;
 
+// C-order strides of `shape` for elements of T. Every array made here
+// passes them explicitly: pybind11 before 2.12 computes default strides from
+// the dtype's element size read out of NumPy 1's struct layout, which NumPy 2
+// changed, so under NumPy 2 those strides come out wrong (a batch's labels
+// all read as the first one). sizeof(T) is right under both.
+template <typename T>
+std::vector<py::ssize_t> cStrides(const std::vector<py::ssize_t>& shape) {
+  std::vector<py::ssize_t> strides(shape.size());
+  py::ssize_t step = sizeof(T);
+  for (size_t d = shape.size(); d-- > 0;) {
+    strides[d] = step;
+    step *= shape[d];
+  }
+  return strides;
+}
+
 // A vector's memory as a NumPy array that owns it (no copy): the vector
 // moves into a capsule that is the array's base.
 template <typename T>
 py::array_t<T> adopt(std::vector<T>&& values, std::vector<py::ssize_t> shape) {
   auto* owned = new std::vector<T>(std::move(values));
   py::capsule base(owned, [](void* p) { delete static_cast<std::vector<T>*>(p); });
-  return py::array_t<T>(shape, owned->data(), base);
+  return py::array_t<T>(shape, cStrides<T>(shape), owned->data(), base);
+}
+
+// An uninitialised C-order array.
+template <typename Array>
+Array emptyArray(const std::vector<py::ssize_t>& shape) {
+  using T = typename Array::value_type;
+  return Array(shape, cStrides<T>(shape));
 }
 
 py::tuple batchToNumpy(kd::ImageBatch&& batch, const kd::ImageFolderOptions& o) {
@@ -253,10 +276,10 @@ void bindData(py::module_& m) {
             const std::vector<int64_t> idx = checkedIndices(f, indices);
             const auto n = static_cast<py::ssize_t>(idx.size());
             const auto& o = f.options();
-            FloatArray images({n, static_cast<py::ssize_t>(o.channels),
-                               static_cast<py::ssize_t>(o.height),
-                               static_cast<py::ssize_t>(o.width)});
-            LabelArray labels({n});
+            auto images = emptyArray<FloatArray>({n, static_cast<py::ssize_t>(o.channels),
+                                                  static_cast<py::ssize_t>(o.height),
+                                                  static_cast<py::ssize_t>(o.width)});
+            auto labels = emptyArray<LabelArray>({n});
             float* out = images.mutable_data();
             int64_t* lab = labels.mutable_data();
             const int64_t per = f.sampleSize();

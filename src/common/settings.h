@@ -53,8 +53,15 @@ constexpr SettingAlias horovod(const char* env, AliasForm form = AliasForm::kSam
     "(kolorun --validators V; kolo_ps_validators). Empty: none.")                   \
   X(std::string, allreduceAlgorithm, "KOLO_ALLREDUCE_ALGO", "", kNoAlias,           \
     "Force one allreduce algorithm: shm, ring, rhd, tree, hier or ordered "         \
-    "(rank-order sums). Empty: the selection table picks by size and "              \
-    "topology.")                                                                    \
+    "(rank-order sums). Empty: the selection picks by size and topology with "      \
+    "the scale model (docs/scale.md).")                                             \
+  X(std::string, algorithm, "KOLO_ALGORITHM", "", kNoAlias,                         \
+    "The same as KOLO_ALLREDUCE_ALGO (the name docs/scale.md uses); "               \
+    "KOLO_ALLREDUCE_ALGO wins when both are set.")                                  \
+  X(std::string, predictConstants, "KOLO_PREDICT_CONSTANTS", "", kNoAlias,          \
+    "Constants file of the scale model (kolo-predict calibrate) for kolo's "        \
+    "allreduce selection and kolo-predict; rank 0's is used by every rank. "        \
+    "Empty: the built-in constants.")                                               \
   X(int64_t, hierarchicalAllreduce, "KOLO_HIERARCHICAL_ALLREDUCE", 0,               \
     horovod("HOROVOD_HIERARCHICAL_ALLREDUCE"),                                      \
     "1: allreduces use hier when the job spans hosts; on one host the "             \

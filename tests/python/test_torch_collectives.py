@@ -352,3 +352,58 @@ def test_unnamed_operations_in_sequence():
                for i in range(20)]
     for i, h in enumerate(handles):
         assert torch.equal(hvd.synchronize(h), torch.full((3,), float(i * hvd.size())))
+
+
+def test_large_outputs_reuse_memory_only_after_every_user_let_go():
+    """Outputs of 1 MiB and more come from kolo.torch.output_cache: memory is
+    handed out again once no tensor uses it, never while a view still does."""
+    from kolo.torch import output_cache
+    n = (4 << 20) // 4  # 4 MiB of float32
+    size = hvd.size()
+    x = torch.full((n,), 1.0 + hvd.rank())
+    expected = sum(1.0 + r for r in range(size))
+
+    first = hvd.allreduce(x, op=hvd.Sum, name="cache.first")
+    assert torch.all(first == expected)
+    address = first.data_ptr()
+    kept = first[10:20]        # a view keeps the memory in use
+    del first
+    second = hvd.allreduce(x * 2, op=hvd.Sum, name="cache.second")
+    assert second.data_ptr() != address
+    assert torch.all(kept == expected), "a view's memory was handed out again"
+    assert torch.all(second == 2 * expected)
+
+    del kept                   # the last user lets go: the block is idle
+    assert output_cache.cache().idle_bytes() >= 4 << 20
+    third = hvd.allreduce(x * 3, op=hvd.Sum, name="cache.third")
+    assert third.data_ptr() == address
+    assert torch.all(third == 3 * expected) and third.shape == (n,)
+
+    # Other shapes and dtypes view the same blocks correctly.
+    g = hvd.allgather(torch.full((256, 1024), float(hvd.rank()), dtype=torch.float64),
+                      name="cache.gather")
+    assert g.shape == (256 * size, 1024) and g.dtype == torch.float64
+    for r in range(size):
+        assert torch.all(g[256 * r:256 * (r + 1)] == r)
+    h = x.to(torch.bfloat16)
+    outs = hvd.grouped_allreduce([h, h[: n // 2]], op=hvd.Sum, name="cache.group")
+    assert outs[0].dtype == torch.bfloat16 and outs[1].shape == (n // 2,)
+    assert torch.all(outs[0].float() == expected) and torch.all(outs[1].float() == expected)
+
+
+def test_output_cache_bound_and_bad_setting(monkeypatch):
+    from kolo.torch import output_cache
+    cache = output_cache.OutputCache(limit_bytes=3 << 20)
+    a = cache.empty((2 << 20,), torch.uint8)
+    b = cache.empty((2 << 20,), torch.uint8)
+    small = cache.empty((10,), torch.float32)   # below min_bytes: plain torch.empty
+    assert small.shape == (10,)
+    del a, b
+    assert cache.idle_bytes() == 2 << 20  # the second block is over the bound
+    off = output_cache.OutputCache(limit_bytes=0)
+    t = off.empty((1 << 20,), torch.float32)
+    del t
+    assert off.idle_bytes() == 0
+    monkeypatch.setenv("KOLO_TORCH_OUTPUT_CACHE_MB", "lots")
+    with pytest.raises(kolo.InvalidArgumentError, match="KOLO_TORCH_OUTPUT_CACHE_MB='lots'"):
+        output_cache._limit_bytes()

@@ -41,7 +41,7 @@ import torch
 from kolo import _native, _ops
 from kolo._ops import synchronize, poll  # noqa: F401  (re-exported)
 
-from kolo.torch import errors
+from kolo.torch import errors, output_cache
 from kolo.torch.process_sets import _native_id, global_process_set
 
 # Reductions: Horovod's names, kolo's codes. Adasum has no native code.
@@ -212,7 +212,7 @@ def _output_tensor(native_handle, dtype, row_shape=None):
     shape = list(_native.output_shape(native_handle))
     if row_shape is not None:
         shape = [shape[0]] + list(row_shape)
-    out = torch.empty(shape, dtype=dtype)
+    out = output_cache.empty(shape, dtype)
     nbytes = out.numel() * out.element_size()
     if nbytes:
         _native.output_into(native_handle, out.data_ptr(), nbytes)
@@ -233,7 +233,7 @@ def allreduce_async(tensor, average=None, name=None, op=None,
     name = _op_name("allreduce", name)
     code = _reduce_code(tensor, "allreduce", name)
     src = tensor if tensor.is_contiguous() else tensor.contiguous()
-    out = torch.empty(src.shape, dtype=src.dtype)
+    out = output_cache.empty(src.shape, src.dtype)
     h = _native.allreduce_async(name, _ptr(src), _ptr(out), src.shape, code, op,
                                 prescale_factor, postscale_factor, ps_id)
     return _submitted((h,), name, (src, out), _second)
@@ -361,7 +361,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None,
     (one fusion bucket); synchronize() returns the list of results. Member
     names are ``<name>_<i>of<n>``, as in Horovod."""
     srcs = [_contiguous(t) if isinstance(t, torch.Tensor) else t for t in tensors]
-    outs = [torch.empty(s.shape, dtype=s.dtype) if isinstance(s, torch.Tensor)
+    outs = [output_cache.empty(s.shape, s.dtype) if isinstance(s, torch.Tensor)
             else s for s in srcs]
     return _grouped_allreduce_submit(srcs, outs, average, name, op, prescale_factor,
                                      postscale_factor, process_set, (srcs, outs),

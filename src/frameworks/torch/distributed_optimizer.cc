@@ -1,9 +1,5 @@
 #include "frameworks/torch/distributed_optimizer.h"
 
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 #include <map>
 #include <sstream>
 
@@ -110,23 +106,6 @@ DataType toKoloType(::torch::ScalarType type, const std::string& what) {
 
 // ---- DistributedOptimizer ------------------------------------------------------
 
-// Runs after the parameter's AccumulateGrad node has added this backward
-// pass's gradient into p.grad().
-class DistributedOptimizer::Hook : public ::torch::autograd::FunctionPostHook {
- public:
-  Hook(DistributedOptimizer* owner, size_t index) : owner_(owner), index_(index) {}
-  ::torch::autograd::variable_list operator()(
-      const ::torch::autograd::variable_list& outputs,
-      const ::torch::autograd::variable_list& /*inputs*/) override {
-    owner_->onGradient(index_);
-    return outputs;
-  }
-
- private:
-  DistributedOptimizer* owner_;
-  size_t index_;
-};
-
 DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
                                            NamedTensors namedParameters,
                                            std::shared_ptr<Context> context,
@@ -167,10 +146,8 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
   }
   checkModelsAgree();
   for (size_t i = 0; i < params_.size(); ++i) {
-    Param& p = params_[i];
-    p.accumulator = ::torch::autograd::impl::grad_accumulator(p.tensor);
-    KOLO_CHECK(p.accumulator != nullptr);
-    p.hookKey = p.accumulator->add_post_hook(std::make_unique<Hook>(this, i));
+    params_[i].hook =
+        std::make_unique<GradientHook>(params_[i].tensor, [this, i] { onGradient(i); });
   }
 }
 
@@ -179,7 +156,7 @@ DistributedOptimizer::~DistributedOptimizer() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (Param& p : params_) {
-      if (p.accumulator) p.accumulator->del_post_hook(p.hookKey);
+      p.hook.reset();
       if (p.handle) pending.push_back(p.handle);
     }
   }

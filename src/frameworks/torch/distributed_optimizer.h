@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "frameworks/torch/context.h"
+#include "frameworks/torch/gradient_hook.h"
 #include "frameworks/torch/torch_versions.h"
 
 namespace kolo::torch {
@@ -113,13 +114,11 @@ class DistributedOptimizer {
   struct Param {
     std::string name;
     ::torch::Tensor tensor;
-    GradAccumulatorPtr accumulator;  // kept alive
-    uintptr_t hookKey = 0;
-    int passes = 0;             // backward passes since the last reduction
-    runtime::HandlePtr handle;  // pending reduction
-    ::torch::Tensor buffer;     // the reduced gradient's storage (contiguous)
+    std::unique_ptr<GradientHook> hook;  // calls onGradient
+    int passes = 0;                      // backward passes since the last reduction
+    runtime::HandlePtr handle;           // pending reduction
+    ::torch::Tensor buffer;              // the reduced gradient's storage (contiguous)
   };
-  class Hook;
 
   void checkModelsAgree();
   void onGradient(size_t index);         // from the hook, under mu_

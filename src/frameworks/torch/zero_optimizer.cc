@@ -2,10 +2,6 @@
 // zero_optimizer.h, the layout (buckets, blocks, pieces) in docs/zero.md.
 #include "frameworks/torch/zero_optimizer.h"
 
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -44,22 +40,6 @@ std::string shapeText(const ::torch::Tensor& t) {
 }
 
 }  // namespace
-
-class DistributedOptimizer::Hook : public ::torch::autograd::FunctionPostHook {
- public:
-  Hook(DistributedOptimizer* owner, size_t index) : owner_(owner), index_(index) {}
-  ::torch::autograd::variable_list operator()(
-      const ::torch::autograd::variable_list& outputs,
-      const ::torch::autograd::variable_list& /*inputs*/) override {
-    std::lock_guard<std::mutex> lock(owner_->mu_);
-    owner_->onGradient(index_);
-    return outputs;
-  }
-
- private:
-  DistributedOptimizer* owner_;
-  size_t index_;
-};
 
 DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
                                            NamedTensors namedParameters,
@@ -109,10 +89,10 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
   installPieces();
   if (options_.stage == 2) {
     for (size_t i = 0; i < params_.size(); ++i) {
-      Param& p = params_[i];
-      p.accumulator = ::torch::autograd::impl::grad_accumulator(p.tensor);
-      KOLO_CHECK(p.accumulator != nullptr);
-      p.hookKey = p.accumulator->add_post_hook(std::make_unique<Hook>(this, i));
+      params_[i].hook = std::make_unique<GradientHook>(params_[i].tensor, [this, i] {
+        std::lock_guard<std::mutex> lock(mu_);
+        onGradient(i);
+      });
     }
   }
 }
@@ -122,7 +102,7 @@ DistributedOptimizer::~DistributedOptimizer() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (Param& p : params_) {
-      if (p.accumulator) p.accumulator->del_post_hook(p.hookKey);
+      p.hook.reset();
     }
     for (Bucket& b : buckets_) pending.push_back(b.handle);
   }

@@ -51,6 +51,7 @@
 
 #include "frameworks/torch/context.h"
 #include "frameworks/torch/distributed_optimizer.h"
+#include "frameworks/torch/gradient_hook.h"
 
 namespace kolo::torch::zero {
 
@@ -104,8 +105,7 @@ class DistributedOptimizer {
     ::torch::Tensor tensor;
     size_t bucket = 0;
     int passes = 0;
-    GradAccumulatorPtr accumulator;  // kept alive
-    uintptr_t hookKey = 0;
+    std::unique_ptr<GradientHook> hook;  // stage 2: calls onGradient
   };
   struct Bucket {
     std::vector<size_t> params;  // indices into params_
@@ -117,7 +117,6 @@ class DistributedOptimizer {
     runtime::HandlePtr handle;   // pending reduce-scatter
     ::torch::Tensor flat, block;
   };
-  class Hook;
 
   void buildBuckets(double bucketMb);
   void installPieces();

@@ -1,0 +1,427 @@
+// The allreduce cost model: each algorithm of src/collectives/ as the
+// sequence of steps it runs.
+//
+// Notation: n ranks, k ranks per host, H hosts, b bytes (float32, 4-byte
+// elements), p = the largest power of two <= n, e = n - p ("extra" ranks of
+// the fold, partition.h). For a path P (constants.h) alpha_P, beta_P,
+// gamma_P, message_P, call_P; for the host link, rate R bits/s and latency
+// L seconds; c = the oversubscription of the cores (ranks sharing the
+// cores of a host / cores, at least 1), which multiplies every term that is
+// a rank's own work and none of the wire's.
+//
+// One step: every active rank sends m bytes to its partner in g messages
+// and receives as much (the transports are full duplex), then reduces r
+// bytes. Pairs inside a host cost
+//     c*alpha_intra + m*c*beta_intra + (g-1)*c*message_intra
+// and pairs across hosts
+//     c*alpha_inter + L + m*max(c*beta_inter, s*8/R) + (g-1)*c*message_inter
+// where s is the contention: the number of ranks of one host that send
+// across the host's link in this step (the most loaded host counts; every
+// one of them shares the link's R). The step costs the larger of the two
+// (when both kinds of pairs occur), plus r*c*gamma of that path. The
+// contention is counted by walking the step's pairs over the block
+// placement, so the fold's pairs and the halving's far partners are what
+// they are in the implementation, not an average.
+//
+// The algorithms (see each file's comment for the schedule):
+//   tree  (allreduce_tree.cc, recursive doubling): with e > 0 the fold-in
+//         (ranks 2i send b to 2i+1, which reduce b), log2 p steps of
+//         (m = b, r = b) with partner q XOR 2^j, then the fold-back (b).
+//         ~ log2(p) alpha + log2(p) b (beta + gamma).
+//   rhd   (allreduce_rhd.cc, Rabenseifner): the same fold, then log2 p
+//         halving steps of (b/2, b/4, .., b/p) reduced, then log2 p
+//         doubling steps of (b/p, .., b/2), partners from the far end
+//         (mask p/2 first): ~ 2 log2(p) alpha + 2(p-1)/p b beta + (p-1)/p b gamma.
+//   ring  (allreduce_ring.cc, ring_pipeline.cc): 2(n-1) steps of
+//         m = ceil(b/n) (whole elements) in ceil(m / 128 KiB) chunk messages,
+//         the first n-1 reduced; neighbours r -> r+1, so a host's link
+//         carries one flow (s = 1): ~ 2(n-1) alpha + 2(n-1)/n b beta +
+//         (n-1)/n b gamma.
+//   hier  (allreduce_hier.cc): (1) reduce to local rank 0: up to 64 KiB a
+//         binomial tree of ceil(log2 k) steps (b, reduced), above a ring
+//         reduce-scatter of k-1 steps of b/k and a gather of (k-1) b/k
+//         bytes into local rank 0; (2) among the H local rank 0s (one per
+//         host, s = 1) the flat algorithm kolo's selection picks for b;
+//         (3) a pipelined binomial broadcast in 256 KiB chunks: the root
+//         sends b to each of its ceil(log2 k) children, and the last chunk
+//         takes ceil(log2 k) hops.
+//   shm   (allreduce_shm.cc, one host): up to 24 bytes the inline path, one
+//         synchronisation and n*b reduced; else per chunk C of
+//         KOLO_SHM_CHUNK_BYTES: up to 16 KiB one synchronisation, C staged
+//         (beta) and (n-1) C reduced by every rank; above, two
+//         synchronisations, (n-1)/n C staged in, C/n of own reduced slice
+//         staged, (n-1)/n C copied out (beta on each) and (n-1)/n C reduced.
+//
+// Every call adds call_P of its main path (the arena for shm, the link for
+// several hosts, else the host's path); CostOptions::agreement adds the
+// descriptor exchange.
+#include "predict/allreduce_model.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <vector>
+
+namespace kolo::predict {
+namespace {
+
+constexpr double kElementBytes = 4;                  // float32
+constexpr double kRingChunkBytes = 128 * 1024;       // RingPlan::chunkBytes
+constexpr double kBroadcastChunkBytes = 256 * 1024;  // broadcast_binomial.cc
+constexpr size_t kLocalTreeBytes = 64 * 1024;        // allreduce_hier.cc
+constexpr double kShmInlineBytes = 24;               // 56-byte line - 32-byte descriptor
+constexpr double kShmReduceAllBytes = 16 * 1024;     // allreduce_shm.cc
+constexpr double kDescriptorBytes = 32;              // sizeof(OpDescriptor)
+
+constexpr std::string_view kNames[kAlgorithms] = {"ring", "rhd", "tree", "hier", "shm"};
+
+// Who sends across hosts in one step.
+struct Pairs {
+  bool intra = false;  // some pair inside a host
+  int flows = 0;       // the most ranks of one host sending off it (0: none)
+};
+
+struct Model {
+  const JobShape& shape;
+  const Constants& c;
+  double cpu;  // oversubscription factor c >= 1
+
+  int hostOf(int r) const { return r / std::max(1, shape.ranksPerHost); }
+
+  // Pairs of a step over ranks [0, n) of this shape; partner(r) < 0: r is
+  // idle (or only receives).
+  template <typename Partner>
+  Pairs pairsOf(int n, Partner partner) const {
+    Pairs out;
+    std::vector<int> flows(static_cast<size_t>(hostOf(n - 1)) + 1, 0);
+    for (int r = 0; r < n; ++r) {
+      const int q = partner(r);
+      if (q < 0) continue;
+      if (hostOf(r) == hostOf(q)) {
+        out.intra = true;
+      } else {
+        out.flows = std::max(out.flows, ++flows[hostOf(r)]);
+      }
+    }
+    return out;
+  }
+
+  // The step's cost added to `out` (see the file comment).
+  void step(LinearCost& out, const Pairs& pairs, double m, double messages,
+            double reduced) const {
+    const double g = std::max(0.0, messages - 1);
+    LinearCost intra, inter;
+    if (pairs.intra) {
+      intra.add(shape.intra, Term::kAlpha, cpu);
+      intra.add(shape.intra, Term::kBeta, m * cpu);
+      intra.add(shape.intra, Term::kMessage, g * cpu);
+      intra.add(shape.intra, Term::kGamma, reduced * cpu);
+    }
+    if (pairs.flows > 0) {
+      inter.add(shape.inter, Term::kAlpha, cpu);
+      inter.fixed += shape.linkLatency;
+      const double wire = shape.linkBps > 0 ? pairs.flows * 8.0 / shape.linkBps : 0;
+      if (wire > cpu * c.get(shape.inter, Term::kBeta)) {
+        inter.fixed += m * wire;
+      } else {
+        inter.add(shape.inter, Term::kBeta, m * cpu);
+      }
+      inter.add(shape.inter, Term::kMessage, g * cpu);
+      inter.add(shape.inter, Term::kGamma, reduced * cpu);
+    }
+    if (!pairs.intra && pairs.flows == 0) return;
+    if (!pairs.intra) {
+      out += inter;
+    } else if (pairs.flows == 0) {
+      out += intra;
+    } else {
+      out += inter.seconds(c) >= intra.seconds(c) ? inter : intra;
+    }
+  }
+
+  // ---- the fold (partition.h) ------------------------------------------------
+  struct Fold {
+    int p = 1, extra = 0;
+    int realRank(int nr) const { return nr < extra ? 2 * nr + 1 : nr + extra; }
+    int newRank(int r) const {
+      if (r < 2 * extra) return r % 2 == 0 ? -1 : r / 2;
+      return r - extra;
+    }
+  };
+  static Fold foldOf(int n) {
+    Fold f;
+    while (f.p * 2 <= n) f.p *= 2;
+    f.extra = n - f.p;
+    return f;
+  }
+  // Fold-in (even ranks below 2e send to the odd one above) or fold-back
+  // (the odd ones send back).
+  Pairs foldPairs(int n, const Fold& f, bool in) const {
+    return pairsOf(n, [&](int r) {
+      if (r >= 2 * f.extra) return -1;
+      if (in) return r % 2 == 0 ? r + 1 : -1;
+      return r % 2 == 1 ? r - 1 : -1;
+    });
+  }
+  Pairs maskPairs(int n, const Fold& f, int mask) const {
+    return pairsOf(n, [&](int r) {
+      const int q = f.newRank(r);
+      return q < 0 ? -1 : f.realRank(q ^ mask);
+    });
+  }
+
+  // ---- the algorithms ------------------------------------------------------------
+  LinearCost tree(int n, double b) const {
+    LinearCost out;
+    const Fold f = foldOf(n);
+    if (f.extra > 0) step(out, foldPairs(n, f, true), b, 1, b);
+    for (int mask = 1; mask < f.p; mask <<= 1) step(out, maskPairs(n, f, mask), b, 1, b);
+    if (f.extra > 0) step(out, foldPairs(n, f, false), b, 1, 0);
+    return out;
+  }
+
+  LinearCost rhd(int n, double b) const {
+    LinearCost out;
+    const Fold f = foldOf(n);
+    const double count = std::ceil(b / kElementBytes);
+    // Bytes of `blocks` of the p blocks (the largest ones: the critical path).
+    auto blocks = [&](int nblocks) {
+      return std::ceil(count / f.p) * nblocks * kElementBytes;
+    };
+    if (f.extra > 0) step(out, foldPairs(n, f, true), b, 1, b);
+    int window = f.p;
+    for (int mask = f.p / 2; mask >= 1; mask /= 2) {
+      window /= 2;
+      const double m = std::min(b, blocks(window));
+      step(out, maskPairs(n, f, mask), m, 1, m);
+    }
+    for (int mask = 1; mask < f.p; mask *= 2) {
+      const double m = std::min(b, blocks(mask));
+      step(out, maskPairs(n, f, mask), m, 1, 0);
+    }
+    if (f.extra > 0) step(out, foldPairs(n, f, false), b, 1, 0);
+    return out;
+  }
+
+  LinearCost ring(int n, double b) const {
+    LinearCost out;
+    const double m = std::ceil(std::ceil(b / kElementBytes) / n) * kElementBytes;
+    const double messages = std::max(1.0, std::ceil(m / kRingChunkBytes));
+    const Pairs pairs = pairsOf(n, [n](int r) { return (r + 1) % n; });
+    LinearCost one, reducing;
+    step(reducing, pairs, m, messages, m);
+    step(one, pairs, m, messages, 0);
+    for (int s = 0; s < n - 1; ++s) out += reducing;
+    for (int s = 0; s < n - 1; ++s) out += one;
+    return out;
+  }
+
+  // The flat algorithm among `n` ranks of this model's shape (the cross
+  // group of hier: a model whose shape has one rank per host).
+  LinearCost flat(Algorithm a, int n, double b) const {
+    switch (a) {
+      case Algorithm::kTree: return tree(n, b);
+      case Algorithm::kRhd: return rhd(n, b);
+      default: return ring(n, b);
+    }
+  }
+
+  LinearCost hier(double b) const {
+    LinearCost out;
+    const int k = std::max(1, shape.ranksPerHost);
+    const int hosts = shape.hosts();
+    // (1) reduce inside the host (the intra path only: pairs within host 0).
+    const Pairs local{true, 0};
+    if (k > 1 && b <= kLocalTreeBytes) {
+      for (int mask = 1; mask < k; mask <<= 1) step(out, local, b, 1, b);
+    } else if (k > 1) {
+      const double m = std::ceil(std::ceil(b / kElementBytes) / k) * kElementBytes;
+      const double messages = std::max(1.0, std::ceil(m / kRingChunkBytes));
+      for (int s = 0; s < k - 1; ++s) step(out, local, m, messages, m);
+      step(out, local, (k - 1) * m, k - 1, 0);  // the gather into local rank 0
+    }
+    // (2) across hosts, one rank each, with the selection's flat algorithm.
+    if (hosts > 1) {
+      JobShape cross = shape;
+      cross.ranks = hosts;
+      cross.ranksPerHost = 1;
+      cross.shmArena = false;
+      const Model crossModel{cross, c, cpu};
+      const Algorithm a =
+          selectAllreduce(static_cast<size_t>(b), cross, c);  // never hier: k = 1
+      out += crossModel.flat(a, hosts, b);
+    }
+    // (3) pipelined binomial broadcast inside the host.
+    if (k > 1) {
+      const double depth = std::ceil(std::log2(static_cast<double>(k)));
+      const double chunk = std::min(b, kBroadcastChunkBytes);
+      const double chunks = std::max(1.0, std::ceil(b / kBroadcastChunkBytes));
+      LinearCost bcast;
+      bcast.add(shape.intra, Term::kAlpha, depth * cpu);
+      bcast.add(shape.intra, Term::kBeta, (depth * b + (depth - 1) * chunk) * cpu);
+      bcast.add(shape.intra, Term::kMessage, std::max(0.0, depth * chunks - 1) * cpu);
+      out += bcast;
+    }
+    return out;
+  }
+
+  LinearCost shm(double b) const {
+    LinearCost out;
+    const int n = shape.ranks;
+    const Path a = Path::kShmArena;
+    if (b <= kShmInlineBytes) {
+      out.add(a, Term::kAlpha, cpu);
+      out.add(a, Term::kGamma, n * b * cpu);
+      return out;
+    }
+    const double chunk = std::max(
+        kElementBytes, std::floor(static_cast<double>(shape.shmChunkBytes) / 64) * 64);
+    for (double done = 0; done < b; done += chunk) {
+      const double C = std::min(chunk, b - done);
+      if (C <= kShmReduceAllBytes || n == 1) {
+        out.add(a, Term::kAlpha, cpu);
+        out.add(a, Term::kBeta, C * cpu);
+        out.add(a, Term::kGamma, (n - 1) * C * cpu);
+      } else {
+        out.add(a, Term::kAlpha, 2 * cpu);
+        out.add(a, Term::kBeta, (2.0 * (n - 1) / n + 1.0 / n) * C * cpu);
+        out.add(a, Term::kGamma, (n - 1.0) / n * C * cpu);
+      }
+    }
+    return out;
+  }
+
+  // Communicator::allreduce's descriptor exchange (descriptor_check.cc).
+  LinearCost agreement() const {
+    LinearCost out;
+    const int n = shape.ranks;
+    if (n == 1) return out;
+    if (shape.shmArena) {
+      out.add(Path::kShmArena, Term::kAlpha, cpu);
+      return out;
+    }
+    const Pairs pairs = pairsOf(n, [n](int r) { return (r + 1) % n; });
+    for (int s = 0; s < n - 1; ++s) step(out, pairs, kDescriptorBytes, 1, 0);
+    return out;
+  }
+
+  Path mainPath(Algorithm a) const {
+    if (a == Algorithm::kShm) return Path::kShmArena;
+    return shape.hosts() > 1 ? shape.inter : shape.intra;
+  }
+};
+
+double oversubscription(const JobShape& s) {
+  if (s.coresPerHost <= 0) return 1;
+  const int sharing = s.hostsShareCores ? s.ranks : std::min(s.ranks, s.ranksPerHost);
+  return std::max(1.0, static_cast<double>(sharing) / s.coresPerHost);
+}
+
+}  // namespace
+
+std::string_view toString(Algorithm a) {
+  return kNames[static_cast<int>(a)];
+}
+
+std::optional<Algorithm> algorithmFromName(std::string_view name) {
+  for (int i = 0; i < kAlgorithms; ++i) {
+    if (kNames[i] == name) return static_cast<Algorithm>(i);
+  }
+  return std::nullopt;
+}
+
+int JobShape::hosts() const {
+  const int k = std::max(1, ranksPerHost);
+  return (std::max(1, ranks) + k - 1) / k;
+}
+
+double LinearCost::seconds(const Constants& c) const {
+  double s = fixed;
+  for (int p = 0; p < kPaths; ++p) {
+    for (int t = 0; t < kTerms; ++t) s += coef[p][t] * c.paths[p].value[t];
+  }
+  return s;
+}
+
+LinearCost& LinearCost::operator+=(const LinearCost& o) {
+  fixed += o.fixed;
+  for (int p = 0; p < kPaths; ++p) {
+    for (int t = 0; t < kTerms; ++t) coef[p][t] += o.coef[p][t];
+  }
+  return *this;
+}
+
+bool usable(Algorithm a, const JobShape& shape) {
+  switch (a) {
+    case Algorithm::kShm: return shape.shmArena && shape.hosts() == 1;
+    case Algorithm::kHier: return shape.hosts() > 1 && shape.ranksPerHost > 1;
+    default: return true;
+  }
+}
+
+LinearCost allreduceCost(Algorithm a, size_t bytes, const JobShape& shape,
+                         const Constants& c, const CostOptions& options) {
+  const Model m{shape, c, oversubscription(shape)};
+  LinearCost out;
+  const int n = std::max(1, shape.ranks);
+  if (n == 1 || bytes == 0) return out;
+  const double b = static_cast<double>(bytes);
+  switch (a) {
+    case Algorithm::kRing: out = m.ring(n, b); break;
+    case Algorithm::kRhd: out = m.rhd(n, b); break;
+    case Algorithm::kTree: out = m.tree(n, b); break;
+    case Algorithm::kHier: out = m.hier(b); break;
+    case Algorithm::kShm: out = m.shm(b); break;
+  }
+  out.add(m.mainPath(a), Term::kCall, 1);
+  if (options.agreement && a != Algorithm::kShm) out += m.agreement();
+  return out;
+}
+
+double allreduceSeconds(Algorithm a, size_t bytes, const JobShape& shape,
+                        const Constants& c, const CostOptions& options) {
+  return allreduceCost(a, bytes, shape, c, options).seconds(c);
+}
+
+std::vector<Algorithm> selectionCandidates(const JobShape& shape) {
+  if (usable(Algorithm::kShm, shape)) return {Algorithm::kShm};
+  std::vector<Algorithm> out = {Algorithm::kTree, Algorithm::kRhd, Algorithm::kRing};
+  if (usable(Algorithm::kHier, shape)) out.push_back(Algorithm::kHier);
+  return out;
+}
+
+int sizeClass(size_t bytes) {
+  const int w = std::bit_width(bytes);  // 0..64
+  if (w < 3) return 4 * w + static_cast<int>(bytes - (w > 0 ? size_t{1} << (w - 1) : 0));
+  return 4 * w + static_cast<int>((bytes >> (w - 3)) & 3);
+}
+
+size_t sizeClassBytes(int cls) {
+  const int w = cls / 4, sub = cls % 4;
+  if (w < 3) return (w > 0 ? size_t{1} << (w - 1) : 0) + static_cast<size_t>(sub);
+  const size_t lo = static_cast<size_t>(4 + sub) << (w - 3);
+  return lo + (size_t{1} << (w - 3)) / 2;
+}
+
+Algorithm selectAllreduce(size_t bytes, const JobShape& shape, const Constants& c) {
+  const size_t at = sizeClassBytes(sizeClass(bytes));
+  Algorithm best = Algorithm::kRing;
+  double bestSeconds = 0;
+  bool first = true;
+  for (Algorithm a : selectionCandidates(shape)) {
+    const double s = allreduceSeconds(a, at, shape, c);
+    if (first || s < bestSeconds) {
+      best = a;
+      bestSeconds = s;
+      first = false;
+    }
+  }
+  return best;
+}
+
+double selectedAllreduceSeconds(size_t bytes, const JobShape& shape, const Constants& c,
+                                const CostOptions& options) {
+  return allreduceSeconds(selectAllreduce(bytes, shape, c), bytes, shape, c, options);
+}
+
+}  // namespace kolo::predict
