@@ -98,7 +98,7 @@ def _layers(params, model, from_model, layers):
 
 
 def _request(params=None, model=None, from_model=None, layers=None, *, step_compute_ms,
-             ranks=1, ranks_per_host=1, link=None, latency="2us", servers=1, fusion_mb=64,
+             ranks=1, ranks_per_host=1, link=None, latency=0, servers=1, fusion_mb=64,
              cycle_ms=1, runtime="kolo", push_period=1, pull_period=1,
              backward_fraction=2.0 / 3.0, transport="shm", constants=None):
     name, tensor_list = _layers(params, model, from_model, layers)
