@@ -37,6 +37,7 @@ struct RequestArgs {
   double latencySeconds;
   std::string transport;  // shm, tcp or mpi
   std::string constants;  // a constants file; empty: the built-in ones
+  std::string allreduce;  // "kolo" (constants, selection) or "nccl-ring"
   size_t fusionThresholdBytes;
   double cycleSeconds;
   bool periodic;
@@ -99,6 +100,11 @@ AllreduceModelFn prepare(const RequestArgs& a, TrainRequest& r) {
   shape.shmArena = a.transport == "shm" || a.transport == "auto";
   const Constants c = constantsOf(a.constants);
   fillPsCosts(shape, c, r);
+  if (a.allreduce == "nccl-ring") return ncclRingModel(a.linkBitsPerSecond, NcclRing{});
+  if (a.allreduce != "kolo") {
+    throw std::invalid_argument("allreduce model '" + a.allreduce +
+                                "': expected kolo or nccl-ring");
+  }
   return selectedAllreduceModel(shape, c);
 }
 
@@ -127,6 +133,7 @@ RequestArgs argsOf(const py::dict& k) {
   a.latencySeconds = k["latency_s"].cast<double>();
   a.transport = k["transport"].cast<std::string>();
   a.constants = k["constants"].cast<std::string>();
+  a.allreduce = k["allreduce"].cast<std::string>();
   a.fusionThresholdBytes = k["fusion_threshold_bytes"].cast<size_t>();
   a.cycleSeconds = k["cycle_s"].cast<double>();
   a.periodic = k["periodic"].cast<bool>();

@@ -13,6 +13,7 @@
 #include "predict/json.h"
 #include "predict/model_zoo.h"
 #include "predict/train_cost.h"
+#include "predict/train_papers.h"
 #include "predict/train_request.h"
 #include "predict/units.h"
 #include "predict_cli.h"
@@ -51,6 +52,8 @@ shortest step.
   --transport T         shm (default: shm in a host, tcp between), tcp or mpi
   --cores C             cores per host (0: one per rank at least)
   --constants FILE      constants (default: KOLO_PREDICT_CONSTANTS, else built in)
+  --allreduce-model M   kolo (default: the constants and kolo's selection) or
+                        nccl-ring (NCCL 2's ring, NCCL's latency table: GPU clusters)
   --plot OUT.png        efficiency against ranks 1..--max-ranks (4096), each mode
   --json                one JSON object ({"results": [...]} for several modes)
 )";
@@ -248,10 +251,16 @@ int runTrain(Args& args, std::ostream& out) {
     }
   }
   const bool json = args.flag("--json");
+  const std::string model = args.value("--allreduce-model").value_or("kolo");
+  if (model != "kolo" && model != "nccl-ring") {
+    throw UsageError("--allreduce-model '" + model + "': expected kolo or nccl-ring");
+  }
   const Constants constants = constantsFor(args);
   args.finish();
   fillPsCosts(shape, constants, r);
-  const AllreduceModelFn allreduce = selectedAllreduceModel(shape, constants);
+  const AllreduceModelFn allreduce = model == "kolo"
+                                         ? selectedAllreduceModel(shape, constants)
+                                         : ncclRingModel(shape.linkBps, NcclRing{});
 
   std::vector<std::string> answers;
   if (!json) {

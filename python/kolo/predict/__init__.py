@@ -16,6 +16,10 @@ Arguments are those of ``kolo-predict train`` (``--step-compute-ms`` is
 script, read as ``--from-model`` reads it, in this interpreter) and
 ``layers`` (``[(name, elements, share)]`` in backward order). Rates are
 bits per second or text (``"25gbit"``), times seconds or text (``"2us"``).
+``allreduce_model`` is ``"kolo"`` (kolo's allreduce model with its
+constants, ``constants`` or KOLO_PREDICT_CONSTANTS or the built-in ones,
+and kolo's selection) or ``"nccl-ring"`` (NCCL 2's ring with NCCL's latency
+table, the papers' GPU clusters; docs/scale.md).
 Bad arguments raise ValueError naming the argument and its value.
 """
 
@@ -100,7 +104,8 @@ def _layers(params, model, from_model, layers):
 def _request(params=None, model=None, from_model=None, layers=None, *, step_compute_ms,
              ranks=1, ranks_per_host=1, link=None, latency=0, servers=1, fusion_mb=64,
              cycle_ms=1, runtime="kolo", push_period=1, pull_period=1,
-             backward_fraction=2.0 / 3.0, transport="shm", constants=None):
+             backward_fraction=2.0 / 3.0, transport="shm", constants=None,
+             allreduce_model="kolo"):
     name, tensor_list = _layers(params, model, from_model, layers)
     if runtime not in ("kolo", "horovod"):
         raise ValueError(f"runtime {runtime!r}: expected 'kolo' or 'horovod'")
@@ -122,6 +127,7 @@ def _request(params=None, model=None, from_model=None, layers=None, *, step_comp
         "latency_s": _number("latency", latency, _TIME),
         "transport": _transport(transport),
         "constants": _constants(constants),
+        "allreduce": allreduce_model,
         "fusion_threshold_bytes": int(_number("fusion_mb", fusion_mb, _COUNT) * (1 << 20)),
         "cycle_s": _number("cycle_ms", cycle_ms, _TIME) * 1e-3,
         "periodic": runtime == "horovod",
