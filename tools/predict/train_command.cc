@@ -185,6 +185,95 @@ void plotCurve(const TrainRequest& r, const std::vector<TrainMode>& modes, int m
   std::remove(path);
 }
 
+// Everything the flags say, read and checked (UsageError on a bad one).
+struct TrainOptions {
+  TrainRequest request;
+  std::vector<TrainMode> modes;
+  JobShape shape;
+  std::optional<std::string> plot;
+  int maxRanks = 4096;
+  std::string python;
+  std::string allreduceModel;
+  bool json = false;
+};
+
+void readRuntimeAndServers(Args& args, TrainRequest& r) {
+  if (auto v = args.value("--fusion-mb")) {
+    r.runtime.fusionThresholdBytes =
+        static_cast<size_t>(parseCount("--fusion-mb", *v) * (1 << 20) + 0.5);
+  }
+  if (auto v = args.value("--cycle-ms")) {
+    r.runtime.cycleSeconds = parseDuration("--cycle-ms", *v + "ms");
+  }
+  const std::string runtime = args.value("--runtime").value_or("kolo");
+  if (runtime != "kolo" && runtime != "horovod") {
+    throw UsageError("--runtime '" + runtime + "': expected kolo or horovod");
+  }
+  r.runtime.periodic = runtime == "horovod";
+  if (auto v = args.value("--servers")) {
+    r.ps.servers = static_cast<int>(parseWhole("--servers", *v, 1, 1 << 20));
+  }
+  if (auto v = args.value("--push-period")) {
+    r.ps.pushPeriod = static_cast<int>(parseWhole("--push-period", *v, 1, 1 << 20));
+  }
+  if (auto v = args.value("--pull-period")) {
+    r.ps.pullPeriod = static_cast<int>(parseWhole("--pull-period", *v, 1, 1 << 20));
+  }
+}
+
+TrainOptions readOptions(Args& args) {
+  TrainOptions o;
+  TrainRequest& r = o.request;
+  o.python = args.value("--python").value_or("/usr/bin/python3");
+  try {
+    readModel(args, o.python, r);
+    r.stepComputeSeconds =
+        parseDuration("--step-compute-ms", args.required("--step-compute-ms") + "ms");
+    if (auto v = args.value("--backward-fraction")) r.backwardFraction = std::stod(*v);
+    r.ranks =
+        static_cast<int>(parseWhole("--ranks", args.required("--ranks"), 1, 1 << 24));
+    if (auto v = args.value("--ranks-per-host")) {
+      r.ranksPerHost = static_cast<int>(parseWhole("--ranks-per-host", *v, 1, 1 << 20));
+    }
+    o.modes = parseModes(args.value("--mode").value_or("allreduce"));
+    o.shape = readShape(args, r);
+    r.linkBytesPerSecond = o.shape.linkBps / 8;
+    r.latencySeconds = o.shape.linkLatency;
+    readRuntimeAndServers(args, r);
+    o.plot = args.value("--plot");
+    if (auto v = args.value("--max-ranks")) {
+      o.maxRanks = static_cast<int>(parseWhole("--max-ranks", *v, 1, 1 << 20));
+    }
+  } catch (const UnitError& e) {
+    throw UsageError(e.what());
+  } catch (const std::invalid_argument& e) {  // a mode, a model name, std::stod
+    throw UsageError(e.what());
+  }
+  for (TrainMode m : o.modes) {
+    if (m != TrainMode::kAllreduce && !(o.shape.linkBps > 0)) {
+      throw UsageError(std::string("--mode ") + toString(m) +
+                       " needs --link (the servers' links carry every push)");
+    }
+  }
+  o.json = args.flag("--json");
+  o.allreduceModel = args.value("--allreduce-model").value_or("kolo");
+  if (o.allreduceModel != "kolo" && o.allreduceModel != "nccl-ring") {
+    throw UsageError("--allreduce-model '" + o.allreduceModel +
+                     "': expected kolo or nccl-ring");
+  }
+  return o;
+}
+
+void printJson(std::ostream& out, const std::vector<std::string>& answers) {
+  if (answers.size() == 1) {
+    out << answers[0] << "\n";
+    return;
+  }
+  out << "{\"results\": [";
+  for (size_t i = 0; i < answers.size(); ++i) out << (i ? ", " : "") << answers[i];
+  out << "]}\n";
+}
+
 }  // namespace
 
 int runTrain(Args& args, std::ostream& out) {
@@ -192,105 +281,40 @@ int runTrain(Args& args, std::ostream& out) {
     out << kUsage;
     return 0;
   }
-  TrainRequest r;
-  std::vector<TrainMode> modes;
-  std::optional<std::string> plot;
-  int maxRanks = 4096;
-  JobShape shape;
-  const std::string python = args.value("--python").value_or("/usr/bin/python3");
-  try {
-    readModel(args, python, r);
-    r.stepComputeSeconds =
-        parseDuration("--step-compute-ms", args.required("--step-compute-ms") + "ms");
-    if (auto v = args.value("--backward-fraction")) {
-      r.backwardFraction = std::stod(*v);
-    }
-    r.ranks =
-        static_cast<int>(parseWhole("--ranks", args.required("--ranks"), 1, 1 << 24));
-    if (auto v = args.value("--ranks-per-host")) {
-      r.ranksPerHost = static_cast<int>(parseWhole("--ranks-per-host", *v, 1, 1 << 20));
-    }
-    modes = parseModes(args.value("--mode").value_or("allreduce"));
-    shape = readShape(args, r);
-    r.linkBytesPerSecond = shape.linkBps / 8;
-    r.latencySeconds = shape.linkLatency;
-    if (auto v = args.value("--fusion-mb")) {
-      r.runtime.fusionThresholdBytes =
-          static_cast<size_t>(parseCount("--fusion-mb", *v) * (1 << 20) + 0.5);
-    }
-    if (auto v = args.value("--cycle-ms")) {
-      r.runtime.cycleSeconds = parseDuration("--cycle-ms", *v + "ms");
-    }
-    const std::string runtime = args.value("--runtime").value_or("kolo");
-    if (runtime != "kolo" && runtime != "horovod") {
-      throw UsageError("--runtime '" + runtime + "': expected kolo or horovod");
-    }
-    r.runtime.periodic = runtime == "horovod";
-    if (auto v = args.value("--servers")) {
-      r.ps.servers = static_cast<int>(parseWhole("--servers", *v, 1, 1 << 20));
-    }
-    if (auto v = args.value("--push-period")) {
-      r.ps.pushPeriod = static_cast<int>(parseWhole("--push-period", *v, 1, 1 << 20));
-    }
-    if (auto v = args.value("--pull-period")) {
-      r.ps.pullPeriod = static_cast<int>(parseWhole("--pull-period", *v, 1, 1 << 20));
-    }
-    plot = args.value("--plot");
-    if (auto v = args.value("--max-ranks")) {
-      maxRanks = static_cast<int>(parseWhole("--max-ranks", *v, 1, 1 << 20));
-    }
-  } catch (const UnitError& e) {
-    throw UsageError(e.what());
-  } catch (const std::invalid_argument& e) {  // a mode, a model name, std::stod
-    throw UsageError(e.what());
-  }
-  for (TrainMode m : modes) {
-    if (m != TrainMode::kAllreduce && !(shape.linkBps > 0)) {
-      throw UsageError(std::string("--mode ") + toString(m) +
-                       " needs --link (the servers' links carry every push)");
-    }
-  }
-  const bool json = args.flag("--json");
-  const std::string model = args.value("--allreduce-model").value_or("kolo");
-  if (model != "kolo" && model != "nccl-ring") {
-    throw UsageError("--allreduce-model '" + model + "': expected kolo or nccl-ring");
-  }
+  TrainOptions o = readOptions(args);
   const Constants constants = constantsFor(args);
   args.finish();
-  fillPsCosts(shape, constants, r);
-  const AllreduceModelFn allreduce = model == "kolo"
-                                         ? selectedAllreduceModel(shape, constants)
-                                         : ncclRingModel(shape.linkBps, NcclRing{});
-
-  std::vector<std::string> answers;
-  if (!json) {
+  TrainRequest& r = o.request;
+  fillPsCosts(o.shape, constants, r);
+  const AllreduceModelFn allreduce = o.allreduceModel == "kolo"
+                                         ? selectedAllreduceModel(o.shape, constants)
+                                         : ncclRingModel(o.shape.linkBps, NcclRing{});
+  if (!o.json) {
     out << "model " << r.modelName << ": " << totalBytes(r.layers) / 4
         << " parameters in " << r.layers.size() << " tensors; " << r.ranks << " ranks, "
         << std::min(r.ranksPerHost, r.ranks) << " per host, link "
-        << (shape.linkBps > 0 ? formatRate(shape.linkBps) : std::string("not limited"))
-        << ", latency " << formatSeconds(shape.linkLatency) << "\n";
+        << (o.shape.linkBps > 0 ? formatRate(o.shape.linkBps)
+                                : std::string("not limited"))
+        << ", latency " << formatSeconds(o.shape.linkLatency) << "\n";
   }
-  for (TrainMode m : modes) {
-    r.mode = m;
-    const TrainAnswer a = predictTrain(r, allreduce);
-    if (json) {
-      answers.push_back(trainAnswerJson(r, a));
-    } else {
-      printHuman(out, r, a);
+  std::vector<std::string> answers;
+  try {
+    for (TrainMode m : o.modes) {
+      r.mode = m;
+      const TrainAnswer a = predictTrain(r, allreduce);
+      if (o.json) {
+        answers.push_back(trainAnswerJson(r, a));
+      } else {
+        printHuman(out, r, a);
+      }
     }
+  } catch (const std::invalid_argument& e) {  // the model's checks of the inputs
+    throw UsageError(e.what());
   }
-  if (json) {
-    if (answers.size() == 1) {
-      out << answers[0] << "\n";
-    } else {
-      out << "{\"results\": [";
-      for (size_t i = 0; i < answers.size(); ++i) out << (i ? ", " : "") << answers[i];
-      out << "]}\n";
-    }
-  }
-  if (plot) {
-    plotCurve(r, modes, maxRanks, python, *plot, allreduce);
-    if (!json) out << "plot: " << *plot << "\n";
+  if (o.json) printJson(out, answers);
+  if (o.plot) {
+    plotCurve(r, o.modes, o.maxRanks, o.python, *o.plot, allreduce);
+    if (!o.json) out << "plot: " << *o.plot << "\n";
   }
   return 0;
 }

@@ -60,6 +60,13 @@ _RATE = {"": 1.0, "bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e1
 _TIME = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 
+def _milliseconds(name, value):
+    """Seconds from a number of milliseconds, or text ("120", "120ms", "0.12s")."""
+    if isinstance(value, str):
+        return _number(name, value, _TIME, default_unit="ms")
+    return _number(name, value, _TIME) * 1e-3
+
+
 def models():
     """The names the model zoo knows."""
     return list(_predict.zoo_names())
@@ -117,9 +124,7 @@ def _request(params=None, model=None, from_model=None, layers=None, *, step_comp
     return {
         "layers": tensor_list,
         "model_name": name,
-        "step_compute_s": _number("step_compute_ms", step_compute_ms, _TIME, "ms")
-        if isinstance(step_compute_ms, str) else _number("step_compute_ms", step_compute_ms,
-                                                         _TIME) * 1e-3,
+        "step_compute_s": _milliseconds("step_compute_ms", step_compute_ms),
         "backward_fraction": float(backward_fraction),
         "ranks": ranks,
         "ranks_per_host": ranks_per_host,
@@ -129,7 +134,7 @@ def _request(params=None, model=None, from_model=None, layers=None, *, step_comp
         "constants": _constants(constants),
         "allreduce": allreduce_model,
         "fusion_threshold_bytes": int(_number("fusion_mb", fusion_mb, _COUNT) * (1 << 20)),
-        "cycle_s": _number("cycle_ms", cycle_ms, _TIME) * 1e-3,
+        "cycle_s": _milliseconds("cycle_ms", cycle_ms),
         "periodic": runtime == "horovod",
         "servers": servers,
         "push_period": push_period,
