@@ -240,6 +240,7 @@ TrainOptions readOptions(Args& args) {
     r.linkBytesPerSecond = o.shape.linkBps / 8;
     r.latencySeconds = o.shape.linkLatency;
     readRuntimeAndServers(args, r);
+    checkTrainSpec(r.spec(r.ranks));  // before anything is printed
     o.plot = args.value("--plot");
     if (auto v = args.value("--max-ranks")) {
       o.maxRanks = static_cast<int>(parseWhole("--max-ranks", *v, 1, 1 << 20));
