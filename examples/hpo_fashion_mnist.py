@@ -4,13 +4,13 @@
 
     # TPE + median pruner, 2 teams of 2 ranks, 24 trials; trial 0 is the
     # default configuration (below), so the best is compared at equal epochs
-    build/bin/kolorun --hpo -np 4 env PYTHONPATH=build/python \\
+    build/bin/kolorun -np 4 env PYTHONPATH=build/python \\
         /usr/bin/python3 examples/hpo_fashion_mnist.py search --out /tmp/hpo-fmnist
 
     # population-based training and random search at equal compute: 4
     # members / 4 trials, teams of 1 rank, the same epochs each
     build/bin/kolorun -np 4 ... examples/hpo_fashion_mnist.py pbt --out DIR
-    build/bin/kolorun --hpo -np 4 ... examples/hpo_fashion_mnist.py random --out DIR
+    build/bin/kolorun -np 4 ... examples/hpo_fashion_mnist.py random --out DIR
     PYTHONPATH=build/python /usr/bin/python3 examples/hpo_fashion_mnist.py compare --out DIR
 
 The model is examples/fashion_mnist.py's CNN (conv 16, conv 32, a hidden

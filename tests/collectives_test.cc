@@ -549,19 +549,25 @@ TEST(AllreduceRegistry, UnusableAlgorithmSaysWhy) {
   }
 }
 
+// The selection is the scale model's (tests/predict_test.cc checks that it
+// is exactly the model's choice and the same on every rank); here, what
+// any sane constants give: the latency-bound tree for tiny vectors, a
+// bandwidth-optimal algorithm (never the tree's log2(n) whole vectors) for
+// large ones, hier among the candidates only across hosts.
 TEST(AllreduceRegistry, SelectionFollowsSizeAndTopology) {
   {
     ThreadWorld flat(Kind::kTcp, 4);
     Context ctx = flat.context(0);
     EXPECT_EQ(selectAllreduce(8, ctx).name, "tree");
-    EXPECT_EQ(selectAllreduce(64 * 1024, ctx).name, "rhd");
-    EXPECT_EQ(selectAllreduce(64 << 20, ctx).name, "ring");
+    const std::string_view large = selectAllreduce(64 << 20, ctx).name;
+    EXPECT_TRUE(large == "ring" || large == "rhd") << large;
   }
   {
     ThreadWorld hosts(Kind::kHosts, 4, {0, 0, 1, 1});
     Context ctx = hosts.context(0);
     EXPECT_EQ(selectAllreduce(8, ctx).name, "tree");
-    EXPECT_EQ(selectAllreduce(64 << 20, ctx).name, "hier");
+    const std::string_view large = selectAllreduce(64 << 20, ctx).name;
+    EXPECT_TRUE(large == "ring" || large == "rhd" || large == "hier") << large;
   }
   {
     ThreadWorld host(Kind::kShm, 2);

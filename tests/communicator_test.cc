@@ -480,7 +480,9 @@ TEST(CommunicatorHosts, LayoutAndHierarchicalAllreduce) {
               }
             }
           }
-          EXPECT_EQ(c.allreduceAlgorithm(64 << 20), "hier");
+          // The selection's choice is the scale model's (predict_test).
+          const std::string large = c.allreduceAlgorithm(64 << 20);
+          EXPECT_TRUE(large == "hier" || large == "rhd" || large == "ring") << large;
           c.barrier();
         },
         [&](int r) { return "host" + std::to_string(k.host[r]); });

@@ -852,18 +852,20 @@ TEST(KolorunHostsTest, KolorunKilledLeavesNothingOnTheHosts) {
 
 TEST(KolorunHostsTest, CollectivesAcrossHostsUseTheirHostIds) {
   // Two ranks on each of two "hosts": shm inside a host, tcp between them,
-  // the hierarchical allreduce across. kolo-bench checks every result.
+  // the hierarchical allreduce across (by name: which algorithm the
+  // selection runs there is the scale model's call). kolo-bench checks
+  // every result.
   FakeSsh ssh;
   const std::string bench =
       std::string(std::getenv("KOLO_BIN_DIR") != nullptr ? std::getenv("KOLO_BIN_DIR")
                                                          : "bin") +
       "/kolo-bench";
   if (!std::filesystem::exists(bench)) GTEST_SKIP() << bench << " is not built";
-  auto r = runKolorun(
-      concat(concat({"-np", "4", "-x", "KOLO_LOG_LEVEL=info"},
-                    ssh.args("198.51.100.1:2,198.51.100.2:2")),
-             {bench, "-b", "1K", "-e", "1M", "-f", "32", "-n", "2", "-w", "1"}),
-      120);
+  auto r = runKolorun(concat(concat({"-np", "4", "-x", "KOLO_LOG_LEVEL=info"},
+                                    ssh.args("198.51.100.1:2,198.51.100.2:2")),
+                             {bench, "-a", "hier", "-b", "1K", "-e", "1M", "-f", "32",
+                              "-n", "2", "-w", "1"}),
+                      120);
   ASSERT_EQ(r.exitCode, 0) << describe(r);
   EXPECT_TRUE(contains(r.out + r.err, "host 0/2")) << describe(r);
   EXPECT_TRUE(contains(r.out + r.err, "transport shm+tcp")) << describe(r);

@@ -87,6 +87,16 @@ int kolo_recv(void* buf, size_t count, kolo_dtype dtype, int peer, int tag);
 int kolo_elastic_world(int64_t* generation, int64_t* updates, int64_t* additions);
 int kolo_elastic_host_updates(int64_t* updates, int64_t* additions);
 
+/* kolo.hpo studies (docs/hpo.md). kolo_study_declare(1) tells kolorun that
+ * this rank now runs a study: while it holds, this rank's failure (other
+ * than rank 0's) fails only its team's trial and does not end the job;
+ * kolo_study_declare(0) withdraws it (declarations nest: a count). One
+ * round trip to kolorun's store (KOLO_ERR_IO, ... when it cannot be
+ * reached). *launcher_told (may be NULL): 1 when kolorun hosts the
+ * store and was told, 0 when the job has no kolorun to tell (mpirun,
+ * srun, torchrun, an elastic job): nothing is done then. */
+int kolo_study_declare(int inside, int* launcher_told);
+
 const char* kolo_last_error(void); /* why the last call on this thread failed */
 const char* kolo_error_name(int code);
 

@@ -80,6 +80,22 @@ void bindLifetime(py::module_& m) {
       "(generation, updates, additions) of this process's elastic world: the launcher's "
       "host-update counters when it formed the world; generation 0 outside an elastic "
       "job.");
+  m.def(
+      "study_declare",
+      [](bool inside) {
+        int told = 0;
+        int rc;
+        {
+          py::gil_scoped_release nogil;
+          rc = kolo_study_declare(inside ? 1 : 0, &told);
+        }
+        check(rc);
+        return told == 1;
+      },
+      py::arg("inside"),
+      "Tells kolorun that this rank runs (inside=True) or no longer runs a kolo.hpo "
+      "study, so that its failure does not end the job meanwhile; True when kolorun was "
+      "told, False when the job has no kolorun (nothing is done).");
 }
 
 // kolo.h, world communicator; the GIL is released while they block.

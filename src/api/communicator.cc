@@ -264,6 +264,7 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
   const Links links = connectTransports(store, engineMpi, secret);
   if (links.shm) createShmGroup(store, config.name);
   if (topology_.layout.crossSize > 1) createHostGroups();
+  createSelector(store, links);
   const Layout& l = topology_.layout;
   KOLO_LOG(kInfo) << "rank " << l.rank << "/" << l.size << " on host '" << l.hostId
                   << "' (local " << l.localRank << "/" << l.localSize << ", host "
@@ -524,6 +525,7 @@ collectives::Context CommunicatorImpl::nextContext() {
   ctx.cross = cross_.get();
   ctx.shm = shm_.get();
   ctx.stores = &stagingStores_;
+  ctx.selector = selector_.get();
   ctx.tag = ++sequence_ * collectives::kTagsPerOp;
   return ctx;
 }
@@ -652,6 +654,7 @@ std::string CommunicatorImpl::allreduceAlgorithm(size_t bytes) const {
   ctx.local = local_.get();
   ctx.cross = cross_.get();
   ctx.shm = shm_.get();
+  ctx.selector = selector_.get();
   const std::string_view forced = forcedAllreduce(ctx);
   if (!forced.empty()) return std::string(collectives::findAllreduce(forced, ctx).name);
   return std::string(collectives::selectAllreduce(bytes, ctx).name);
@@ -660,6 +663,7 @@ std::string CommunicatorImpl::allreduceAlgorithm(size_t bytes) const {
 std::string_view CommunicatorImpl::forcedAllreduce(
     const collectives::Context& ctx) const {
   if (!settings_.allreduceAlgorithm.empty()) return settings_.allreduceAlgorithm;
+  if (!settings_.algorithm.empty()) return settings_.algorithm;  // KOLO_ALGORITHM
   // Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE: ignored on one host.
   if (settings_.hierarchicalAllreduce != 0 && collectives::allreduceUsable("hier", ctx)) {
     return "hier";

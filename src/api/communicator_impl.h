@@ -18,6 +18,7 @@
 #include "collectives/agreement_host.h"
 #include "collectives/context.h"
 #include "collectives/descriptor_check.h"
+#include "collectives/selection.h"
 #include "collectives/staging_stores.h"
 #include "common/settings.h"
 #include "rendezvous/store.h"
@@ -157,6 +158,9 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
                                                      std::chrono::microseconds spin);
   void createShmGroup(rendezvous::Store& store, const std::string& name);
   void createHostGroups();
+  // selector_ with rank 0's constants, handed out through `store`
+  // (communicator_selection.cc).
+  void createSelector(rendezvous::Store& store, const Links& links);
 
   void doAllreduce(const AllreduceOptions& o);
   void doBroadcast(const BroadcastOptions& o);
@@ -200,6 +204,9 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
   bool allLocalShm_ = false;  // every rank on this host and shm available
   // The shm allreduce's choice of stores, measured across calls.
   collectives::StagingStores stagingStores_;
+  // The allreduce selection (model + constants + per-size cache); null on
+  // one rank (the built-in constants decide, uncached).
+  std::unique_ptr<collectives::AllreduceSelector> selector_;
   // A segmented allreduce packed for an algorithm that does not take
   // segments; kept across calls.
   std::vector<uint8_t> packed_;

@@ -8,7 +8,8 @@
 //        segment q+1 reduced) then a gather of the segments to local rank 0,
 //        so each rank sends about one vector's worth instead of log2 L;
 //   2. local rank 0 of every host allreduces across hosts over ctx.cross,
-//      with the flat algorithm the selection table picks for the size;
+//      with the flat algorithm the selection picks for the size (one rank
+//      per host: AllreduceSelector::crossHosts);
 //   3. broadcast inside the host from local rank 0 (pipelined binomial).
 //
 // Only one rank per host sends across hosts, so the slow links carry each
@@ -29,6 +30,7 @@
 #include "collectives/reduce.h"
 #include "collectives/registry.h"
 #include "collectives/ring_pipeline.h"
+#include "collectives/selection.h"
 #include "common/check.h"
 
 namespace kolo::collectives {
@@ -129,6 +131,7 @@ void allreduceHierarchical(Context& ctx, const AllreduceArgs& args) {
     if (ctx.cross->size() > 1) {
       Context cross{*ctx.cross, ctx.layout};
       cross.tag = crossTag;
+      cross.selector = ctx.selector != nullptr ? ctx.selector->crossHosts() : nullptr;
       const AllreduceAlgorithm& algo = selectAllreduce(bytes, cross);
       algo.run(cross, AllreduceArgs{recv, recv, args.count, args.dtype, args.op});
     }

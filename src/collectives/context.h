@@ -21,6 +21,7 @@ namespace kolo::collectives {
 
 struct OpDescriptor;
 class StagingStores;
+class AllreduceSelector;
 
 // Each collective call gets a fresh block of kTagsPerOp tags starting at
 // `tag`; an algorithm uses tag + step for its steps (step < kTagsPerOp).
@@ -39,6 +40,9 @@ struct Context {
   // Which stores fill the shm staging slots (staging_stores.h), kept across
   // calls by the communicator; null: plain stores.
   StagingStores* stores = nullptr;
+  // The communicator's model-driven allreduce selection (selection.h);
+  // null: the model with the built-in constants, uncached.
+  const AllreduceSelector* selector = nullptr;
   transport::Tag tag = 0;
   // Set for algorithms whose registry entry says checksArguments: they
   // must verify that all ranks agree on this descriptor (descriptor_check.h)

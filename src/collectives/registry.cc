@@ -1,52 +1,27 @@
-// The allreduce algorithms by name, and the table that picks one by
-// topology and message size.
+// The allreduce algorithms by name, and the selection among them.
 //
-// Selection is data (kSelection below): for the job's topology, the first
-// row whose maxBytes >= the message size names the algorithm. Topologies:
-//   kShmHost    every rank on one host with a shared-memory arena (ctx.shm)
-//   kMultiHost  several hosts, some with more than one rank, and the local
-//               and cross groups built (ctx.local, ctx.cross)
-//   kFlat       anything else (tcp only, one rank per host, ...)
-// The thresholds follow the usual cost model: recursive doubling sends
-// log2(n) whole vectors but needs only log2(n) latencies; halving-doubling
-// moves 2(n-1)/n of the vector in 2 log2(n) steps; the ring moves the same
-// amount in 2(n-1) steps but pipelines and touches each link once per step.
-// Measured here (2 cores, tcp loopback, ranks as threads, a loaded
-// machine): tree matches a bare 8-byte exchange and beats rhd/ring up to
-// ~16 KiB; rhd and ring are within noise of each other around 512 KiB; the
-// ring runs 64 MiB within 10-25% of a bare 64 MiB sendRecv.
-// KOLO_ALLREDUCE_ALGO / AllreduceOptions::algorithm bypass the table
-// (findAllreduce).
-#include <cstdint>
-#include <limits>
+// Selection is the scale model (predict/allreduce_model.h, docs/scale.md):
+// the cheapest candidate for the call's size class in the job's shape,
+// with the communicator's constants (KOLO_PREDICT_CONSTANTS, else built
+// in), cached per size class by the communicator's AllreduceSelector
+// (selection.h, which also says why every rank chooses the same). The
+// candidates: on one host with a shared-memory arena only shm (the only
+// algorithm that checks the call's arguments in its own first step: were
+// others chosen for some sizes, ranks whose sizes disagree would run
+// different protocols and hang instead of failing); elsewhere tree, rhd
+// and ring, and hier across hosts with several ranks each. This replaced a
+// hand-set table (tree up to 16 KiB, rhd up to 512 KiB, then ring; across
+// hosts tree up to 4 KiB, then hier); docs/scale.md compares the two.
+// KOLO_ALLREDUCE_ALGO / KOLO_ALGORITHM / AllreduceOptions::algorithm
+// bypass the selection (findAllreduce).
 #include <sstream>
 
 #include "collectives/registry.h"
+#include "collectives/selection.h"
 #include "common/check.h"
 
 namespace kolo::collectives {
 namespace {
-
-enum class Topology { kShmHost, kMultiHost, kFlat };
-
-struct SelectionRow {
-  Topology topology;
-  size_t maxBytes;  // inclusive
-  std::string_view algorithm;
-};
-
-constexpr size_t kAny = std::numeric_limits<size_t>::max();
-
-constexpr SelectionRow kSelection[] = {
-    {Topology::kShmHost, kAny, "shm"},
-    // Across hosts, only the tiniest vectors are better off with a flat
-    // log2(n)-step exchange than with the three-phase hierarchical schedule.
-    {Topology::kMultiHost, 4 * 1024, "tree"},
-    {Topology::kMultiHost, kAny, "hier"},
-    {Topology::kFlat, 16 * 1024, "tree"},
-    {Topology::kFlat, 512 * 1024, "rhd"},
-    {Topology::kFlat, kAny, "ring"},
-};
 
 bool always(const Context&) {
   return true;
@@ -75,15 +50,6 @@ std::string whyNotUsable(std::string_view name, const Context& ctx) {
            os.str() + ")";
   }
   return "not usable in this context (" + os.str() + ")";
-}
-
-Topology topologyOf(const Context& ctx) {
-  if (allOnOneHostWithShm(ctx)) return Topology::kShmHost;
-  if (hasHostGroups(ctx) && ctx.layout.crossSize > 1 &&
-      ctx.layout.size > ctx.layout.crossSize) {
-    return Topology::kMultiHost;
-  }
-  return Topology::kFlat;
 }
 
 const AllreduceAlgorithm* lookup(std::string_view name) {
@@ -136,13 +102,21 @@ bool allreduceUsable(std::string_view name, const Context& ctx) {
 }
 
 const AllreduceAlgorithm& selectAllreduce(size_t bytes, const Context& ctx) {
-  const Topology topology = topologyOf(ctx);
-  for (const SelectionRow& row : kSelection) {
-    if (row.topology != topology || bytes > row.maxBytes) continue;
-    const AllreduceAlgorithm* a = lookup(row.algorithm);
-    KOLO_CHECK(a != nullptr);
-    if (a->usable(ctx)) return *a;
+  std::string_view name;
+  if (ctx.world.size() == 1) {
+    name = "tree";  // nothing to choose: the communicator copies
+  } else if (ctx.selector != nullptr) {
+    name = ctx.selector->choose(bytes);
+  } else {
+    const predict::JobShape shape = shapeOfContext(
+        ctx, ctx.shm != nullptr ? predict::Path::kShm : predict::Path::kTcp,
+        predict::Path::kTcp);
+    name = predict::toString(
+        predict::selectAllreduce(bytes, shape, predict::builtInConstants()));
   }
+  const AllreduceAlgorithm* a = lookup(name);
+  KOLO_CHECK(a != nullptr);
+  if (a->usable(ctx)) return *a;
   return *lookup("ring");
 }
 

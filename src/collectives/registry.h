@@ -1,9 +1,9 @@
 // Named algorithm implementations and the table that selects among them.
 //
 // Each algorithm lives in its own file (allreduce_ring.cc, ...) and is
-// listed here. Selection (selection.cc) is a table of size ranges per
-// topology; KOLO_ALLREDUCE_ALGO (Settings::allreduceAlgorithm) or
-// AllreduceOptions::algorithm overrides it.
+// listed here. Selection (registry.cc, selection.h) is the scale model's
+// cheapest candidate per size class; KOLO_ALLREDUCE_ALGO / KOLO_ALGORITHM
+// (Settings) or AllreduceOptions::algorithm override it.
 #pragma once
 
 #include <string>
@@ -58,7 +58,8 @@ const AllreduceAlgorithm& findAllreduce(std::string_view name, const Context& ct
 // Whether the algorithm `name` exists and can run in this context.
 bool allreduceUsable(std::string_view name, const Context& ctx);
 
-// The table's choice for `bytes` in this context.
+// The selection's choice for `bytes` in this context (ctx.selector's, or
+// the model with the built-in constants when it is null).
 const AllreduceAlgorithm& selectAllreduce(size_t bytes, const Context& ctx);
 
 }  // namespace kolo::collectives

@@ -86,14 +86,16 @@ struct Model {
   const Constants& c;
   double cpu;  // oversubscription factor c >= 1
 
-  int hostOf(int r) const { return r / std::max(1, shape.ranksPerHost); }
+  int hostOf(int r) const {
+    return shape.hostOf.empty() ? r / std::max(1, shape.ranksPerHost) : shape.hostOf[r];
+  }
 
   // Pairs of a step over ranks [0, n) of this shape; partner(r) < 0: r is
   // idle (or only receives).
   template <typename Partner>
   Pairs pairsOf(int n, Partner partner) const {
     Pairs out;
-    std::vector<int> flows(static_cast<size_t>(hostOf(n - 1)) + 1, 0);
+    std::vector<int> flows(static_cast<size_t>(shape.hosts()), 0);
     for (int r = 0; r < n; ++r) {
       const int q = partner(r);
       if (q < 0) continue;
@@ -245,6 +247,7 @@ struct Model {
       JobShape cross = shape;
       cross.ranks = hosts;
       cross.ranksPerHost = 1;
+      cross.hostOf.clear();
       cross.shmArena = false;
       const Model crossModel{cross, c, cpu};
       const Algorithm a =
@@ -331,6 +334,7 @@ std::optional<Algorithm> algorithmFromName(std::string_view name) {
 }
 
 int JobShape::hosts() const {
+  if (!hostOf.empty()) return *std::max_element(hostOf.begin(), hostOf.end()) + 1;
   const int k = std::max(1, ranksPerHost);
   return (std::max(1, ranks) + k - 1) / k;
 }

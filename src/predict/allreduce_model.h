@@ -48,6 +48,9 @@ struct JobShape {
   int coresPerHost = 0;
   bool hostsShareCores = false;       // all hosts on one machine (netns emulation)
   size_t shmChunkBytes = 128 * 1024;  // KOLO_SHM_CHUNK_BYTES
+  // The host of each rank when the placement is not in blocks (kolo's
+  // selection passes the job's real one); empty: blocks of ranksPerHost.
+  std::vector<int> hostOf;
 
   int hosts() const;
 };

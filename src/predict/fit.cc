@@ -10,9 +10,14 @@
 //
 // The linear problem, in relative terms (every size weighs the same):
 // unknown u_j = theta_j / s_j with s_j the starting value of term j (or a
-// small scale when it starts at 0); row i: sum_j coef_ij s_j u_j / t_i =
-// (t_i - fixed_i - other terms_i) / t_i; plus ridge rows sqrt(lambda) u_j =
-// sqrt(lambda) (towards the start). Solved by the normal equations (at most
+// small scale when it starts at 0); row i, weighted by w_i = 1 /
+// sqrt(t_i p_i) with t_i measured and p_i the previous iteration's
+// prediction: sum_j coef_ij s_j u_j w_i = (t_i - fixed_i - other terms_i)
+// w_i; plus ridge rows sqrt(lambda) u_j = sqrt(lambda) (towards the
+// start). At the fixed point the residuals are (p_i - t_i) / sqrt(t_i p_i),
+// about log(p_i / t_i): predicting half the time costs as much as twice it
+// (weighting by 1 / t_i alone bends the fit low on noisy data, since an
+// under-prediction is never worse than -100%). Solved by the normal equations (at most
 // 20 unknowns) with partial pivoting; a term that comes out negative is
 // pinned to 0 and the rest solved again (an active-set non-negative fit).
 #include "predict/fit.h"
@@ -208,10 +213,15 @@ FitResult fitConstants(const std::vector<Measurement>& data, const Constants& st
   }
   if (terms.empty()) throw FitError("the measurements depend on no constant");
   const int nt = static_cast<int>(terms.size());
-  std::vector<double> scale(nt);
+  // A term that starts at 0 has no prior: no pull, and a typical size
+  // (microseconds; fractions of a nanosecond per byte) for its scale.
+  std::vector<double> scale(nt), pull(nt);
   for (int j = 0; j < nt; ++j) {
     const double v = start.paths[terms[j] / kTerms].value[terms[j] % kTerms];
-    scale[j] = v > 0 ? v : 1e-9;
+    const Term t = static_cast<Term>(terms[j] % kTerms);
+    const double typical = t == Term::kBeta || t == Term::kGamma ? 1e-10 : 1e-6;
+    scale[j] = v > 0 ? v : typical;
+    pull[j] = v > 0 ? options.ridge : 0;
   }
   auto value = [&](Constants& c, int j) -> double& {
     return c.paths[terms[j] / kTerms].value[terms[j] % kTerms];
@@ -224,7 +234,9 @@ FitResult fitConstants(const std::vector<Measurement>& data, const Constants& st
     for (size_t i = 0; i < data.size(); ++i) {
       const LinearCost lc =
           allreduceCost(data[i].algorithm, data[i].bytes, shapes[i], theta, costOptions);
-      const double t = data[i].seconds;
+      const double predicted = lc.seconds(theta);
+      const double t =
+          std::sqrt(data[i].seconds * (predicted > 0 ? predicted : data[i].seconds));
       double known = lc.fixed;
       std::vector<double> row(nt, 0);
       std::vector<bool> isFitted(kPaths * kTerms, false);
@@ -238,7 +250,7 @@ FitResult fitConstants(const std::vector<Measurement>& data, const Constants& st
         }
       }
       rows.push_back(std::move(row));
-      rhs.push_back((t - known) / t);
+      rhs.push_back((data[i].seconds - known) / t);
     }
     // Active-set non-negative solve.
     std::vector<bool> pinned(nt, false);
@@ -260,8 +272,8 @@ FitResult fitConstants(const std::vector<Measurement>& data, const Constants& st
         }
       }
       for (int a = 0; a < nf; ++a) {
-        ata[a * nf + a] += options.ridge;
-        aty[a] += options.ridge;  // towards u = 1 (the start)
+        ata[a * nf + a] += pull[free[a]] + 1e-12;  // (+ a little: never singular)
+        aty[a] += pull[free[a]];                   // towards u = 1 (the start)
       }
       if (!solve(ata, aty, nf)) throw FitError("the fit's equations are singular");
       bool negative = false;
@@ -283,7 +295,7 @@ FitResult fitConstants(const std::vector<Measurement>& data, const Constants& st
           std::max(change, std::fabs(next - cur) / std::max(scale[j], std::fabs(cur)));
       cur = next;
     }
-    if (change < 1e-9) break;
+    if (change < 1e-6) break;
   }
 
   result.constants = theta;

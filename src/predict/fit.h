@@ -74,7 +74,7 @@ struct FitResult {
   int iterations = 0;
 };
 
-// Minimises sum ((predicted - measured) / measured)^2 over the terms that
+// Minimises about sum log(predicted / measured)^2 over the terms that
 // the measurements depend on, each kept >= 0, starting from (and pulled
 // slightly towards) `start`. Throws FitError when there is nothing to fit.
 FitResult fitConstants(const std::vector<Measurement>& data, const Constants& start,

@@ -224,6 +224,10 @@ std::string jsonQuote(std::string_view s) {
 std::string jsonNumber(double v) {
   if (!std::isfinite(v)) return "null";
   char buf[40];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    std::snprintf(buf, sizeof(buf), "%.0f", v);
+    return buf;
+  }
   for (int precision = 6; precision <= 17; ++precision) {
     std::snprintf(buf, sizeof(buf), "%.*g", precision, v);
     if (std::strtod(buf, nullptr) == v) break;

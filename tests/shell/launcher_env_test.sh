@@ -66,7 +66,9 @@ run_case() {
   pids=()
   for ((r = 0; r < n; r++)); do
     # shellcheck disable=SC2046
-    env $($envfn "$r") KOLO_TIMEOUT=20 KOLO_CONNECT_TIMEOUT=20 \
+    # KOLO_HIERARCHICAL_ALLREDUCE=1: hier wherever the job spans hosts (the
+    # proof below that it did), the selection on one host.
+    env $($envfn "$r") KOLO_TIMEOUT=20 KOLO_CONNECT_TIMEOUT=20 KOLO_HIERARCHICAL_ALLREDUCE=1 \
       timeout 120 "$bench" -b 8 -e 1M -f 64 -n 2 -w 1 >"$work/$name.$r.out" 2>&1 &
     pids+=($!)
   done

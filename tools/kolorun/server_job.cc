@@ -25,8 +25,14 @@ ServerJob ServerJob::study(int numRanks) {
   return job;
 }
 
-ServerJob::Verdict ServerJob::onExit(int rank, bool success) {
+ServerJob::Verdict ServerJob::onExit(int rank, bool success, bool inStudy) {
   Verdict v;
+  if (inStudy && wantsDeclaration(rank, success)) {
+    declaredLoss_ = true;
+    v.workerLost = true;
+    lost_.push_back(rank);
+    return v;
+  }
   if (!hasServers() || isServer(rank)) {
     v.endJob = !success;
     v.failedRank = success ? -1 : rank;

@@ -20,6 +20,13 @@
 // that fails is recorded as lost (its team's trial fails, the study goes
 // on), and the job ends when its ranks have exited, as any job.
 //
+// Without --hpo, a job without servers becomes such a study rank by rank:
+// a rank other than 0 that fails while it holds a study declaration
+// (rendezvous/study_declaration.h: it was inside kolo.hpo's
+// Study.optimize or PBT.run) is recorded as lost and the job goes on; any
+// other failure ends the job as above. The supervisor reads the
+// declaration only when wantsDeclaration() says the verdict depends on it.
+//
 // Roles: kolorun computes them before the ranks start, as kolo_init does
 // (ps::assignRoles over each rank's host index, a pure function), so both
 // agree on which ranks are servers.
@@ -45,7 +52,8 @@ class ServerJob {
   static ServerJob study(int numRanks);
 
   bool hasServers() const { return !isServer_.empty(); }
-  bool isStudy() const { return study_; }
+  // --hpo, or a rank was lost inside a declared study.
+  bool isStudy() const { return study_ || declaredLoss_; }
   bool isServer(int rank) const {
     return rank >= 0 && rank < static_cast<int>(isServer_.size()) && isServer_[rank];
   }
@@ -56,7 +64,12 @@ class ServerJob {
     bool workerLost = false;   // a worker failed; the job goes on unless endJob
     bool workersGone = false;  // that was the last worker and the job goes on
   };
-  Verdict onExit(int rank, bool success);
+  // inStudy: the rank held a study declaration when it exited (see above).
+  Verdict onExit(int rank, bool success, bool inStudy = false);
+  // Whether onExit's verdict for this exit depends on inStudy.
+  bool wantsDeclaration(int rank, bool success) const {
+    return !success && rank != 0 && !hasServers();
+  }
 
   // The workers that failed, in the order of their exits.
   const std::vector<int>& lostWorkers() const { return lost_; }
@@ -64,6 +77,7 @@ class ServerJob {
  private:
   std::vector<bool> isServer_;  // empty without servers
   bool study_ = false;
+  bool declaredLoss_ = false;  // a rank was lost inside a declared study
   int workersLeft_ = 0;
   bool anyWorkerFinished_ = false;
   std::vector<int> lost_;

@@ -409,7 +409,8 @@ void Supervisor::reap() {
 
 // The first failure ends a job; in an elastic job the others go on without
 // the failed rank (the elastic driver forms their next world); with
-// parameter servers, a failed worker is left to the servers (server_job.h).
+// parameter servers, a failed worker is left to the servers; inside a
+// kolo.hpo study, a failed rank other than 0 to the study (server_job.h).
 void Supervisor::onRankExit(RankProcess& rank, const ExitStatus& exit) {
   const int r = rank.rank();
   if (elastic_ && reason_ == EndReason::kNone) {
@@ -426,7 +427,11 @@ void Supervisor::onRankExit(RankProcess& rank, const ExitStatus& exit) {
     }
   }
   ServerJob::Verdict verdict;
-  if (reason_ == EndReason::kNone) verdict = serverJob_.onExit(r, exit.success());
+  if (reason_ == EndReason::kNone) {
+    const bool inStudy =
+        serverJob_.wantsDeclaration(r, exit.success()) && declaredStudy(r);
+    verdict = serverJob_.onExit(r, exit.success(), inStudy);
+  }
   if (verdict.workerLost) {
     noteLostWorker(rank);
   } else if (options_.verbose && !verdict.endJob) {

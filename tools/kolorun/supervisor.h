@@ -14,6 +14,9 @@
 //   rank gets the signal's name on its control pipe instead, and at the
 //   SIGKILL step its control pipe is closed (the remote side kills its
 //   process group) and the local ssh process group is killed.
+// - A rank other than 0 that fails inside a kolo.hpo study (it declared one
+//   in the store, rendezvous/study_declaration.h; or --hpo) is noted and the
+//   job goes on: its team's trial fails (server_job.h).
 // - With parameter servers (server_job.h): a failed worker is noted and the
 //   job goes on, the servers deciding whether training does; the job fails
 //   when a server fails or when every worker has exited and none exited 0.
@@ -60,8 +63,9 @@
 #include "server_job.h"
 
 namespace kolo::rendezvous {
+class Store;
 class TcpStoreServer;
-}
+}  // namespace kolo::rendezvous
 
 namespace kolo::kolorun {
 
@@ -144,6 +148,8 @@ class Supervisor {
   // supervisor_servers.cc: jobs with parameter servers (server_job.h).
   bool planServers(const std::vector<Placement>& placements);
   void noteLostWorker(const RankProcess& rank);
+  // Whether `rank` held a kolo.hpo study declaration (read from the store).
+  bool declaredStudy(int rank);
   void openServersWindow();
   void checkServersWindow(Clock::time_point now);
   void reportLostWorkers();
@@ -170,8 +176,9 @@ class Supervisor {
   SignalChannel signals_;
   OrphanGuard guard_;  // kills the ranks' process groups if kolorun dies
   std::unique_ptr<rendezvous::TcpStoreServer> store_;
-  std::unique_ptr<ElasticDriver> elastic_;    // elastic jobs only
-  std::unique_ptr<HostDiscovery> discovery_;  // --host-discovery-script only
+  std::unique_ptr<rendezvous::Store> storeClient_;  // declarations; opened when needed
+  std::unique_ptr<ElasticDriver> elastic_;          // elastic jobs only
+  std::unique_ptr<HostDiscovery> discovery_;        // --host-discovery-script only
   Clock::time_point nextDiscovery_{};
   std::string lastDiscoveryError_;  // said once until it changes
   std::set<int> endedByDiscovery_;  // ranks of hosts the script no longer lists

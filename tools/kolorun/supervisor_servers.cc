@@ -7,6 +7,8 @@
 #include <sstream>
 
 #include "kolo/error.h"
+#include "rendezvous/study_declaration.h"
+#include "rendezvous/tcp_store.h"
 #include "supervisor.h"
 
 namespace kolo::kolorun {
@@ -26,13 +28,31 @@ bool Supervisor::planServers(const std::vector<Placement>& placements) {
 void Supervisor::noteLostWorker(const RankProcess& rank) {
   if (serverJob_.isStudy()) {
     output_.note(rankName(rank.rank(), rank.pid()) + " " + describeExit(rank) +
-                 "; the job runs a kolo.hpo study (--hpo): its team's trial fails, the "
-                 "study goes on");
+                 "; the job runs a kolo.hpo study" + (options_.hpo ? " (--hpo)" : "") +
+                 ": its team's trial fails, the study goes on");
     return;
   }
   output_.note(rankName(rank.rank(), rank.pid()) + " " + describeExit(rank) +
                "; it is a worker and the job has parameter servers: they decide whether "
                "the training goes on without it");
+}
+
+// A client of kolorun's own store, as the elastic driver's; a store that
+// cannot be read leaves the failure to end the job, as without a study.
+bool Supervisor::declaredStudy(int rank) {
+  if (elastic_ || !store_) return false;
+  try {
+    if (!storeClient_) {
+      storeClient_ = rendezvous::TcpStore::connect("127.0.0.1", store_->port(),
+                                                   std::chrono::seconds(5), job_.secret);
+    }
+    return rendezvous::studyDeclared(*storeClient_, rank);
+  } catch (const std::exception& e) {
+    storeClient_.reset();
+    output_.note("cannot read " + rankName(rank) +
+                 "'s kolo.hpo study declaration from the store: " + e.what());
+    return false;
+  }
 }
 
 // Every worker has exited, one at least with 0: the servers have nothing

@@ -2,6 +2,7 @@
 // and fit the constants (predict/fit.h), or fit a measurement file.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -31,7 +32,8 @@ With --from CSV, only fits (a file of the same columns, e.g. from bench/scale/).
                      each); without: one host, --np ranks
   --np LIST          rank counts on one host (2,4)
   --sizes LIST       allreduce sizes (4K,64K,1M,8M)
-  --iters N          timed iterations per size (10; 2 warm-up)
+  --iters N          timed iterations per size (20; 2 warm-up)
+  --repeats R        runs of each sweep; each size's median is kept (3)
   --out FILE         the constants file to write (kolo-constants.json)
   --csv FILE         the measurements to write (FILE of --out with .csv)
   --from CSV         fit these measurements instead of running anything
@@ -107,11 +109,12 @@ std::optional<double> jsonField(const std::string& line, const std::string& key)
   return std::strtod(line.c_str() + at + k.size(), nullptr);
 }
 
-// Runs kolo-bench for one algorithm; appends a measurement per size.
-void measure(const Run& run, const std::string& transport, Algorithm a,
-             const std::string& sizes, long iters, const std::string& binDir,
-             const std::vector<std::string>& launcherArgs, std::vector<Measurement>& out,
-             std::ostream& log) {
+// Runs kolo-bench for one algorithm; appends a measurement per size (the
+// time of one call: kolo-bench's mean over `iters` calls, max over ranks).
+void measureOnce(const Run& run, const std::string& transport, Algorithm a,
+                 const std::string& sizes, long iters, const std::string& binDir,
+                 const std::vector<std::string>& launcherArgs,
+                 std::vector<Measurement>& out, std::ostream& log) {
   std::ostringstream cmd;
   cmd << "KOLO_TRANSPORT=" << shellQuote(transport) << " "
       << shellQuote(binDir + "/kolorun") << " -np " << run.hosts * run.ranksPerHost;
@@ -146,6 +149,35 @@ void measure(const Run& run, const std::string& transport, Algorithm a,
   }
   if (status != 0 || rows == 0) {
     throw std::runtime_error("kolo-bench failed (" + cmd.str() + "):\n" + text);
+  }
+}
+
+// measureOnce `repeats` times; each size's median time.
+void measure(const Run& run, const std::string& transport, Algorithm a,
+             const std::string& sizes, long iters, int repeats, const std::string& binDir,
+             const std::vector<std::string>& launcherArgs, std::vector<Measurement>& out,
+             std::ostream& log) {
+  std::vector<Measurement> all;
+  for (int i = 0; i < repeats; ++i) {
+    measureOnce(run, transport, a, sizes, iters, binDir, launcherArgs, all, log);
+  }
+  std::vector<size_t> order;
+  for (const auto& m : all) {
+    if (std::find(order.begin(), order.end(), m.bytes) == order.end()) {
+      order.push_back(m.bytes);
+    }
+  }
+  for (size_t bytes : order) {
+    std::vector<double> times;
+    Measurement median;
+    for (const auto& m : all) {
+      if (m.bytes != bytes) continue;
+      times.push_back(m.seconds);
+      median = m;
+    }
+    std::sort(times.begin(), times.end());
+    median.seconds = times[times.size() / 2];
+    out.push_back(median);
   }
 }
 
@@ -187,7 +219,9 @@ int runCalibrate(Args& args, std::ostream& out) {
   const std::string npList = args.value("--np").value_or("2,4");
   const std::string sizes = args.value("--sizes").value_or("4K,64K,1M,8M");
   const long iters =
-      parseWhole("--iters", args.value("--iters").value_or("10"), 1, 1000000);
+      parseWhole("--iters", args.value("--iters").value_or("20"), 1, 1000000);
+  const int repeats = static_cast<int>(
+      parseWhole("--repeats", args.value("--repeats").value_or("3"), 1, 1000));
   const std::string outPath = args.value("--out").value_or("kolo-constants.json");
   std::string csvPath = args.value("--csv").value_or("");
   const auto from = args.value("--from");
@@ -229,7 +263,8 @@ int runCalibrate(Args& args, std::ostream& out) {
       if (run.hosts == 1 && transport == "shm") algorithms.push_back(Algorithm::kShm);
       if (run.hosts > 1 && run.ranksPerHost > 1) algorithms.push_back(Algorithm::kHier);
       for (Algorithm a : algorithms) {
-        measure(run, transport, a, sizes, iters, binDir, launcherArgs, data, out);
+        measure(run, transport, a, sizes, iters, repeats, binDir, launcherArgs, data,
+                out);
       }
     }
     if (csvPath.empty()) {

@@ -8,11 +8,13 @@ trains one member of the population, data-parallel. ``run(train)`` calls
 ``member.exploit(score, model, optimizer)`` every I steps (``member.due``).
 
 The exploit step (synchronous: every team calls it at the same interval):
-1. every rank contributes its team's score (the leader's) to one
-   allgather over the whole job, so every rank ranks the members alike;
-2. the bottom ``quantile`` of the members (at least one when P >= 2)
-   each pick a member of the top quantile (a random generator seeded with
-   ``seed`` and the interval, the same on every rank);
+1. each team's leader sends its score and hyper-parameters to rank 0
+   (population.py, over the leader's link as a Study's requests go);
+   once every member still alive has, rank 0 replies to each leader with
+   all of them and the plan, which the leader broadcasts to its team;
+2. the plan: the bottom ``quantile`` of the members (at least one when
+   P >= 2) each pick a member of the top quantile (a random generator
+   seeded with ``seed`` and the interval);
 3. each such pair of teams copies the winner's weights
    (``broadcast_parameters`` of ``model.state_dict()``) and optimizer state
    (``broadcast_optimizer_state``) to the loser, in memory, over a process
@@ -36,10 +38,30 @@ rank, written as JSON to ``lineage_path`` by rank 0) lists, per member,
 every interval's ``{"step", "score", "hyperparams", "parent", "seconds",
 "time"}``: ``parent`` is the member copied at that step (None: none),
 ``seconds`` the time the copy took, ``time`` the seconds since ``run``
-began. A rank that dies ends a PBT run (the exploit step is a
-collective of the whole job); resume is for ``Study``.
+began.
+
+Faults. ``run`` declares the study to kolorun (declaration.py), so a rank
+that dies (other than rank 0) does not end the job; instead its member
+fails and the population goes on with the others:
+- its team's other ranks get kolo.PeerLostError from their next team
+  collective; ``run`` catches it, tells rank 0, and they take no further
+  part (``train`` is not called again);
+- rank 0 sees the rank's link break, or hears from the team, and plans
+  the later exploit steps over the members left;
+- a copy whose other team loses a rank mid-transfer fails on the loser's
+  ranks within KOLO_TIMEOUT; the loser's ranks agree (one allgather in
+  their team) and all put back the weights and optimizer state they had
+  before the copy (kept for that), record the failed copy
+  (``copy_error``) and go on with their own hyper-parameters; the winner's
+  ranks go on as they were;
+- the lineage marks the member ``failed`` (why, naming the rank) with
+  ``lost_ranks``; its history is the one its surviving ranks kept, or the
+  steps rank 0 saw when none survived.
+Rank 0's loss ends the job. A ``train`` that raises anything else ends
+the run (and the job) as before.
 """
 
+import copy
 import json
 import math
 import random
@@ -48,9 +70,17 @@ import time
 import kolo
 from kolo import basics
 from kolo.hpo import channel
+from kolo.hpo import declaration
+from kolo.hpo.population import PopulationOwner
+from kolo.hpo.service import Client, LocalClient, OwnerService
 from kolo.hpo.study import split_teams
 from kolo.hpo.trial import Team
-from kolo.process_sets import global_process_set
+
+_LOST = (kolo.PeerLostError, kolo.KoloTimeoutError)
+
+
+def _log(line):
+    print(line, flush=True)
 
 
 def check_space(hyperparams):
@@ -143,8 +173,11 @@ class Member:
         return step > 0 and step % self.pbt.interval_steps == 0
 
     def exploit(self, score, model, optimizer, step=None):
-        """The exploit-and-explore step (module docstring). Collective over
-        the whole job. Returns True when this member copied another."""
+        """The exploit-and-explore step (module docstring). Every rank of
+        every member still alive calls it at the same steps (rank 0 waits
+        for their scores). Returns True when this member copied another.
+        Raises kolo.PeerLostError when this member has failed (``run``
+        catches it)."""
         return self.pbt._exploit(self, score, model, optimizer, step)
 
 
@@ -191,7 +224,12 @@ class PBT:
 
     def run(self, train):
         """Runs ``train(member, team)`` on every rank; returns the lineage
-        (list per member of its history) on every rank."""
+        (list per member of its history) on every rank. Meanwhile the rank
+        has declared the study to kolorun (declaration.py)."""
+        with declaration.declared():
+            return self._run(train)
+
+    def _run(self, train):
         me = kolo.rank()
         sets = [channel.process_set(r) for r in self.team_ranks]
         self._pairs = {}
@@ -199,13 +237,39 @@ class PBT:
             for j in range(i + 1, self.population):
                 self._pairs[(i, j)] = channel.process_set(self.team_ranks[i] +
                                                           self.team_ranks[j])
+        links = {}
+        for r in range(1, kolo.size()):
+            ps = channel.process_set([0, r])
+            if me in (0, r):
+                links[r] = channel.Link(ps, r if me == 0 else 0, me == 0)
+        service = None
+        if me == 0:
+            owner = PopulationOwner(self.team_ranks, self.plan, self._explore, _log)
+            self._client = LocalClient(owner)
+            service = OwnerService(owner, links)
+            service.start()
+        else:
+            self._client = Client(links[me])
         index = next(i for i, r in enumerate(self.team_ranks) if me in r)
         ranks = self.team_ranks[index]
         team = Team(index, sets[index], ranks, ranks.index(me))
         member = Member(self, index, team, self._initial(index))
         self._t0 = time.time()
-        final = train(member, team)
-        self.lineage = self._gather_lineage(member, final)
+        try:
+            final = train(member, team)
+        except _LOST as e:
+            final = None
+            self._client.call(("failed", index, "rank %d: %s: %s"
+                               % (me, type(e).__name__, e)))
+        record = {"member": index, "ranks": ranks, "history": member.history,
+                  "final_score": final, "hyperparams": member.hyperparams}
+        self.lineage = self._client.call(("bye", record))
+        if service is not None:
+            service.join()
+            if service.error is not None:
+                raise service.error
+        else:
+            self._client.join()
         if me == 0 and self.lineage_path:
             with open(self.lineage_path, "w") as f:
                 json.dump({"direction": self.direction, "interval_steps": self.interval_steps,
@@ -214,46 +278,64 @@ class PBT:
 
     # ---- the exploit step --------------------------------------------------
 
-    def _gather(self, member, score):
-        """{member: (score, hyperparams)} from every team's leader, on every
-        rank (one allgather over the job)."""
-        mine = (member.index, float(score), member.hyperparams)
-        every = channel.allgather_object(mine, global_process_set, "kolo.hpo.pbt.scores")
-        out = {}
-        for index, value, hp in every:
-            out.setdefault(index, (value, hp))  # the leader's comes first
-        return out
+    def _scores(self, member, score, step):
+        """Rank 0's reply for this interval (population.py), on every rank
+        of the team: the live members' scores and the plan. Raises
+        kolo.PeerLostError when the member has failed."""
+        team = member.team
+        reply = None
+        if team.rank == 0:
+            try:
+                reply = ("ok", self._client.call(
+                    ("scores", member.interval, member.index, float(score),
+                     dict(member.hyperparams), step)))
+            except Exception as e:  # the same error on every rank of the team
+                reply = ("err", e)
+        reply = team.broadcast_object(reply, "pbt.plan")
+        if reply[0] == "err":
+            raise reply[1]
+        if isinstance(reply[1], tuple):  # ("failed", why)
+            raise kolo.PeerLostError("kolo.hpo: PBT member %d has failed: %s"
+                                     % (member.index, reply[1][1]))
+        return reply[1]
 
     def plan(self, scores, interval):
         """[(loser, winner)] for one exploit step: the same on every rank."""
         return exploit_plan(scores, self.quantile, self.direction, self.seed, interval)
 
     def _exploit(self, member, score, model, optimizer, step):
-        import kolo.torch as kt  # the weights are torch tensors
         member.interval += 1
-        gathered = self._gather(member, score)
-        plan = self.plan({i: v[0] for i, v in gathered.items()}, member.interval)
-        parent = None
+        if step is None:
+            step = member.interval * self.interval_steps
+        got = self._scores(member, score, step)
+        parent, copy_error = None, None
         t0 = time.perf_counter()
-        for loser, winner in plan:
+        for loser, winner in got["plan"]:
             if member.index not in (loser, winner):
                 continue
             pair = self._pairs[(min(loser, winner), max(loser, winner))]
             root = self.team_ranks[winner][0]
-            kt.broadcast_parameters(model.state_dict(), root_rank=root, process_set=pair)
-            if optimizer is not None:
-                kt.broadcast_optimizer_state(optimizer, root_rank=root, process_set=pair)
             if member.index == loser:
-                parent = winner
+                copy_error = self._copy_from(winner, model, optimizer, root, pair,
+                                             member.team)
+                if copy_error is None:
+                    parent = winner
+            else:
+                try:
+                    _copy(model, optimizer, root, pair)
+                except _LOST:
+                    pass  # the loser's team lost a rank: its member fails, not ours
         seconds = time.perf_counter() - t0
         if parent is not None:
-            member.hyperparams = self._explore(gathered[parent][1], member.interval,
+            member.hyperparams = self._explore(got["scores"][parent][1], member.interval,
                                                member.index)
         self.exploit_seconds.append(seconds)
-        member.history.append({
-            "step": step if step is not None else member.interval * self.interval_steps,
-            "score": float(score), "hyperparams": dict(member.hyperparams),
-            "parent": parent, "seconds": seconds, "time": time.time() - self._t0})
+        entry = {"step": step, "score": float(score),
+                 "hyperparams": dict(member.hyperparams), "parent": parent,
+                 "seconds": seconds, "time": time.time() - self._t0}
+        if copy_error is not None:
+            entry["copy_error"] = copy_error
+        member.history.append(entry)
         if optimizer is not None:
             for group in optimizer.param_groups:
                 for name, value in member.hyperparams.items():
@@ -261,16 +343,38 @@ class PBT:
                         group[name] = value
         return parent is not None
 
+    def _copy_from(self, winner, model, optimizer, root, pair, team):
+        """The loser's side of a copy: None when every rank of the team
+        got the winner's state, else why not (each then holds its own
+        state again). Raises kolo.PeerLostError when the loser's own team
+        has lost a rank (the member fails)."""
+        weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        state = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
+        error = None
+        try:
+            _copy(model, optimizer, root, pair)
+        except _LOST as e:
+            error = "copy from member %d failed on rank %d: %s" % (winner, kolo.rank(), e)
+        errors = [error]
+        if team.size > 1:
+            errors = channel.allgather_object(error, team.process_set,
+                                              "kolo.hpo.pbt.copied")
+        errors = [e for e in errors if e is not None]
+        if not errors:
+            return None
+        model.load_state_dict(weights)
+        if optimizer is not None:
+            optimizer.load_state_dict(state)
+        return errors[0]
+
     def _explore(self, base, interval, index):
         return explore(base, self.hyperparams, self.perturb, self.resample_probability,
                        self.seed, interval, index)
 
-    def _gather_lineage(self, member, final):
-        mine = {"member": member.index, "ranks": member.team.ranks,
-                "history": member.history, "final_score": final,
-                "hyperparams": member.hyperparams}
-        every = channel.allgather_object(mine, global_process_set, "kolo.hpo.pbt.lineage")
-        by_member = {}
-        for m in every:
-            by_member.setdefault(m["member"], m)
-        return [by_member[i] for i in sorted(by_member)]
+
+def _copy(model, optimizer, root, pair):
+    """The winner's weights and optimizer state over ``pair``, from ``root``."""
+    import kolo.torch as kt  # the weights are torch tensors
+    kt.broadcast_parameters(model.state_dict(), root_rank=root, process_set=pair)
+    if optimizer is not None:
+        kt.broadcast_optimizer_state(optimizer, root_rank=root, process_set=pair)

@@ -8,8 +8,10 @@ the budget is spent.
 
 Rank 0 owns the Optuna study (owner.py): it alone opens the storage and
 calls the sampler and pruner; the other ranks reach it over two-rank
-process sets (channel.py, service.py). Run the job with ``kolorun --hpo``
-so a rank that dies fails only its team's trial (docs/hpo.md).
+process sets (channel.py, service.py). Under kolorun a rank that dies
+inside ``optimize`` fails only its team's trial: each rank declares the
+study to kolorun meanwhile (declaration.py), so kolorun goes on without
+it (docs/hpo.md).
 
 Errors: bad arguments raise ValueError on every rank (unknown sampler or
 pruner, a team size that does not divide N, a storage that cannot be
@@ -23,6 +25,7 @@ import optuna
 import kolo
 from kolo import basics
 from kolo.hpo import channel
+from kolo.hpo import declaration
 from kolo.hpo import report
 from kolo.hpo.owner import StudyOwner, interrupt_running
 from kolo.hpo.samplers import make_pruner, make_sampler
@@ -129,7 +132,12 @@ class Study:
     def optimize(self, objective, n_trials=None, timeout=None):
         """Runs trials, one per team at a time, until the study holds
         ``n_trials`` ended trials (counting earlier jobs' when resumed) or
-        ``timeout`` seconds have passed; every rank calls it."""
+        ``timeout`` seconds have passed; every rank calls it. Meanwhile the
+        rank has declared the study to kolorun (declaration.py)."""
+        with declaration.declared():
+            return self._optimize(objective, n_trials, timeout)
+
+    def _optimize(self, objective, n_trials, timeout):
         me = kolo.rank()
         if me == 0:
             owner = StudyOwner(self._owner_study, self.team_ranks, n_trials, timeout, _log)
