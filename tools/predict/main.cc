@@ -29,6 +29,9 @@ const Subcommand kSubcommands[] = {
      "JSON file"},
     {"allreduce", kolo::predict::cli::runAllreduce,
      "predicted allreduce time per algorithm, and the one kolo's selection picks"},
+    {"train", kolo::predict::cli::runTrain,
+     "training step time, scaling efficiency, overlap with backward and a suggested "
+     "fusion threshold (allreduce, sync-ps, downpour); --plot to 4096 ranks"},
 };
 
 void usage(std::ostream& os) {
