@@ -67,9 +67,23 @@ def main():
     assert hvd.size() == 4, "run on 4 ranks"
     psi = sum(p.numel() for p in model().parameters())
     limit = 6 * psi
-    # Start-up: the runtime, torch's first operations; then the baseline.
-    train_warm = torch.randn(8, WIDTH) @ torch.randn(WIDTH, WIDTH)
-    del train_warm
+    # Start-up: the runtime and torch's first operations, then one step of
+    # both modes on a tiny model (torch 2.x loads much of its Python on the
+    # first optimizer step and the first hooks); then the baseline.
+    for stage in (3, 0):
+        warm = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+        if stage:
+            zero.wrap(warm)
+            warm_opt = zero.DistributedOptimizer(
+                torch.optim.Adam(warm.parameters(), lr=1e-3),
+                named_parameters=warm.named_parameters(prefix="warm%d" % stage), stage=3)
+        else:
+            warm_opt = hvd.DistributedOptimizer(
+                torch.optim.Adam(warm.parameters(), lr=1e-3),
+                named_parameters=warm.named_parameters(prefix="warm%d" % stage))
+        warm(torch.randn(2, 4)).pow(2).mean().backward()
+        warm_opt.step()
+        del warm, warm_opt
     base = max(rss(), peak())
     sharded = train(3)
     used3 = peak() - base

@@ -111,3 +111,14 @@ def check_flat(p, name):
             "kolo.torch.zero: parameter '%s' must be a dense contiguous tensor "
             "(shape %s, strides %s)" % (name, list(p.shape),
                                          list(p.stride()) if not p.is_sparse else "sparse"))
+
+
+def resize_storage(tensor, numel):
+    """Gives ``tensor``'s storage room for ``numel`` elements (0 frees it).
+    torch 2.x resizes the untyped storage, in bytes (``Tensor.storage()``
+    is deprecated there and warns); torch 1.13 the typed one, in elements."""
+    untyped = getattr(tensor, "untyped_storage", None)
+    if untyped is not None:
+        untyped().resize_(numel * tensor.element_size())
+    else:
+        tensor.storage().resize_(numel)

@@ -47,7 +47,7 @@ from kolo.torch.compression import Compression
 from kolo.torch.functions import allgather_object
 from kolo.torch.process_sets import global_process_set
 from kolo.torch.zero import comm
-from kolo.torch.zero.layout import check_flat, split_buckets
+from kolo.torch.zero.layout import check_flat, resize_storage, split_buckets
 
 # Buckets whose flat copies may be in flight at once where nothing else
 # bounds them (stage 1's reduce-scatters, every stage's allgathers).
@@ -251,7 +251,7 @@ class _ZeroMixin:
             unit = getattr(b, "unit", None)
             if unit is not None and not unit.gathered:
                 # expand_as checks the storage: lend it memory (not read).
-                unit.flat.storage().resize_(b.padded)
+                resize_storage(unit.flat, b.padded)
             with torch.enable_grad():
                 for p in b.params:
                     if not p.requires_grad:
@@ -260,7 +260,7 @@ class _ZeroMixin:
                     grad_acc.register_hook(self._make_hook(p, b))
                     self._grad_accs.append(grad_acc)
             if unit is not None and not unit.gathered:
-                unit.flat.storage().resize_(0)
+                resize_storage(unit.flat, 0)
 
     # --- gradients ----------------------------------------------------------
 

@@ -34,7 +34,7 @@ import torch
 from kolo.torch import errors
 from kolo.torch.process_sets import global_process_set
 from kolo.torch.zero import comm
-from kolo.torch.zero.layout import Bucket, check_flat
+from kolo.torch.zero.layout import Bucket, check_flat, resize_storage
 
 _units_made = [0]
 
@@ -80,7 +80,7 @@ class Unit:
     def start_gather(self):
         if self.gathered or self.pending is not None:
             return
-        self.flat.storage().resize_(self.bucket.padded)
+        resize_storage(self.flat, self.bucket.padded)
         self.pending = comm.start_allgather_into(self.shard_buf, self.flat, self.name,
                                                  self.process_set)
 
@@ -98,7 +98,7 @@ class Unit:
         if self.pending is not None:  # never free memory the runtime writes into
             self.pending.wait()
             self.pending = None
-        self.flat.storage().resize_(0)
+        resize_storage(self.flat, 0)
         self.gathered = False
 
     def write_back(self):
