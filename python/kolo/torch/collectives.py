@@ -205,6 +205,13 @@ def _byte_rows(tensor):
     return flat.reshape(rows, row_bytes)
 
 
+# The gathered indices come from other ranks: have torch check them against
+# the size (torch 2.x also warns unless told either way; torch 1.13 neither
+# checks by default nor takes the argument).
+_SPARSE_CHECKS = ({"check_invariants": True}
+                  if "check_invariants" in (torch.sparse_coo_tensor.__doc__ or "") else {})
+
+
 def _output_tensor(native_handle, dtype, row_shape=None):
     """The native output of an operation as a new tensor of ``dtype``. With
     ``row_shape`` the output is byte rows [rows, bytes per row] (a dtype sent
@@ -409,7 +416,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
             v = v / _set_size(process_set)
         if i.dim() == 0 or v.dim() == 0:
             return t.new().resize_as_(t)
-        return torch.sparse_coo_tensor(i.transpose(0, 1), v, t.size())
+        return torch.sparse_coo_tensor(i.transpose(0, 1), v, t.size(), **_SPARSE_CHECKS)
 
     return handle
 
