@@ -81,6 +81,9 @@ struct Pairs {
   int intraRanks = 0;  // ranks whose partner is on their host
   int interRanks = 0;  // ranks whose partner is on another host
   int flows = 0;       // the most ranks of one host sending off it (0: none)
+  // The oversubscription of the cores by the ranks that send or receive
+  // in this step (>= 1): the cores' share each working rank gets.
+  double workCpu = 1;
   bool intra() const { return intraRanks > 0; }
 };
 
@@ -113,9 +116,11 @@ struct Model {
   Pairs pairsOf(int n, Partner partner) const {
     Pairs out;
     std::vector<int> flows(static_cast<size_t>(shape.hosts()), 0);
+    std::vector<bool> active(static_cast<size_t>(n), false);
     for (int r = 0; r < n; ++r) {
       const int q = partner(r);
       if (q < 0) continue;
+      active[r] = active[q] = true;
       if (hostOf(r) == hostOf(q)) {
         ++out.intraRanks;
       } else {
@@ -123,7 +128,19 @@ struct Model {
         out.flows = std::max(out.flows, ++flows[hostOf(r)]);
       }
     }
+    std::vector<int> working(static_cast<size_t>(shape.hosts()), 0);
+    for (int r = 0; r < n; ++r) {
+      if (active[r]) ++working[shape.hostsShareCores ? 0 : hostOf(r)];
+    }
+    out.workCpu = workCpuOf(*std::max_element(working.begin(), working.end()));
     return out;
+  }
+
+  // The oversubscription when `working` ranks share the cores (of a host,
+  // or of the machine when the hosts share it).
+  double workCpuOf(int working) const {
+    if (shape.coresPerHost <= 0) return 1;
+    return std::max(1.0, static_cast<double>(working) / shape.coresPerHost);
   }
 
   // The CPU work of a step whose ranks do `intra` or `inter` work each:
@@ -131,12 +148,13 @@ struct Model {
   // the cores do every active rank's work, cpu times the mean.
   LinearCost work(const Pairs& pairs, const LinearCost& intra,
                   const LinearCost& inter) const {
-    if (pairs.interRanks == 0) return scaled(intra, cpu);
-    if (pairs.intraRanks == 0) return scaled(inter, cpu);
-    if (cpu <= 1) return larger(intra, inter, c);
+    const double w = pairs.workCpu;
+    if (pairs.interRanks == 0) return scaled(intra, w);
+    if (pairs.intraRanks == 0) return scaled(inter, w);
+    if (w <= 1) return larger(intra, inter, c);
     const double n = pairs.intraRanks + pairs.interRanks;
-    LinearCost out = scaled(intra, cpu * pairs.intraRanks / n);
-    out += scaled(inter, cpu * pairs.interRanks / n);
+    LinearCost out = scaled(intra, w * pairs.intraRanks / n);
+    out += scaled(inter, w * pairs.interRanks / n);
     return out;
   }
 
@@ -268,8 +286,10 @@ struct Model {
     const int k = std::max(1, shape.ranksPerHost);
     const int hosts = shape.hosts();
     // (1) reduce inside the host (the intra path only: pairs within host 0).
+    // Every host reduces at once: all ranks work.
     Pairs local;
     local.intraRanks = k;
+    local.workCpu = cpu;
     if (k > 1 && b <= kLocalTreeBytes) {
       for (int mask = 1; mask < k; mask <<= 1) step(out, local, b, 1, b);
     } else if (k > 1) {
