@@ -11,17 +11,26 @@
 //
 // One step: every active rank sends m bytes to its partner in g messages
 // and receives as much (the transports are full duplex), then reduces r
-// bytes. Pairs inside a host cost
-//     c*alpha_intra + m*c*beta_intra + (g-1)*c*message_intra
-// and pairs across hosts
-//     c*alpha_inter + L + m*max(c*beta_inter, s*8/R) + (g-1)*c*message_inter
-// where s is the contention: the number of ranks of one host that send
-// across the host's link in this step (the most loaded host counts; every
-// one of them shares the link's R). The step costs the larger of the two
-// (when both kinds of pairs occur), plus r*c*gamma of that path. The
-// contention is counted by walking the step's pairs over the block
-// placement, so the fold's pairs and the halving's far partners are what
-// they are in the implementation, not an average.
+// bytes. It costs
+//     latency + max(wire, work) + tail
+// latency: c*alpha of the slower kind of pair (inside a host or across),
+//     plus L when some pair crosses hosts;
+// wire: m*s*8/R when some pair crosses a shaped link, where s is the
+//     contention: the number of ranks of one host that send across the
+//     host's link in this step (the most loaded host counts; they share
+//     its R);
+// work: the transport's own work, which runs while the link drains:
+//     m*beta + (g-1)*message of the pair's path, plus for a pipelined step
+//     (the ring's chunks) the reduction of all chunks but the last;
+// tail: the reduction that follows the last byte (r*gamma; a pipelined
+//     step only its last chunk's).
+// work and tail: with a core per rank the slower kind of pair's; when the
+// ranks that work in this step (send or receive: the fold's idle ranks do
+// not) outnumber the cores, w = working / cores times the mean over those
+// ranks (the cores do all of it). The contention and the working ranks are
+// counted by walking the step's pairs over the placement, so the fold's
+// pairs and the halving's far partners are what they are in the
+// implementation, not an average.
 //
 // The algorithms (see each file's comment for the schedule):
 //   tree  (allreduce_tree.cc, recursive doubling): with e > 0 the fold-in
