@@ -162,6 +162,82 @@ TEST(AllreduceModel, OversubscribedCoresScaleTheRanksWork) {
   EXPECT_NEAR(us(Algorithm::kTree, 1000, s, roundConstants()), 2 * 23.0 + 3, 1e-9);
 }
 
+// Hosts of one rank each on 1 Gbit/s links (8 ns/B on the wire).
+JobShape hostsOfOne(int n) {
+  JobShape s;
+  s.ranks = n;
+  s.ranksPerHost = 1;
+  s.linkBps = 1e9;
+  return s;
+}
+
+TEST(AllreduceModel, RingChunksOverlapTheLink) {
+  // 2 hosts, 1 MiB: segments of 512 KiB in 4 chunks. The wire (4194.304
+  // us) outlasts the transport's work (524.288 + 3 messages x 2 + 3 of the
+  // 4 chunks' reductions), which runs under it; the last chunk's reduction
+  // (65.536) follows it.
+  const double wire = 512 * 1024 * 8e-3;
+  const double reduced = 10 + wire + 512 * 1024 * 0.5e-3 / 4;
+  const double copied = 10 + wire;
+  EXPECT_NEAR(us(Algorithm::kRing, 1 << 20, hostsOfOne(2), roundConstants()),
+              reduced + copied + 3, 1e-6);
+  // Without a link limit the work is the whole step (as on one host).
+  JobShape free = hostsOfOne(2);
+  free.linkBps = 0;
+  const double m = 512 * 1024;
+  EXPECT_NEAR(us(Algorithm::kRing, 1 << 20, free, roundConstants()),
+              (10 + m * 1e-3 + 3 * 2 + m * 0.5e-3) + (10 + m * 1e-3 + 3 * 2) + 3, 1e-6);
+}
+
+TEST(AllreduceModel, SharedCoresCarryTheMeanRanksWork) {
+  // 2 hosts x 2 ranks on one machine's 2 cores (4 ranks: x 2). The ring's
+  // steps pair 2 ranks inside hosts (shm, 0.1 ns/B) and 2 across (tcp, 1
+  // ns/B): the cores do both, 2 x the mean (1.1264 us for 1024 B), not
+  // 2 x the slower pair's; latency: the tcp pair's 2 x 10; reduction 2 x
+  // 0.512.
+  JobShape s;
+  s.ranks = 4;
+  s.ranksPerHost = 2;
+  s.coresPerHost = 2;
+  s.hostsShareCores = true;
+  const double reduced = 20 + 1.1264 + 1.024;
+  const double copied = 20 + 1.1264;
+  EXPECT_NEAR(us(Algorithm::kRing, 4096, s, roundConstants()),
+              3 * reduced + 3 * copied + 3, 1e-9);
+}
+
+TEST(AllreduceModel, IdleRanksLeaveTheCoresToTheWorkingOnes) {
+  // 3 ranks on 1 core: the latency of every step is 3 x alpha (a waiting
+  // rank spins before it yields), but each step has 2 working ranks, so
+  // its bytes cost 2 x: fold-in 30 + 2 + 1, step 30 + 2 + 1, fold-back
+  // 30 + 2, call 3.
+  JobShape s = oneHostTcp(3);
+  s.coresPerHost = 1;
+  EXPECT_NEAR(us(Algorithm::kTree, 1000, s, roundConstants()), 33 + 33 + 32 + 3, 1e-9);
+}
+
+TEST(AllreduceModel, FoldedScheduleAcrossHosts) {
+  // Traced against allreduce_tree.cc / allreduce_rhd.cc / partition.h, 1 MB
+  // on hosts of one rank, 1 Gbit/s: every step's bytes cross a link at
+  // 8 ns/B (above the transport's 1 ns/B).
+  const Constants c = roundConstants();
+  // tree, 3 ranks: fold-in 0 -> 1 (10 + 8000 + reduce 500), the step
+  // 1 <-> 2 (8510), fold-back 1 -> 0 (8010), call 3.
+  EXPECT_NEAR(us(Algorithm::kTree, 1000000, hostsOfOne(3), c), 8510 + 8510 + 8010 + 3,
+              1e-6);
+  // tree, 5 ranks: fold-in 0 -> 1, steps 1<->2, 3<->4 then 1<->3, 2<->4,
+  // fold-back: 3 x 8510 + 8010 + 3.
+  EXPECT_NEAR(us(Algorithm::kTree, 1000000, hostsOfOne(5), c), 3 * 8510 + 8010 + 3, 1e-6);
+  // rhd, 6 ranks (p = 4, 2 folded: 0 -> 1, 2 -> 3): fold-in 8510; halving
+  // 500000 B (10 + 4000 + 250) and 250000 B (10 + 2000 + 125); doubling
+  // 250000 B (2010) and 500000 B (4010); fold-back 8010; call 3.
+  EXPECT_NEAR(us(Algorithm::kRhd, 1000000, hostsOfOne(6), c),
+              8510 + 4260 + 2135 + 2010 + 4010 + 8010 + 3, 1e-6);
+  // rhd, 3 ranks (p = 2): fold-in, 500000 B halved and doubled, fold-back.
+  EXPECT_NEAR(us(Algorithm::kRhd, 1000000, hostsOfOne(3), c),
+              8510 + 4260 + 4010 + 8010 + 3, 1e-6);
+}
+
 TEST(AllreduceModel, DescriptorExchange) {
   // A ring allgather of 32 B among 4 ranks: 3 steps of 10 + 0.032.
   predict::CostOptions o;

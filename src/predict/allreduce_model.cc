@@ -11,17 +11,26 @@
 //
 // One step: every active rank sends m bytes to its partner in g messages
 // and receives as much (the transports are full duplex), then reduces r
-// bytes. Pairs inside a host cost
-//     c*alpha_intra + m*c*beta_intra + (g-1)*c*message_intra
-// and pairs across hosts
-//     c*alpha_inter + L + m*max(c*beta_inter, s*8/R) + (g-1)*c*message_inter
-// where s is the contention: the number of ranks of one host that send
-// across the host's link in this step (the most loaded host counts; every
-// one of them shares the link's R). The step costs the larger of the two
-// (when both kinds of pairs occur), plus r*c*gamma of that path. The
-// contention is counted by walking the step's pairs over the block
-// placement, so the fold's pairs and the halving's far partners are what
-// they are in the implementation, not an average.
+// bytes. It costs
+//     latency + max(wire, work) + tail
+// latency: c*alpha of the slower kind of pair (inside a host or across),
+//     plus L when some pair crosses hosts;
+// wire: m*s*8/R when some pair crosses a shaped link, where s is the
+//     contention: the number of ranks of one host that send across the
+//     host's link in this step (the most loaded host counts; they share
+//     its R);
+// work: the transport's own work, which runs while the link drains:
+//     m*beta + (g-1)*message of the pair's path, plus for a pipelined step
+//     (the ring's chunks) the reduction of all chunks but the last;
+// tail: the reduction that follows the last byte (r*gamma; a pipelined
+//     step only its last chunk's).
+// work and tail: with a core per rank the slower kind of pair's; when the
+// ranks that work in this step (send or receive: the fold's idle ranks do
+// not) outnumber the cores, w = working / cores times the mean over those
+// ranks (the cores do all of it). The contention and the working ranks are
+// counted by walking the step's pairs over the placement, so the fold's
+// pairs and the halving's far partners are what they are in the
+// implementation, not an average.
 //
 // The algorithms (see each file's comment for the schedule):
 //   tree  (allreduce_tree.cc, recursive doubling): with e > 0 the fold-in
@@ -60,6 +69,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <tuple>
 #include <vector>
 
 namespace kolo::predict {
@@ -75,11 +85,30 @@ constexpr double kDescriptorBytes = 32;              // sizeof(OpDescriptor)
 
 constexpr std::string_view kNames[kAlgorithms] = {"ring", "rhd", "tree", "hier", "shm"};
 
-// Who sends across hosts in one step.
+// Who sends in one step.
 struct Pairs {
-  bool intra = false;  // some pair inside a host
+  int intraRanks = 0;  // ranks whose partner is on their host
+  int interRanks = 0;  // ranks whose partner is on another host
   int flows = 0;       // the most ranks of one host sending off it (0: none)
+  // The oversubscription of the cores by the ranks that send or receive
+  // in this step (>= 1): the cores' share each working rank gets.
+  double workCpu = 1;
+  bool intra() const { return intraRanks > 0; }
 };
+
+// a * f (every coefficient and the fixed part).
+LinearCost scaled(const LinearCost& a, double f) {
+  LinearCost out;
+  out.fixed = a.fixed * f;
+  for (int p = 0; p < kPaths; ++p) {
+    for (int t = 0; t < kTerms; ++t) out.coef[p][t] = a.coef[p][t] * f;
+  }
+  return out;
+}
+
+const LinearCost& larger(const LinearCost& a, const LinearCost& b, const Constants& c) {
+  return a.seconds(c) >= b.seconds(c) ? a : b;
+}
 
 struct Model {
   const JobShape& shape;
@@ -96,49 +125,82 @@ struct Model {
   Pairs pairsOf(int n, Partner partner) const {
     Pairs out;
     std::vector<int> flows(static_cast<size_t>(shape.hosts()), 0);
+    std::vector<bool> active(static_cast<size_t>(n), false);
     for (int r = 0; r < n; ++r) {
       const int q = partner(r);
       if (q < 0) continue;
+      active[r] = active[q] = true;
       if (hostOf(r) == hostOf(q)) {
-        out.intra = true;
+        ++out.intraRanks;
       } else {
+        ++out.interRanks;
         out.flows = std::max(out.flows, ++flows[hostOf(r)]);
       }
     }
+    std::vector<int> working(static_cast<size_t>(shape.hosts()), 0);
+    for (int r = 0; r < n; ++r) {
+      if (active[r]) ++working[shape.hostsShareCores ? 0 : hostOf(r)];
+    }
+    out.workCpu = workCpuOf(*std::max_element(working.begin(), working.end()));
     return out;
   }
 
-  // The step's cost added to `out` (see the file comment).
+  // The oversubscription when `working` ranks share the cores (of a host,
+  // or of the machine when the hosts share it).
+  double workCpuOf(int working) const {
+    if (shape.coresPerHost <= 0) return 1;
+    return std::max(1.0, static_cast<double>(working) / shape.coresPerHost);
+  }
+
+  // The CPU work of a step whose ranks do `intra` or `inter` work each:
+  // with a core per rank the slowest rank's; on shared cores (cpu > 1)
+  // the cores do every active rank's work, cpu times the mean.
+  LinearCost work(const Pairs& pairs, const LinearCost& intra,
+                  const LinearCost& inter) const {
+    const double w = pairs.workCpu;
+    if (pairs.interRanks == 0) return scaled(intra, w);
+    if (pairs.intraRanks == 0) return scaled(inter, w);
+    if (w <= 1) return larger(intra, inter, c);
+    const double n = pairs.intraRanks + pairs.interRanks;
+    LinearCost out = scaled(intra, w * pairs.intraRanks / n);
+    out += scaled(inter, w * pairs.interRanks / n);
+    return out;
+  }
+
+  // The step's cost added to `out` (see the file comment): latency, then
+  // the larger of the link's wire time and the ranks' transfer work (the
+  // transport copies while the link drains), then the reduction that
+  // follows the last byte. A pipelined step (the ring's chunks) overlaps
+  // the reduction of every chunk but the last with the transfer too.
   void step(LinearCost& out, const Pairs& pairs, double m, double messages,
-            double reduced) const {
+            double reduced, bool pipelined = false) const {
+    if (!pairs.intra() && pairs.flows == 0) return;
     const double g = std::max(0.0, messages - 1);
-    LinearCost intra, inter;
-    if (pairs.intra) {
-      intra.add(shape.intra, Term::kAlpha, cpu);
-      intra.add(shape.intra, Term::kBeta, m * cpu);
-      intra.add(shape.intra, Term::kMessage, g * cpu);
-      intra.add(shape.intra, Term::kGamma, reduced * cpu);
-    }
+    const double overlapped = pipelined && messages > 1 ? reduced * g / messages : 0;
+    LinearCost latency, moveIntra, moveInter, tailIntra, tailInter;
+    if (pairs.intra()) latency.add(shape.intra, Term::kAlpha, cpu);
     if (pairs.flows > 0) {
-      inter.add(shape.inter, Term::kAlpha, cpu);
-      inter.fixed += shape.linkLatency;
-      const double wire = shape.linkBps > 0 ? pairs.flows * 8.0 / shape.linkBps : 0;
-      if (wire > cpu * c.get(shape.inter, Term::kBeta)) {
-        inter.fixed += m * wire;
-      } else {
-        inter.add(shape.inter, Term::kBeta, m * cpu);
-      }
-      inter.add(shape.inter, Term::kMessage, g * cpu);
-      inter.add(shape.inter, Term::kGamma, reduced * cpu);
+      LinearCost cross;
+      cross.add(shape.inter, Term::kAlpha, cpu);
+      cross.fixed += shape.linkLatency;
+      latency = larger(cross, latency, c);
     }
-    if (!pairs.intra && pairs.flows == 0) return;
-    if (!pairs.intra) {
-      out += inter;
-    } else if (pairs.flows == 0) {
-      out += intra;
-    } else {
-      out += inter.seconds(c) >= intra.seconds(c) ? inter : intra;
+    for (auto [path, move, tail] : {std::tuple{shape.intra, &moveIntra, &tailIntra},
+                                    std::tuple{shape.inter, &moveInter, &tailInter}}) {
+      move->add(path, Term::kBeta, m);
+      move->add(path, Term::kMessage, g);
+      move->add(path, Term::kGamma, overlapped);
+      tail->add(path, Term::kGamma, reduced - overlapped);
     }
+    LinearCost body = work(pairs, moveIntra, moveInter);
+    if (pairs.flows > 0 && shape.linkBps > 0) {
+      LinearCost wire;
+      wire.fixed = m * pairs.flows * 8.0 / shape.linkBps;
+      body = larger(wire, body, c);
+    }
+    out += latency;
+    out += body;
+    out += work(pairs, tailIntra, tailInter);
   }
 
   // ---- the fold (partition.h) ------------------------------------------------
@@ -211,8 +273,8 @@ struct Model {
     const double messages = std::max(1.0, std::ceil(m / kRingChunkBytes));
     const Pairs pairs = pairsOf(n, [n](int r) { return (r + 1) % n; });
     LinearCost one, reducing;
-    step(reducing, pairs, m, messages, m);
-    step(one, pairs, m, messages, 0);
+    step(reducing, pairs, m, messages, m, true);
+    step(one, pairs, m, messages, 0, true);
     for (int s = 0; s < n - 1; ++s) out += reducing;
     for (int s = 0; s < n - 1; ++s) out += one;
     return out;
@@ -233,13 +295,16 @@ struct Model {
     const int k = std::max(1, shape.ranksPerHost);
     const int hosts = shape.hosts();
     // (1) reduce inside the host (the intra path only: pairs within host 0).
-    const Pairs local{true, 0};
+    // Every host reduces at once: all ranks work.
+    Pairs local;
+    local.intraRanks = k;
+    local.workCpu = cpu;
     if (k > 1 && b <= kLocalTreeBytes) {
       for (int mask = 1; mask < k; mask <<= 1) step(out, local, b, 1, b);
     } else if (k > 1) {
       const double m = std::ceil(std::ceil(b / kElementBytes) / k) * kElementBytes;
       const double messages = std::max(1.0, std::ceil(m / kRingChunkBytes));
-      for (int s = 0; s < k - 1; ++s) step(out, local, m, messages, m);
+      for (int s = 0; s < k - 1; ++s) step(out, local, m, messages, m, true);
       step(out, local, (k - 1) * m, k - 1, 0);  // the gather into local rank 0
     }
     // (2) across hosts, one rank each, with the selection's flat algorithm.

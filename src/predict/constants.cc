@@ -54,14 +54,19 @@ Path pathFromName(std::string_view what, std::string_view name) {
 }
 
 const Constants& builtInConstants() {
-  // Fitted by `kolo-predict calibrate --transport shm|tcp --np 2,4 --cores 2`
-  // (KOLO_SPIN_US=2, 4 KiB to 8 MiB, median of 3 runs) on the development
-  // machine: 2 cores shared with builds, so the fit's median error is 40%
-  // (shm) and 21% (tcp); docs/scale.md has the run.
+  // shm and tcp: fitted by `kolo-predict calibrate --from CSV --cores 2
+  // --one-machine` on the 1- and 2-host rows of bench/scale/data/
+  // netns_allreduce.csv and netns_allreduce_quiet.csv (one host: shm; 2
+  // netns hosts at 100 Mbit/s, 1 and 10 Gbit/s: tcp across the veth links),
+  // the run of bench/scale/report.py in docs/scale.md (2026-11-28).
+  // shm-arena: `kolo-predict calibrate --transport shm --np 2,4 --cores 2`
+  // (KOLO_SPIN_US=2, 4 KiB to 8 MiB, median of 3 runs; the netns rows hold
+  // too few shm-algorithm runs to fit it). 2 cores shared with builds: the
+  // errors are in docs/scale.md.
   static const Constants c = [] {
     Constants k;
-    k[Path::kShm] = path(6.67e-06, 9.74e-10, 2.30e-10, 6.69e-06, 0.0);
-    k[Path::kTcp] = path(2.58e-05, 1.01e-09, 7.90e-10, 3.90e-05, 1.23e-05);
+    k[Path::kShm] = path(5.59e-06, 1.06e-09, 0.0, 0.0, 0.0);
+    k[Path::kTcp] = path(5.10e-05, 1.28e-09, 2.22e-10, 5.87e-05, 0.0);
     // mpi: not calibrated here; taken as tcp's (calibrate --transport mpi).
     k[Path::kMpi] = k[Path::kTcp];
     k[Path::kShmArena] = path(0.0, 2.47e-10, 5.76e-10, 0.0, 1.07e-06);
