@@ -571,6 +571,56 @@ TEST(Selection, EveryRankUsesRankZerosConstants) {
   std::remove(bytes.c_str());
 }
 
+TEST(Selection, EveryRankUsesRankZerosLinkRate) {
+  // Latency-only constants choose tree at every size; rank 0's slow link
+  // (KOLO_LINK_RATE) makes the wire time count, so large vectors go to an
+  // algorithm that moves fewer bytes per link. The other ranks name no rate
+  // and must still decide as rank 0 does.
+  const std::string latency =
+      writeTemp("latency_link.json", constantsToJson(latencyOnly()));
+  std::vector<std::vector<std::string>> choices(3);
+  withRankSettings(
+      3,
+      [&](int r) {
+        Settings s = test::testSettings("tcp");
+        s.predictConstants = latency;
+        if (r == 0) s.linkRate = "1mbit";
+        return s;
+      },
+      [&](Communicator& c) {
+        for (size_t bytes : {size_t{8}, size_t{64} << 20}) {
+          choices[c.rank()].push_back(c.allreduceAlgorithm(bytes));
+        }
+      },
+      [](int r) { return "host" + std::to_string(r); });  // one rank per host
+  std::remove(latency.c_str());
+  EXPECT_EQ(choices[0][0], "tree");
+  EXPECT_NE(choices[0][1], "tree");
+  EXPECT_EQ(choices[1], choices[0]);
+  EXPECT_EQ(choices[2], choices[0]);
+}
+
+TEST(Selection, BadLinkRateOnRankZeroFailsEveryRankNamingIt) {
+  try {
+    withRankSettings(
+        2,
+        [](int r) {
+          Settings s = test::testSettings("tcp");
+          if (r == 0) s.linkRate = "fast";
+          return s;
+        },
+        [](Communicator&) {});
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& e) {
+    const std::string text = e.what();
+    EXPECT_TRUE(test::contains(text, "rank 0: KOLO_PREDICT_CONSTANTS / KOLO_LINK_RATE"))
+        << text;
+    EXPECT_TRUE(test::contains(text, "rank 1: KOLO_PREDICT_CONSTANTS / KOLO_LINK_RATE"))
+        << text;
+    EXPECT_TRUE(test::contains(text, "fast")) << text;
+  }
+}
+
 TEST(Selection, SameChoiceOnEveryRankAcrossHosts) {
   // Pretend hosts of 3 and 2 ranks (local sizes differ) with the built-in
   // constants: every rank's choice for every size class is the same.

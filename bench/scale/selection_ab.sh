@@ -9,7 +9,10 @@
 #
 #   bench/scale/selection_ab.sh --a-build build --b-build DIR [--out DIR]
 #       [--rounds 6] [--sizes 4K,...,64M] [--link 1gbit] [--min-time 0.2]
-#       [--settings shm2,shm4,net3x1,net3x2]
+#       [--settings shm2,shm4,net3x1,net3x2] [--a-env NAME=VALUE ...]
+#
+# --a-env: a variable for build A's ranks only (repeatable), e.g.
+# KOLO_LINK_RATE=1gbit, which tells the model-driven selection the link rate.
 #
 # A build directory needs bin/kolorun, bin/kolo-bench and lib/libkolo.so*
 # (LD_LIBRARY_PATH points at its lib/, so a copied build works too).
@@ -23,6 +26,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 A_BUILD=""
 B_BUILD=""
+A_ENV=()
 OUT=""
 ROUNDS=6
 SIZES=4K,16K,64K,256K,1M,4M,16M,64M
@@ -36,6 +40,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --a-build) A_BUILD="$2" ;;
     --b-build) B_BUILD="$2" ;;
+    --a-env) A_ENV+=("$2") ;;
     --out) OUT="$2" ;;
     --rounds) ROUNDS="$2" ;;
     --sizes) SIZES="$2" ;;
@@ -75,7 +80,9 @@ fi
 one() {
   local round="$1" tag="$2" dir="$3" setting="$4" log rc=0 hl="" per i
   log="$OUT/logs/${setting}_${tag}_r$round.log"
-  local bench=(env "LD_LIBRARY_PATH=$dir/lib" "$dir/bin/kolo-bench" --json --no-check -n 1 -w 1
+  local extra=()
+  [ "$tag" = A ] && extra=("${A_ENV[@]}")
+  local bench=(env "LD_LIBRARY_PATH=$dir/lib" "${extra[@]}" "$dir/bin/kolo-bench" --json --no-check -n 1 -w 1
     --min-time "$MIN_TIME" --sizes "$SIZES")
   case "$setting" in
     shm*) LD_LIBRARY_PATH="$dir/lib" timeout 300 "$dir/bin/kolorun" -np "${setting#shm}" "${bench[@]}" >"$log" 2>&1 || rc=$? ;;

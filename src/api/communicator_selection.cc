@@ -1,14 +1,18 @@
 // The communicator's allreduce selection (collectives/selection.h): the
-// scale model with rank 0's constants.
+// scale model with rank 0's constants and link rate.
 //
 // Every rank must decide alike, so the constants are not each rank's own:
 // rank 0 reads KOLO_PREDICT_CONSTANTS (or takes the built-in ones) and
-// publishes them, exactly as JSON, under the communicator's store prefix;
-// the others read them from there. A bad file on rank 0 fails every rank
-// with the same error naming it (rank 0 publishes the error instead).
+// KOLO_LINK_RATE and publishes them under the communicator's store prefix,
+// as a first line "link_bps <bits/s>" and the constants' JSON after it; the
+// others read them from there. A bad file or rate on rank 0 fails every
+// rank with the same error naming it (rank 0 publishes the error instead).
+#include <sstream>
+
 #include "api/communicator_impl.h"
 #include "common/check.h"
 #include "predict/constants.h"
+#include "predict/units.h"
 
 namespace kolo::api {
 
@@ -18,10 +22,18 @@ void CommunicatorImpl::createSelector(rendezvous::Store& store, const Links& lin
   std::string text;
   if (topology_.layout.rank == 0) {
     try {
-      text = predict::constantsToJson(
-          settings_.predictConstants.empty()
-              ? predict::builtInConstants()
-              : predict::loadConstants(settings_.predictConstants));
+      const double linkBps =
+          settings_.linkRate.empty()
+              ? 0.0
+              : predict::parseRate("KOLO_LINK_RATE", settings_.linkRate);
+      std::ostringstream os;
+      os.precision(17);
+      os << "link_bps " << linkBps << "\n"
+         << predict::constantsToJson(
+                settings_.predictConstants.empty()
+                    ? predict::builtInConstants()
+                    : predict::loadConstants(settings_.predictConstants));
+      text = os.str();
     } catch (const std::exception& e) {
       text = std::string(kError) + e.what();
     }
@@ -32,12 +44,18 @@ void CommunicatorImpl::createSelector(rendezvous::Store& store, const Links& lin
   }
   if (text.rfind(kError, 0) == 0) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
-               "KOLO_PREDICT_CONSTANTS (read by rank 0 for every rank): "
+               "KOLO_PREDICT_CONSTANTS / KOLO_LINK_RATE (read by rank 0 for every rank): "
                    << text.substr(kError.size()));
   }
   predict::Constants constants;
+  double linkBps = 0;
   try {
-    constants = predict::constantsFromJson(text, "rank 0's constants");
+    const size_t eol = text.find('\n');
+    if (text.rfind("link_bps ", 0) != 0 || eol == std::string::npos) {
+      throw std::invalid_argument("no link_bps line");
+    }
+    linkBps = std::stod(text.substr(9, eol - 9));
+    constants = predict::constantsFromJson(text.substr(eol + 1), "rank 0's constants");
   } catch (const std::exception& e) {
     KOLO_THROW(ErrorCode::kInternal,
                "the scale model's constants from rank 0: " << e.what());
@@ -51,9 +69,11 @@ void CommunicatorImpl::createSelector(rendezvous::Store& store, const Links& lin
   ctx.local = local_.get();
   ctx.cross = cross_.get();
   ctx.shm = shm_.get();
-  selector_ = std::make_unique<collectives::AllreduceSelector>(
-      std::move(constants),
-      collectives::shapeOfContext(ctx, intra, inter, topology_.hostOf));
+  predict::JobShape shape =
+      collectives::shapeOfContext(ctx, intra, inter, topology_.hostOf);
+  shape.linkBps = linkBps;
+  selector_ = std::make_unique<collectives::AllreduceSelector>(std::move(constants),
+                                                               std::move(shape));
 }
 
 }  // namespace kolo::api
