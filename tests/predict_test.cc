@@ -508,48 +508,13 @@ std::string writeTemp(const std::string& name, const std::string& text) {
   return path;
 }
 
-// Runs fn(comm) on n ranks (threads), rank r with settingsOf(r).
-void withRankSettings(int n, const std::function<Settings(int)>& settingsOf,
-                      const std::function<void(Communicator&)>& fn,
-                      const std::function<std::string(int)>& hostOf = nullptr) {
-  static int counter = 0;
-  auto server = rendezvous::TcpStoreServer::start("127.0.0.1", 0);
-  const std::string address = "tcp://127.0.0.1:" + std::to_string(server->port());
-  const std::string name = "sel" + std::to_string(++counter);
-  std::vector<std::string> errors(n);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        CommunicatorConfig config;
-        config.rank = r;
-        config.size = n;
-        config.rendezvous = address;
-        config.hostStore = false;
-        config.name = name;
-        if (hostOf) config.hostId = hostOf(r);
-        api::CommunicatorImpl comm(config, settingsOf(r));
-        fn(comm);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  std::string all;
-  for (int r = 0; r < n; ++r) {
-    if (!errors[r].empty()) all += "\n  rank " + std::to_string(r) + ": " + errors[r];
-  }
-  if (!all.empty()) throw std::runtime_error("ranks failed:" + all);
-}
-
 TEST(Selection, EveryRankUsesRankZerosConstants) {
   // Rank 0 names latency-only constants (tree at every size); the others
   // name bytes-only ones (ring for 3 ranks): all must pick tree, and the
   // allreduces must complete with the right sums.
   const std::string latency = writeTemp("latency.json", constantsToJson(latencyOnly()));
   const std::string bytes = writeTemp("bytes.json", constantsToJson(bytesOnly()));
-  withRankSettings(
+  test::withCommunicators(
       3,
       [&](int r) {
         Settings s = test::testSettings("tcp");
@@ -579,7 +544,7 @@ TEST(Selection, EveryRankUsesRankZerosLinkRate) {
   const std::string latency =
       writeTemp("latency_link.json", constantsToJson(latencyOnly()));
   std::vector<std::vector<std::string>> choices(3);
-  withRankSettings(
+  test::withCommunicators(
       3,
       [&](int r) {
         Settings s = test::testSettings("tcp");
@@ -602,7 +567,7 @@ TEST(Selection, EveryRankUsesRankZerosLinkRate) {
 
 TEST(Selection, BadLinkRateOnRankZeroFailsEveryRankNamingIt) {
   try {
-    withRankSettings(
+    test::withCommunicators(
         2,
         [](int r) {
           Settings s = test::testSettings("tcp");
@@ -626,7 +591,7 @@ TEST(Selection, SameChoiceOnEveryRankAcrossHosts) {
   // constants: every rank's choice for every size class is the same.
   const int n = 5;
   std::vector<std::vector<std::string>> choices(n);
-  withRankSettings(
+  test::withCommunicators(
       n, [](int) { return test::testSettings(); },
       [&](Communicator& c) {
         for (int cls = 0; cls < 4 * 32; cls += 3) {
@@ -647,7 +612,7 @@ TEST(Selection, BadConstantsOnRankZeroFailEveryRankNamingTheFile) {
   const std::string bad =
       writeTemp("bad.json", "{\"kolo_predict_constants\": 1, \"paths\":");
   try {
-    withRankSettings(
+    test::withCommunicators(
         2,
         [&](int r) {
           Settings s = test::testSettings("tcp");

@@ -25,11 +25,12 @@ inline Settings testSettings(const std::string& transport = "auto") {
   return s;
 }
 
-// Runs fn(comm) on n threads, each with its own communicator; rethrows the
-// first exception after all threads finished.
+// Runs fn(comm) on n threads, each with its own communicator built with
+// settingsOf(rank); after all threads finished, throws one error listing
+// every rank's failure.
 // hostOf(rank), when given, names each rank's pretend host (as KOLO_HOST_ID
 // does): shared memory inside a host, tcp between hosts.
-inline void withCommunicators(int n, const Settings& settings,
+inline void withCommunicators(int n, const std::function<Settings(int)>& settingsOf,
                               const std::function<void(Communicator&)>& fn,
                               const std::function<std::string(int)>& hostOf = nullptr) {
   static int counter = 0;
@@ -48,7 +49,7 @@ inline void withCommunicators(int n, const Settings& settings,
         config.hostStore = false;
         config.name = name;
         if (hostOf) config.hostId = hostOf(r);
-        api::CommunicatorImpl comm(config, settings);
+        api::CommunicatorImpl comm(config, settingsOf(r));
         fn(comm);
       } catch (...) {
         errors[r] = std::current_exception();
@@ -67,6 +68,14 @@ inline void withCommunicators(int n, const Settings& settings,
     }
   }
   if (!all.empty()) throw std::runtime_error("ranks failed:" + all);
+}
+
+// The same with one Settings for every rank.
+inline void withCommunicators(int n, const Settings& settings,
+                              const std::function<void(Communicator&)>& fn,
+                              const std::function<std::string(int)>& hostOf = nullptr) {
+  withCommunicators(n, std::function<Settings(int)>([&](int) { return settings; }), fn,
+                    hostOf);
 }
 
 }  // namespace kolo::test
