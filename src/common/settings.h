@@ -63,7 +63,7 @@ constexpr SettingAlias horovod(const char* env, AliasForm form = AliasForm::kSam
     "allreduce selection and kolo-predict; rank 0's is used by every rank. "        \
     "Empty: the built-in constants.")                                               \
   X(std::string, linkRate, "KOLO_LINK_RATE", "", kNoAlias,                          \
-    "Each host's network link rate, each way (e.g. 10gbit, 100mbit), for kolo's "  \
+    "Each host's network link rate, each way (e.g. 10gbit, 100mbit), for kolo's "   \
     "allreduce selection (the scale model); rank 0's is used by every rank. "       \
     "Empty: links priced by the transports' constants alone.")                      \
   X(int64_t, hierarchicalAllreduce, "KOLO_HIERARCHICAL_ALLREDUCE", 0,               \
