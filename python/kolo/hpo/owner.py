@@ -39,6 +39,22 @@ from optuna.trial import TrialState
 
 PENDING = object()  # a reply that is not ready yet (reform)
 
+
+class RequestOwner:
+    """What the owners of a study and of a population share: one request
+    from a rank at a time, under ``self.lock``, answered ("ok", value),
+    ("err", exception), or PENDING when the reply must wait. Subclasses
+    define ``_dispatch(rank, request)``."""
+
+    def handle(self, rank, request):
+        with self.lock:
+            try:
+                value = self._dispatch(rank, request)
+            except Exception as e:  # handed back to the caller
+                return ("err", e)
+            return value if value is PENDING else ("ok", value)
+
+
 # User attributes kolo sets on the study's trials.
 ATTR_TEAM = "kolo_team"          # team index
 ATTR_RANKS = "kolo_ranks"        # the team's global ranks
@@ -51,7 +67,7 @@ def _finished_states():
     return (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
-class StudyOwner:
+class StudyOwner(RequestOwner):
     """Serves the study to every team. Thread-safe (one lock)."""
 
     def __init__(self, study, teams, n_trials=None, timeout=None, log=print):
@@ -83,14 +99,6 @@ class StudyOwner:
         return self.n_trials is None or self._counted() < self.n_trials
 
     # ---- requests ----------------------------------------------------------
-
-    def handle(self, rank, request):
-        with self.lock:
-            try:
-                value = self._dispatch(rank, request)
-            except Exception as e:  # handed back to the caller
-                return ("err", e)
-            return value if value is PENDING else ("ok", value)
 
     def _dispatch(self, rank, req):
         kind = req[0]

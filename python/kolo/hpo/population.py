@@ -29,10 +29,10 @@ its lineage says why it failed and which ranks were lost.
 import threading
 import time
 
-from kolo.hpo.owner import PENDING
+from kolo.hpo.owner import PENDING, RequestOwner
 
 
-class PopulationOwner:
+class PopulationOwner(RequestOwner):
     """Serves a PBT population (module docstring). Thread-safe (one lock).
     ``plan(scores, interval)`` is the PBT's exploit plan; ``explore(hp,
     interval, member)`` its exploration (both the same on every rank)."""
@@ -56,14 +56,6 @@ class PopulationOwner:
         self.local_reply = None  # set by LocalClient
 
     # ---- requests ----------------------------------------------------------
-
-    def handle(self, rank, request):
-        with self.lock:
-            try:
-                value = self._dispatch(rank, request)
-            except Exception as e:  # handed back to the caller
-                return ("err", e)
-            return value if value is PENDING else ("ok", value)
 
     def _dispatch(self, rank, req):
         kind = req[0]
