@@ -270,6 +270,9 @@ void Pipeline::guarded(const std::function<void()>& body) {
     }
     tellNeighbours(e.what());
     throw;
+  } catch (const c10::Error& e) {
+    tellNeighbours(e.what_without_backtrace());
+    throw;
   } catch (const std::exception& e) {
     tellNeighbours(e.what());
     throw;
