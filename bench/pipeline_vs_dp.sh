@@ -9,7 +9,8 @@
 # on 128x128 images, few parameters and large activations); then
 # bench/pipeline_vs_dp_report.py prints the samples/s medians, the ratios to
 # data parallelism, the bytes per step on a host link, and the link times
-# and crossover that kolo-predict and docs/pipeline.md's formula predict.
+# and crossover that kolo-predict and docs/pipeline.md's formula predict
+# (OUT/report.md, OUT/results.json, OUT/speed.png; the job's log OUT/job.log).
 # Needs root (network namespaces); the namespaces are deleted on any exit.
 #
 #   bench/pipeline_vs_dp.sh [--build-dir build] [--rate 1gbit] [--out DIR]
@@ -72,11 +73,16 @@ LOG="$OUT_DIR/job.log"
 # The link rate goes to kolo's allreduce selection too (docs/scale.md), so
 # data parallelism gets the algorithm the model picks for this link.
 export KOLO_LINK_RATE="$RATE"
+# The job runs in the background and the shell waits for it, so that INT
+# and TERM end the wait at once: the EXIT trap then stops the job (timeout
+# passes the signal on to kolorun) and deletes the namespaces.
 status=0
 timeout 1800 "$BUILD_DIR/bin/kolorun" -np 4 -H "$(netns_hosts 2)" \
   --ssh-command "$NETNS_SSH" -x PYTHONPATH="$BUILD_DIR/python" -x KOLO_LINK_RATE \
-  /usr/bin/python3 "$ROOT/bench/pipeline_vs_dp.py" "${WORKER_ARGS[@]}" >"$LOG" 2>&1 ||
-  status=$?
+  /usr/bin/python3 "$ROOT/bench/pipeline_vs_dp.py" "${WORKER_ARGS[@]}" >"$LOG" 2>&1 &
+JOB_PID=$!
+trap 'kill -TERM "$JOB_PID" 2>/dev/null || true; netns_down' EXIT
+wait "$JOB_PID" || status=$?
 echo "uptime after: $(uptime)" | tee -a "$OUT_DIR/meta.txt"
 if [ "$status" != 0 ]; then
   echo "pipeline_vs_dp.sh: the job failed (exit $status); its output:" >&2
@@ -84,6 +90,7 @@ if [ "$status" != 0 ]; then
   exit 1
 fi
 /usr/bin/python3 "$ROOT/bench/pipeline_vs_dp_report.py" --log "$LOG" --rate "$RATE" \
-  --predict "$BUILD_DIR/bin/kolo-predict" --json "$OUT_DIR/results.json" |
+  --predict "$BUILD_DIR/bin/kolo-predict" --json "$OUT_DIR/results.json" \
+  --plot "$OUT_DIR/speed.png" |
   tee "$OUT_DIR/report.md"
 echo "output: $OUT_DIR"

@@ -74,6 +74,8 @@ def main():
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--predict", required=True, help="path of kolo-predict")
     ap.add_argument("--json", help="write models, results and predictions here")
+    ap.add_argument("--plot", help="write a PNG: speed against data parallelism, "
+                    "measured and predicted")
     args = ap.parse_args()
     models, results = {}, {}
     with open(args.log) as f:
@@ -139,6 +141,41 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
+    if args.plot:
+        plot(out, args.plot)
+
+
+def plot(out, path):
+    """Bars: each variant's samples/s over data parallelism's, per model
+    (measured); dots: the same ratio of the predicted step times."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    kinds = ("dp", "mesh", "mesh_t")
+    measured = {(r["model"], r["variant"]): r["step_s"] for r in out["results"]}
+    predicted = {(p["model"], p["variant"]): p["step_s"] for p in out["predicted"]}
+    models = list(out["models"])
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    width = 0.25
+    for i, kind in enumerate(kinds):
+        xs = [j + (i - 1) * width for j in range(len(models))]
+        ys = [measured[m, "dp"] / measured[m, kind] for m in models]
+        ax.bar(xs, ys, width, label=LABELS[kind])
+        pred = [(x, predicted[m, "dp"] / predicted[m, kind]) for x, m in zip(xs, models)
+                if (m, kind) in predicted and (m, "dp") in predicted]
+        if pred:
+            ax.plot([p[0] for p in pred], [p[1] for p in pred], "kx",
+                    label="predicted" if i == 0 else None)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xticks(range(len(models)))
+    ax.set_xticklabels(["%s (G/G* = %.2g)" % (m, out["models"][m]["global_batch"] /
+                                               out["models"][m]["crossover_batch"])
+                        for m in models])
+    ax.set_ylabel("samples/s over data parallel")
+    ax.set_title("2 hosts x 2 ranks, 1 Gbit/s links")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
 
 
 if __name__ == "__main__":
