@@ -158,10 +158,13 @@ def plot(out, path):
     fig, ax = plt.subplots(figsize=(7, 3.6))
     width = 0.25
     for i, kind in enumerate(kinds):
-        xs = [j + (i - 1) * width for j in range(len(models))]
-        ys = [measured[m, "dp"] / measured[m, kind] for m in models]
-        ax.bar(xs, ys, width, label=LABELS[kind])
-        pred = [(x, predicted[m, "dp"] / predicted[m, kind]) for x, m in zip(xs, models)
+        bars = [(j + (i - 1) * width, m) for j, m in enumerate(models)
+                if (m, kind) in measured and (m, "dp") in measured]
+        if not bars:
+            continue
+        ax.bar([x for x, _ in bars], [measured[m, "dp"] / measured[m, kind]
+                                      for _, m in bars], width, label=LABELS[kind])
+        pred = [(x, predicted[m, "dp"] / predicted[m, kind]) for x, m in bars
                 if (m, kind) in predicted and (m, "dp") in predicted]
         if pred:
             ax.plot([p[0] for p in pred], [p[1] for p in pred], "kx",
