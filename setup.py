@@ -1,7 +1,8 @@
 """Builds the `kolo` Python package: the pure-Python modules of python/kolo
-and the extension kolo._native, compiled by CMake (python/CMakeLists.txt)
-together with libkolo, which is shipped next to it (the extension finds it
-through $ORIGIN). Use pip, without build isolation (no network needed):
+and the extensions kolo._native and kolo._predict (the scale model behind
+kolo.predict), compiled by CMake (python/CMakeLists.txt) together with
+libkolo, which is shipped next to them (the extensions find it through
+$ORIGIN). Use pip, without build isolation (no network needed):
 
     /usr/bin/python3 -m pip install --no-build-isolation .
     /usr/bin/python3 -m pip install --no-build-isolation --target DIR .
@@ -28,10 +29,28 @@ os.makedirs(BUILD_BASE, exist_ok=True)
 
 
 class CMakeBuild(build_ext):
-    """Builds every extension (there is one) with CMake."""
+    """Builds the extensions with one CMake run: the target kolo_native
+    builds kolo._predict too (python/CMakeLists.txt)."""
 
     def build_extension(self, ext):
+        built = self._cmake_build()
+        stem = ext.name.split(".")[-1]
+        found = glob.glob(os.path.join(built, stem + "*.so"))
+        if len(found) != 1:
+            raise RuntimeError(f"kolo: expected one {stem}*.so in {built}, found {found}")
+        target = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
+        os.makedirs(target, exist_ok=True)
+        shutil.copyfile(found[0], self.get_ext_fullpath(ext.name))
+        # libkolo (the real file, under its soname), next to the extensions.
+        for lib in glob.glob(os.path.join(built, "libkolo.so*")):
+            shutil.copyfile(os.path.realpath(lib), os.path.join(target, os.path.basename(lib)))
+
+    def _cmake_build(self):
+        """Configures and builds once; returns the folder of the built package."""
         build_dir = os.path.abspath(os.path.join(self.build_temp, "cmake"))
+        built = os.path.join(build_dir, "python", "kolo")
+        if getattr(self, "_kolo_built", False):
+            return built
         os.makedirs(build_dir, exist_ok=True)
         args = [
             "cmake", "-S", ROOT, "-B", build_dir,
@@ -54,23 +73,14 @@ class CMakeBuild(build_ext):
         jobs = os.environ.get("KOLO_BUILD_JOBS", str(os.cpu_count() or 1))
         subprocess.check_call(["cmake", "--build", build_dir, "--target", "kolo_native",
                                "-j", jobs])
-
-        # The extension and libkolo (the real file, under its soname).
-        built = os.path.join(build_dir, "python", "kolo")
-        target = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
-        os.makedirs(target, exist_ok=True)
-        native = glob.glob(os.path.join(built, "_native*.so"))
-        if len(native) != 1:
-            raise RuntimeError(f"kolo: expected one _native*.so in {built}, found {native}")
-        shutil.copyfile(native[0], self.get_ext_fullpath(ext.name))
-        for lib in glob.glob(os.path.join(built, "libkolo.so*")):
-            shutil.copyfile(os.path.realpath(lib), os.path.join(target, os.path.basename(lib)))
+        self._kolo_built = True
+        return built
 
 
 setup(
     packages=find_packages("python", exclude=["*.tests"]),
     package_dir={"": "python"},
-    ext_modules=[Extension("kolo._native", sources=[])],
+    ext_modules=[Extension("kolo._native", sources=[]), Extension("kolo._predict", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
     zip_safe=False,
     options={

@@ -135,5 +135,20 @@ with tempfile.TemporaryDirectory() as d:
     with open(os.path.join(d, "trace.json")) as f:
         cats = {e["cat"] for e in json.load(f)["traceEvents"]}
     assert cats >= {"forward", "backward", "send", "recv"}, cats
+# Mesh(order="replicas"): rank s * R + r is stage s of replica r, so a
+# stage's replicas are neighbours; the same training keeps them equal.
+mesh = Mesh(stages=2, replicas=2, order="replicas")
+assert (mesh.stage, mesh.replica) == (kolo.rank() // 2, kolo.rank() % 2), \
+    (kolo.rank(), mesh.stage, mesh.replica)
+pipe = Pipeline(model(), split_points=[4], chunks=2, schedule="gpipe",
+                process_set=mesh.pipeline_set)
+opt = mesh.distributed_optimizer(torch.optim.SGD(pipe.module.parameters(), lr=0.1),
+                                 pipe)
+pipe.train_step(x + mesh.replica, loss_fn, y)
+pipe.step(opt)
+flat = torch.cat([p.detach().reshape(-1) for p in pipe.module.parameters()])
+theirs = kolo.allgather(flat.unsqueeze(0), process_set=mesh.replica_set)
+assert torch.equal(theirs[0], theirs[1])
+expect(ValueError, "order 'columns'", lambda: Mesh(2, 2, order="columns"))
 kolo.barrier()
 print("pipeline ok", flush=True)
