@@ -226,6 +226,7 @@ class _ZeroMixin:
     def _install_pieces(self, trainable):
         """The wrapped optimizer's groups become the owned pieces."""
         group_of = {p: gi for _, p, gi in trainable}
+        self._group_of = group_of
         groups = [dict(g, params=[]) for g in self.param_groups]
         self._pieces = []  # (bucket, piece, tensor the optimizer updates)
         for b in self._buckets:
@@ -241,6 +242,32 @@ class _ZeroMixin:
                 self._pieces.append((b, pc, t))
         self.param_groups = groups
         self.state = collections.defaultdict(dict)
+        self._pieces_by_bucket = None
+
+    def _relayout(self):
+        """Elastic training, after the world changed: this rank's shares of
+        every bucket for the process set's current size and rank (stage 3:
+        the units' too, with zeroed shards). The pieces and the wrapped
+        optimizer's state start empty (kolo.torch.zero.elastic fills them);
+        what the old world had in flight is dropped, not waited for (its
+        runtime is gone)."""
+        self._size = self.process_set.size()
+        self._rank = self.process_set.rank()
+        for b in self._buckets:
+            unit = getattr(b, "unit", None)
+            if unit is not None:
+                unit.place(self._size, self._rank)
+            else:
+                b.place(self._size, self._rank)
+        self._install_pieces([(None, p, gi) for p, gi in self._group_of.items()])
+        self._handles = collections.OrderedDict()
+        self._done = set()
+        self._synchronized = False
+        for p in self._zero_params:
+            p.grad = None
+            self._delay[p] = self.backward_passes_per_step
+        self._waiting = [len(getattr(b, "params_grad", b.params)) for b in self._buckets]
+        self._seen = [0] * len(self._buckets)
 
     def _register_hooks(self):
         bucket_of = {}
