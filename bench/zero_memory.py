@@ -15,12 +15,17 @@ What is measured on each rank, after two training steps:
   largest: after synchronize(), before step()) and optimizer state;
 - peak RSS (ru_maxrss) minus the RSS before the model was built, which adds
   the transients: flat bucket copies, allgather outputs, activations, and
-  for stage 3 the gathered units.
+  for stage 3 the gathered units;
+- "not tensors": at the end, the RSS growth that is neither a live tensor
+  nor an idle block of kolo's output cache (library code paged in by the
+  first steps, the Python heap, the runtime's native buffers), the part of
+  the peak that is torch's, Python's and the runtime's baseline.
 Formulas (bytes): plain 16Ψ; stage 1: 4Ψ + 4Ψ + 8Ψ/N; stage 2: 4Ψ + 12Ψ/N;
 stage 3: 16Ψ/N plus the gathered units (the largest and the prefetched next).
 """
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -47,6 +52,19 @@ def storage_bytes(tensors):
             continue
         s = t.storage()
         seen[s.data_ptr()] = s.nbytes() if hasattr(s, "nbytes") else s.size() * t.element_size()
+    return sum(seen.values())
+
+
+def live_tensor_bytes(torch):
+    """The distinct storages of every tensor the Python heap reaches."""
+    seen = {}
+    for o in gc.get_objects():
+        try:
+            if torch.is_tensor(o) and o.numel():
+                s = o.storage()
+                seen[s.data_ptr()] = s.size() * o.element_size()
+        except RuntimeError:
+            pass
     return sum(seen.values())
 
 
@@ -90,13 +108,23 @@ def measure(stage, bucket_mb):
         opt_state = storage_bytes([v for s in opt.state.values() for v in s.values()
                                    if isinstance(v, torch.Tensor) and v.dim() > 0])
         state = max(state, at_grads + opt_state)
+    # After the steps, at rest: the RSS growth that is neither a live tensor
+    # nor an idle block of kolo's output cache (which keeps the gradient
+    # blocks between steps): library code paged in by the first steps,
+    # the Python heap, the runtime's native buffers. It does not shrink, so
+    # it is part of the peak too.
+    from kolo.torch import output_cache
+    gc.collect()
+    idle = output_cache.cache().idle_bytes()
+    other = rss_bytes() - base - live_tensor_bytes(torch) - idle
     n = hvd.size()
     formula = {0: 16 * psi, 1: 8 * psi + 8 * psi / n, 2: 4 * psi + 12 * psi / n,
                3: 16 * psi / n}[stage]
     window = 2 * 4 * largest if stage == 3 else 0
     out = {"stage": stage, "ranks": n, "rank": hvd.rank(), "psi": psi,
            "formula_mb": formula / 2 ** 20, "window_mb": window / 2 ** 20,
-           "state_mb": state / 2 ** 20, "peak_rss_mb": (peak_bytes() - base) / 2 ** 20}
+           "state_mb": state / 2 ** 20, "peak_rss_mb": (peak_bytes() - base) / 2 ** 20,
+           "other_mb": other / 2 ** 20, "idle_cache_mb": idle / 2 ** 20}
     print("ZERO_MEMORY " + json.dumps(out), flush=True)
 
 
@@ -116,15 +144,16 @@ def driver(args):
             rows.append(worst)
             print(json.dumps(worst), flush=True)
     print("| N | stage | formula MB | state MB (ratio) | peak RSS MB (ratio to formula"
-          " + gathered units) |")
-    print("|---|---|---|---|---|")
+          " + gathered units) | not tensors MB | peak - not tensors (ratio) |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         target = r["formula_mb"] + r["window_mb"]
-        print("| %d | %s | %.0f%s | %.0f (%.3f) | %.0f (%.3f) |" % (
+        print("| %d | %s | %.0f%s | %.0f (%.3f) | %.0f (%.3f) | %.0f | %.0f (%.3f) |" % (
             r["ranks"], r["stage"] or "plain", r["formula_mb"],
             " + %.0f" % r["window_mb"] if r["window_mb"] else "",
             r["state_mb"], r["state_mb"] / r["formula_mb"], r["peak_rss_mb"],
-            r["peak_rss_mb"] / target))
+            r["peak_rss_mb"] / target, r["other_mb"], r["peak_rss_mb"] - r["other_mb"],
+            (r["peak_rss_mb"] - r["other_mb"]) / target))
 
 
 def main():

@@ -9,6 +9,11 @@ shared with the other framework bindings. ``TorchState`` knows how
 to copy and broadcast models, optimizers and ``ElasticSampler``; every other
 keyword argument is a plain Python value, broadcast with ``broadcast_object``.
 
+A kolo.torch.zero.DistributedOptimizer (and a model wrapped by
+kolo.torch.zero.wrap) is handled shard-wise: its commit keeps this rank's
+block and a copy of the next rank's, and ``reset()`` re-shards the
+committed state onto the new world (kolo.torch.zero.elastic).
+
 Beyond Horovod: when a reset changes the world size, ``TorchState`` rescales
 the learning rate of its optimizers by kolo's scaling rule (``lr_rule``:
 ``"linear"`` by default, ``"sqrt"``, or ``"none"`` to leave it to the

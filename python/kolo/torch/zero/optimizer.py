@@ -328,6 +328,12 @@ class _ZeroMixin:
         return torch.cat(parts) if len(parts) > 1 else parts[0].clone()
 
     def _launch(self, b):
+        # Back-pressure: at most _WINDOW flat copies in flight, this one
+        # included, so memory stays bounded when backward outruns the
+        # network. The oldest is finished before this bucket is flattened:
+        # at no moment are more than _WINDOW copies alive.
+        while len(self._handles) >= _WINDOW:
+            self._finish_oldest()
         flat = self._flat_grad(b)
         if self.stage >= 2:
             for p in b.params:
@@ -335,10 +341,6 @@ class _ZeroMixin:
         self._handles[b.index] = comm.start_reduce_scatter(
             flat, "zero%d.grad.%d" % (self._id, b.index), self._size,
             self.process_set, self._compression)
-        # Back-pressure: at most _WINDOW flat copies in flight, so memory
-        # stays bounded when backward outruns the network.
-        while len(self._handles) > _WINDOW:
-            self._finish_oldest()
 
     def _finish_oldest(self):
         index = next(iter(self._handles))
