@@ -1,7 +1,11 @@
-"""kolo.torch.zero under elastic training: a rank is lost and the sharded
+"""kolo.torch.zero under elastic training: a rank leaves and the sharded
 state is re-sharded onto the survivors. Run by tests/python/CMakeLists.txt
-through elastic_run.sh's kill case (`kolorun --min-np 2 -np 3`, worker 1
-SIGKILLs itself at step 5 of the first world) with KOLO_DETERMINISTIC=1.
+through elastic_run.sh with KOLO_DETERMINISTIC=1, in its kill case
+(`kolorun --min-np 2 -np 3`, worker 1 SIGKILLs itself at step 5 of the
+first world; the survivors roll back to the step-4 commit) and its
+host-removed case (worker 0 drops a host from the discovery script's list
+at step 3; the commit of step 4 raises HostsUpdatedInterrupt and the two
+others go on without a rollback).
 
 One elastic job trains, side by side on the same batches, six float64
 models of the same initial values, all in one TorchState: with Adam, plain
@@ -27,6 +31,7 @@ import argparse
 import hashlib
 import os
 import signal
+import time
 
 import torch
 import torch.nn.functional as F
@@ -40,6 +45,11 @@ p.add_argument("--at", type=int, default=5)
 p.add_argument("--epochs", type=int, default=2)
 p.add_argument("--world", type=int, default=3, help="the first world's size")
 p.add_argument("--samples", type=int, default=384)
+p.add_argument("--step-sleep", type=float, default=0.0,
+               help="seconds of pretended compute per step")
+p.add_argument("--rewrite", nargs=2, metavar=("FILE", "TEXT"),
+               help="instead of a failure, worker 0 writes TEXT ('\\n' for new lines) "
+                    "into FILE (the discovery script's hosts) at step --at")
 args = p.parse_args()
 
 WORKER = int(os.environ["KOLO_ELASTIC_WORKER"])
@@ -130,9 +140,16 @@ def train(state):
     while state.epoch < args.epochs:
         indices = list(state.sampler)
         for b in range(0, len(indices) - BATCH + 1, BATCH):
-            if first_world and WORKER == args.victim and state.step == args.at:
+            if args.rewrite and first_world and WORKER == 0 and state.step == args.at:
+                with open(args.rewrite[0], "w") as f:
+                    f.write(args.rewrite[1].replace("\\n", "\n") + "\n")
+                print("worker 0 rewrote the hosts at step %d" % state.step, flush=True)
+            elif (not args.rewrite and first_world and WORKER == args.victim
+                  and state.step == args.at):
                 print("worker %d kills itself" % WORKER, flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
+            if args.step_sleep:
+                time.sleep(args.step_sleep)
             idx = indices[b:b + BATCH]
             for name, model in models.items():
                 opts[name].zero_grad()
@@ -144,9 +161,14 @@ def train(state):
             state.sampler.record_batch(b // BATCH, BATCH)
             state.step += 1
             if state.step % 2 == 0:
-                state.commit()
-                if first_world:
-                    committed[0] = {n: consolidated(n) for n in ZEROS}
+                # The consolidated view is taken before the commit (a rank
+                # lost while taking it rolls back to the previous commit,
+                # whose view is still the one kept); commit() is save()
+                # then check_host_updates(), which raises on a host update.
+                view = {n: consolidated(n) for n in ZEROS} if first_world else None
+                state.save()
+                committed[0] = view or committed[0]
+                state.check_host_updates()
         state.epoch += 1
         state.sampler.set_epoch(state.epoch)
         state.commit()

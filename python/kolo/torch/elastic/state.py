@@ -96,7 +96,18 @@ class _ZeroOptimizerHandler(_OptimizerHandler):
         return [{k: v for k, v in g.items() if k != "params"} for g in self.value.param_groups]
 
     def save(self):
+        self.prepare()
+        self.keep()
+
+    def prepare(self):
+        """The collective half of a commit (TorchState.save runs it for every
+        zero optimizer before saving anything, so that a rank lost here
+        leaves the last commit whole)."""
         self._snapshot.take(self.value)
+
+    def keep(self):
+        """The local half: the prepared snapshot becomes the commit."""
+        self._snapshot.keep()
         self._saved_groups = copy.deepcopy(self._groups())
 
     def restore(self):
@@ -273,8 +284,14 @@ class TorchState(ObjectState):
             setattr(self, name, copy.deepcopy(d[name]))
 
     def save(self):
+        zero = [h for h in self._handlers.values() if isinstance(h, _ZeroOptimizerHandler)]
+        for handler in zero:
+            handler.prepare()  # collective: may fail, before anything is saved
         for handler in self._handlers.values():
-            handler.save()
+            if isinstance(handler, _ZeroOptimizerHandler):
+                handler.keep()
+            else:
+                handler.save()
         super().save()
         # The learning rates just saved are scaled for this world size.
         object.__setattr__(self, "_saved_world_size", self._world_size)

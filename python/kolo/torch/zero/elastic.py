@@ -3,7 +3,7 @@ the loss of ranks and is re-sharded when the world changes
 (kolo.torch.elastic.TorchState uses this for a kolo.torch.zero
 DistributedOptimizer; see docs/zero.md, "Elastic training").
 
-``Snapshot.take(opt)`` (at every commit; collective):
+``Snapshot.take(opt)`` then ``keep()`` (at every commit; collective):
   - this rank's block of every bucket (layout.py): the parameters' elements
     (at stage 3 the unit's shard, the only copy of those parameters) and
     each elementwise state entry (momentum, Adam's moments), packed into
@@ -60,12 +60,29 @@ class Snapshot:
 
     def __init__(self):
         self.commit = 0
+        self.pending = None
 
     # --- commit -------------------------------------------------------------
 
     def take(self, opt):
         """Packs this rank's blocks, exchanges the ring copies and every
-        parameter's scalar entries. Collective."""
+        parameter's scalar entries into a pending commit; ``keep()`` makes
+        it the commit. Collective: a failure here (a rank lost) leaves the
+        last commit whole, which is why TorchState takes every zero
+        snapshot before it saves anything else. Until ``keep()`` both
+        commits are in memory (four blocks per rank)."""
+        new = Snapshot()
+        new._pack(opt)
+        new.commit = self.commit + 1
+        self.pending = new
+
+    def keep(self):
+        """The pending commit becomes the commit (local)."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            self.__dict__.update(pending.__dict__)
+
+    def _pack(self, opt):
         ps = opt.process_set
         mine_keys, mine_names = {}, {}
         for b, pc, t in opt._pieces:
@@ -118,7 +135,6 @@ class Snapshot:
                     at = pc.bucket_begin - b.begin
                     dst[at:at + pc.numel].copy_(value)
         self.next = self._ring_copy(ps)
-        self.commit += 1
 
     def _ring_copy(self, ps):
         """The buffer of the next rank in the ring (rank r sends its own to
