@@ -68,13 +68,58 @@ def live_tensor_bytes(torch):
     return sum(seen.values())
 
 
-def measure(stage, bucket_mb):
+class Probe:
+    """--probe: samples the RSS growth in the optimizer's gradient hooks
+    (``_launch``, ``_finish``) and stage 3's unit hooks, and in the second
+    step also the live tensors and the output cache's idle blocks (slow:
+    a walk of the Python heap per sample); prints the samples of largest
+    RSS, which tell what is alive at the peak."""
+
+    def __init__(self, torch, base):
+        import functools
+        import importlib
+        from kolo.torch import output_cache
+        self.torch, self.base, self.cache = torch, base, output_cache.cache()
+        self.detail, self.samples = False, []
+        self.opt = None
+        targets = [(importlib.import_module("kolo.torch.zero.optimizer")._ZeroMixin,
+                    ("_launch", "_finish")),
+                   (importlib.import_module("kolo.torch.zero.wrap")._Sharded,
+                    ("pre_forward", "pre_backward", "end_backward"))]
+        for cls, names in targets:
+            for name in names:
+                f = getattr(cls, name)
+
+                def wrapped(*a, _f=f, _name=name, **k):
+                    self.mark(_name + ".in")
+                    out = _f(*a, **k)
+                    self.mark(_name + ".out")
+                    return out
+                setattr(cls, name, functools.wraps(f)(wrapped))
+
+    def mark(self, where):
+        if not self.detail:
+            return
+        in_flight = len(getattr(self.opt, "_handles", ()))
+        self.samples.append((where, (rss_bytes() - self.base) / 2 ** 20,
+                             live_tensor_bytes(self.torch) / 2 ** 20,
+                             self.cache.idle_bytes() / 2 ** 20, in_flight))
+
+    def report(self, rank):
+        for s in sorted(self.samples, key=lambda s: -s[1])[:6]:
+            print("ZERO_PROBE rank %d at %s: rss growth %.1f MB, live tensors %.1f MB, "
+                  "idle output cache %.1f MB, reduce-scatters in flight %d" % ((rank,) + s),
+                  flush=True)
+
+
+def measure(stage, bucket_mb, probe=False):
     import torch
     import kolo.torch as hvd
     from kolo.torch import zero
     hvd.init()
     torch.set_num_threads(1)
     base = rss_bytes()
+    probe = Probe(torch, base) if probe else None
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
     psi = sum(p.numel() for p in model.parameters())
@@ -88,7 +133,11 @@ def measure(stage, bucket_mb):
         opt = zero.DistributedOptimizer(adam, named_parameters=model.named_parameters(),
                                         stage=stage, bucket_mb=bucket_mb)
     state = 0
+    if probe:
+        probe.opt = opt
     for step in range(2):
+        if probe:
+            probe.detail = step == 1
         x = torch.randn(BATCH, WIDTH)
         opt.zero_grad()
         model(x).pow(2).mean().backward()
@@ -108,6 +157,9 @@ def measure(stage, bucket_mb):
         opt_state = storage_bytes([v for s in opt.state.values() for v in s.values()
                                    if isinstance(v, torch.Tensor) and v.dim() > 0])
         state = max(state, at_grads + opt_state)
+    if probe:
+        probe.detail = False
+        probe.report(hvd.rank())
     # After the steps, at rest: the RSS growth that is neither a live tensor
     # nor an idle block of kolo's output cache (which keeps the gradient
     # blocks between steps): library code paged in by the first steps,
@@ -162,11 +214,14 @@ def main():
     ap.add_argument("--bucket-mb", type=float, default=25)
     ap.add_argument("--driver", action="store_true")
     ap.add_argument("--build", default="build")
+    ap.add_argument("--probe", action="store_true",
+                    help="print what is alive at the largest RSS samples of the second "
+                         "step (Probe; slows the step down)")
     args = ap.parse_args()
     if args.driver:
         driver(args)
     else:
-        measure(args.stage, args.bucket_mb)
+        measure(args.stage, args.bucket_mb, args.probe)
 
 
 if __name__ == "__main__":
