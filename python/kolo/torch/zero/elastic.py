@@ -114,7 +114,7 @@ class Snapshot:
                 nbytes = b.shard * torch.empty(0, dtype=dtype).element_size()
                 self.layout.append((b.index, key, dtype, at, b.shard))
                 at += -(-nbytes // _ALIGN) * _ALIGN
-            self.spans.append((start, at, b.shard))
+            self.spans.append((start, at))
         self.size, self.rank = ps.size(), ps.rank()
         self.own = torch.zeros(at, dtype=torch.uint8)
         pieces = opt._pieces_of
@@ -236,7 +236,7 @@ class Snapshot:
         me = ps.rank()
         opt._relayout()
         full = {}
-        for index, (start, end, old_shard) in enumerate(self.spans):
+        for index, (start, end) in enumerate(self.spans):
             parts = [(self.next if provider[o][1] else self.own)[start:end]
                      for o in order if provider[o][0] == me]
             mine = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.uint8)
