@@ -15,12 +15,17 @@ What is measured on each rank, after two training steps:
   largest: after synchronize(), before step()) and optimizer state;
 - peak RSS (ru_maxrss) minus the RSS before the model was built, which adds
   the transients: flat bucket copies, allgather outputs, activations, and
-  for stage 3 the gathered units.
+  for stage 3 the gathered units;
+- "not tensors": at the end, the RSS growth that is neither a live tensor
+  nor an idle block of kolo's output cache (library code paged in by the
+  first steps, the Python heap, the runtime's native buffers), the part of
+  the peak that is torch's, Python's and the runtime's baseline.
 Formulas (bytes): plain 16Ψ; stage 1: 4Ψ + 4Ψ + 8Ψ/N; stage 2: 4Ψ + 12Ψ/N;
 stage 3: 16Ψ/N plus the gathered units (the largest and the prefetched next).
 """
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -50,13 +55,71 @@ def storage_bytes(tensors):
     return sum(seen.values())
 
 
-def measure(stage, bucket_mb):
+def live_tensor_bytes(torch):
+    """The distinct storages of every tensor the Python heap reaches."""
+    seen = {}
+    for o in gc.get_objects():
+        try:
+            if torch.is_tensor(o) and o.numel():
+                s = o.storage()
+                seen[s.data_ptr()] = s.size() * o.element_size()
+        except RuntimeError:
+            pass
+    return sum(seen.values())
+
+
+class Probe:
+    """--probe: samples the RSS growth in the optimizer's gradient hooks
+    (``_launch``, ``_finish``) and stage 3's unit hooks, and in the second
+    step also the live tensors and the output cache's idle blocks (slow:
+    a walk of the Python heap per sample); prints the samples of largest
+    RSS, which tell what is alive at the peak."""
+
+    def __init__(self, torch, base):
+        import functools
+        import importlib
+        from kolo.torch import output_cache
+        self.torch, self.base, self.cache = torch, base, output_cache.cache()
+        self.detail, self.samples = False, []
+        self.opt = None
+        targets = [(importlib.import_module("kolo.torch.zero.optimizer")._ZeroMixin,
+                    ("_launch", "_finish")),
+                   (importlib.import_module("kolo.torch.zero.wrap")._Sharded,
+                    ("pre_forward", "pre_backward", "end_backward"))]
+        for cls, names in targets:
+            for name in names:
+                f = getattr(cls, name)
+
+                def wrapped(*a, _f=f, _name=name, **k):
+                    self.mark(_name + ".in")
+                    out = _f(*a, **k)
+                    self.mark(_name + ".out")
+                    return out
+                setattr(cls, name, functools.wraps(f)(wrapped))
+
+    def mark(self, where):
+        if not self.detail:
+            return
+        in_flight = len(getattr(self.opt, "_handles", ()))
+        self.samples.append((where, (rss_bytes() - self.base) / 2 ** 20,
+                             live_tensor_bytes(self.torch) / 2 ** 20,
+                             self.cache.idle_bytes() / 2 ** 20, in_flight))
+
+    def report(self, rank):
+        for s in sorted(self.samples, key=lambda s: -s[1])[:6]:
+            print("ZERO_PROBE rank %d at %s: rss growth %.1f MB, live tensors %.1f MB, "
+                  "idle output cache %.1f MB, reduce-scatters in flight %d" % ((rank,) + s),
+                  flush=True)
+
+
+def measure(stage, bucket_mb, probe=False):
     import torch
     import kolo.torch as hvd
     from kolo.torch import zero
     hvd.init()
     torch.set_num_threads(1)
     base = rss_bytes()
+    probe = Probe(torch, base) if probe else None
     torch.manual_seed(0)
     model = torch.nn.Sequential(*[torch.nn.Linear(WIDTH, WIDTH) for _ in range(LAYERS)])
     psi = sum(p.numel() for p in model.parameters())
@@ -70,7 +133,11 @@ def measure(stage, bucket_mb):
         opt = zero.DistributedOptimizer(adam, named_parameters=model.named_parameters(),
                                         stage=stage, bucket_mb=bucket_mb)
     state = 0
+    if probe:
+        probe.opt = opt
     for step in range(2):
+        if probe:
+            probe.detail = step == 1
         x = torch.randn(BATCH, WIDTH)
         opt.zero_grad()
         model(x).pow(2).mean().backward()
@@ -90,13 +157,26 @@ def measure(stage, bucket_mb):
         opt_state = storage_bytes([v for s in opt.state.values() for v in s.values()
                                    if isinstance(v, torch.Tensor) and v.dim() > 0])
         state = max(state, at_grads + opt_state)
+    if probe:
+        probe.detail = False
+        probe.report(hvd.rank())
+    # After the steps, at rest: the RSS growth that is neither a live tensor
+    # nor an idle block of kolo's output cache (which keeps the gradient
+    # blocks between steps): library code paged in by the first steps,
+    # the Python heap, the runtime's native buffers. It does not shrink, so
+    # it is part of the peak too.
+    from kolo.torch import output_cache
+    gc.collect()
+    idle = output_cache.cache().idle_bytes()
+    other = rss_bytes() - base - live_tensor_bytes(torch) - idle
     n = hvd.size()
     formula = {0: 16 * psi, 1: 8 * psi + 8 * psi / n, 2: 4 * psi + 12 * psi / n,
                3: 16 * psi / n}[stage]
     window = 2 * 4 * largest if stage == 3 else 0
     out = {"stage": stage, "ranks": n, "rank": hvd.rank(), "psi": psi,
            "formula_mb": formula / 2 ** 20, "window_mb": window / 2 ** 20,
-           "state_mb": state / 2 ** 20, "peak_rss_mb": (peak_bytes() - base) / 2 ** 20}
+           "state_mb": state / 2 ** 20, "peak_rss_mb": (peak_bytes() - base) / 2 ** 20,
+           "other_mb": other / 2 ** 20, "idle_cache_mb": idle / 2 ** 20}
     print("ZERO_MEMORY " + json.dumps(out), flush=True)
 
 
@@ -116,15 +196,16 @@ def driver(args):
             rows.append(worst)
             print(json.dumps(worst), flush=True)
     print("| N | stage | formula MB | state MB (ratio) | peak RSS MB (ratio to formula"
-          " + gathered units) |")
-    print("|---|---|---|---|---|")
+          " + gathered units) | not tensors MB | peak - not tensors (ratio) |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         target = r["formula_mb"] + r["window_mb"]
-        print("| %d | %s | %.0f%s | %.0f (%.3f) | %.0f (%.3f) |" % (
+        print("| %d | %s | %.0f%s | %.0f (%.3f) | %.0f (%.3f) | %.0f | %.0f (%.3f) |" % (
             r["ranks"], r["stage"] or "plain", r["formula_mb"],
             " + %.0f" % r["window_mb"] if r["window_mb"] else "",
             r["state_mb"], r["state_mb"] / r["formula_mb"], r["peak_rss_mb"],
-            r["peak_rss_mb"] / target))
+            r["peak_rss_mb"] / target, r["other_mb"], r["peak_rss_mb"] - r["other_mb"],
+            (r["peak_rss_mb"] - r["other_mb"]) / target))
 
 
 def main():
@@ -133,11 +214,14 @@ def main():
     ap.add_argument("--bucket-mb", type=float, default=25)
     ap.add_argument("--driver", action="store_true")
     ap.add_argument("--build", default="build")
+    ap.add_argument("--probe", action="store_true",
+                    help="print what is alive at the largest RSS samples of the second "
+                         "step (Probe; slows the step down)")
     args = ap.parse_args()
     if args.driver:
         driver(args)
     else:
-        measure(args.stage, args.bucket_mb)
+        measure(args.stage, args.bucket_mb, args.probe)
 
 
 if __name__ == "__main__":

@@ -372,3 +372,42 @@ def test_fp16_compression(stage):
 
     got = run(sharded_opt)
     assert_same(got, ref, "parameter")
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_elastic_state_restores_the_commit(stage):
+    """hvd.elastic.TorchState with a zero optimizer (and a wrapped model):
+    restore() on the world of the commit gives the committed parameters and
+    state back bit for bit (each rank's own block, no communication); a
+    reset on the same world leaves them; training then goes on as from the
+    commit. (A changed world: zero_elastic_train.py.)"""
+    model, opt = build(stage)
+    state = hvd.elastic.TorchState(model=model, optimizer=opt, step=0)
+    train(model, opt, steps=2)
+    state.step = 2
+    state.commit()
+    params, st = full_params(model), opt.gathered_state()
+    train(model, opt, steps=2, start=2)
+    after = full_params(model)
+    assert not torch.equal(after["fc1.weight"], params["fc1.weight"])
+    state.restore()
+    assert state.step == 2
+    assert_same(full_params(model), params, "restored parameter")
+    assert_same(opt.gathered_state(), st, "restored state")
+    state.reset()
+    assert_same(opt.gathered_state(), st, "state after a reset on the same world")
+    train(model, opt, steps=2, start=2)
+    assert_same(full_params(model), after, "parameter trained again from the commit")
+
+
+def test_elastic_state_bad_use():
+    ps = hvd.add_process_set(list(range(hvd.size())))
+    model, opt = build(1, process_set=ps)
+    with pytest.raises(ValueError, match="on a process set"):
+        hvd.elastic.TorchState(model=model, optimizer=opt)
+    hvd.remove_process_set(ps)
+    model, _ = build(3)
+    plain = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="'model' is wrapped by kolo.torch.zero.wrap, but its "
+                                         "parameters .* are in no kolo.torch.zero"):
+        hvd.elastic.TorchState(model=model, optimizer=plain)

@@ -9,6 +9,11 @@ shared with the other framework bindings. ``TorchState`` knows how
 to copy and broadcast models, optimizers and ``ElasticSampler``; every other
 keyword argument is a plain Python value, broadcast with ``broadcast_object``.
 
+A kolo.torch.zero.DistributedOptimizer (and a model wrapped by
+kolo.torch.zero.wrap) is handled shard-wise: its commit keeps this rank's
+block and a copy of the next rank's, and ``reset()`` re-shards the
+committed state onto the new world (kolo.torch.zero.elastic).
+
 Beyond Horovod: when a reset changes the world size, ``TorchState`` rescales
 the learning rate of its optimizers by kolo's scaling rule (``lr_rule``:
 ``"linear"`` by default, ``"sqrt"``, or ``"none"`` to leave it to the
@@ -71,6 +76,122 @@ class _OptimizerHandler(_Handler):
             group["lr"] *= factor
 
 
+class _ZeroOptimizerHandler(_OptimizerHandler):
+    """A kolo.torch.zero.DistributedOptimizer: each rank holds a shard, so
+    its commit is a zero.elastic.Snapshot (its own block and a copy of the
+    next rank's, collective), restored locally after a failure and
+    re-sharded by ``reset()`` when the world changed; ``sync()`` broadcasts
+    only the hyperparameters (the shards are never equal across ranks)."""
+
+    def __init__(self, value):
+        from kolo.torch.zero.elastic import Snapshot
+        if value.process_set is not _hvd().global_process_set:
+            raise ValueError("TorchState: a kolo.torch.zero.DistributedOptimizer on a "
+                             "process set (%r) cannot follow the world's changes; build it "
+                             "on the global process set" % (value.process_set,))
+        self._snapshot = Snapshot()
+        super().__init__(value)
+
+    def _groups(self):
+        return [{k: v for k, v in g.items() if k != "params"} for g in self.value.param_groups]
+
+    def save(self):
+        self.prepare()
+        self.keep()
+
+    def prepare(self):
+        """The collective half of a commit (TorchState.save runs it for every
+        zero optimizer before saving anything, so that a rank lost here
+        leaves the last commit whole)."""
+        self._snapshot.take(self.value)
+
+    def keep(self):
+        """The local half: the prepared snapshot becomes the commit."""
+        self._snapshot.keep()
+        self._saved_groups = copy.deepcopy(self._groups())
+
+    def restore(self):
+        self._snapshot.restore(self.value)
+        for group, saved in zip(self.value.param_groups, copy.deepcopy(self._saved_groups)):
+            group.update(saved)
+
+    def reshard(self):
+        """After a reset: re-forms the shards for the new world from the
+        commit (a new snapshot of it follows). Collective."""
+        if self._snapshot.reshard(self.value):
+            self.save()
+
+    def sync(self):
+        groups = _hvd().broadcast_object(self._groups(), root_rank=0,
+                                         name="kolo.elastic.zero.groups")
+        for group, saved in zip(self.value.param_groups, groups):
+            group.update(saved)
+        if not any(len(s) for s in self.value.state.values()):
+            _initialize_pieces(self.value)
+
+
+def _initialize_pieces(opt):
+    """What broadcast_optimizer_state does to a fresh optimizer (as Horovod:
+    one step with zero gradients, the parameters put back), on this rank's
+    pieces: the wrapped optimizer's own step, no communication. So a zero
+    optimizer's state in an elastic job follows the plain one's."""
+    pieces = [t for g in opt.param_groups for t in g["params"]]
+    saved = [t.detach().clone() for t in pieces]
+    for t in pieces:
+        t.grad = torch.zeros_like(t)
+    type(opt).__mro__[2].step(opt)  # the wrapped optimizer's class (zero/optimizer.py)
+    with torch.no_grad():
+        for t, value in zip(pieces, saved):
+            t.copy_(value)
+            t.grad = None
+
+
+class _ZeroModelHandler(_Handler):
+    """A model wrapped by kolo.torch.zero.wrap (stage 3): its parameters are
+    shards that its zero optimizer's snapshot keeps and re-shards; this
+    keeps the model's other entries (buffers, parameters outside the
+    units)."""
+
+    def _extras(self):
+        entries = self.value.state_dict(keep_vars=True)
+        return {k: v.detach() for k, v in entries.items()
+                if getattr(v, "_kolo_zero_unit", None) is None}
+
+    def save(self):
+        self._saved = {k: v.clone() for k, v in self._extras().items()}
+
+    def restore(self):
+        self.value.load_state_dict(self._saved, strict=False)
+
+    def sync(self):
+        _hvd().broadcast_parameters(self._extras(), root_rank=0)
+
+
+def _zero_handler(value):
+    """The handler class for kolo.torch.zero's objects, or None."""
+    if isinstance(value, torch.optim.Optimizer) and hasattr(type(value), "_zero_setup"):
+        return _ZeroOptimizerHandler
+    if isinstance(value, torch.nn.Module) and getattr(value, "_kolo_zero", None) is not None:
+        return _ZeroModelHandler
+    return None
+
+
+def _check_zero(handlers):
+    """Every unit of a wrapped model must be re-sharded by a zero optimizer
+    of the same state."""
+    covered = {id(b) for h in handlers.values() if isinstance(h, _ZeroOptimizerHandler)
+               for b in h.value._buckets}
+    for name, h in handlers.items():
+        if isinstance(h, _ZeroModelHandler):
+            for unit in h.value._kolo_zero.units:
+                if id(unit.bucket) not in covered:
+                    raise ValueError(
+                        "TorchState: '%s' is wrapped by kolo.torch.zero.wrap, but its "
+                        "parameters %s are in no kolo.torch.zero.DistributedOptimizer of "
+                        "this state, which would re-shard them when the world changes"
+                        % (name, unit.bucket.names[:4]))
+
+
 class _SamplerHandler(_Handler):
     def save(self):
         self._saved = copy.deepcopy(self.value.state_dict())
@@ -122,11 +243,13 @@ class TorchState(ObjectState):
         kwargs.update(model=model, optimizer=optimizer)
         handlers, plain = {}, {}
         for name, value in kwargs.items():
-            cls = next((h for t, h in _HANDLERS if isinstance(value, t)), None)
+            cls = _zero_handler(value) or next(
+                (h for t, h in _HANDLERS if isinstance(value, t)), None)
             if cls is not None:
                 handlers[name] = cls(value)
             else:
                 plain[name] = value
+        _check_zero(handlers)
         object.__setattr__(self, "_handlers", handlers)
         object.__setattr__(self, "_lr_rule", lr_rule)
         object.__setattr__(self, "_world_size", _hvd().size())
@@ -161,8 +284,14 @@ class TorchState(ObjectState):
             setattr(self, name, copy.deepcopy(d[name]))
 
     def save(self):
+        zero = [h for h in self._handlers.values() if isinstance(h, _ZeroOptimizerHandler)]
+        for handler in zero:
+            handler.prepare()  # collective: may fail, before anything is saved
         for handler in self._handlers.values():
-            handler.save()
+            if isinstance(handler, _ZeroOptimizerHandler):
+                handler.keep()
+            else:
+                handler.save()
         super().save()
         # The learning rates just saved are scaled for this world size.
         object.__setattr__(self, "_saved_world_size", self._world_size)
@@ -180,10 +309,14 @@ class TorchState(ObjectState):
         object.__setattr__(self, "_world_size", _hvd().size())
 
     def reset(self):
-        """After a reset: re-shard the samplers for the new ranks and rescale
+        """After a reset: re-shard the zero optimizers' state (and stage 3's
+        parameters) and the samplers for the new ranks, and rescale
         the learning rates for the new world size (before the user's
         callbacks, which may set them as they like)."""
         old, new = self._world_size, _hvd().size()
+        for handler in self._handlers.values():
+            if isinstance(handler, _ZeroOptimizerHandler):
+                handler.reshard()
         for handler in self._handlers.values():
             if isinstance(handler, _SamplerHandler):
                 handler.value.reset()

@@ -57,12 +57,18 @@ class Bucket:
             self.offsets.append(at)
             at += n
         self.total = at
+        self.dtype = self.params[0].dtype if self.params else None
+        self.place(size, rank)
+
+    def place(self, size, rank):
+        """(Re)computes this rank's share for a world of ``size`` ranks: the
+        shard length, ``[begin, end)`` and the pieces (elastic training calls
+        it again when the world changes)."""
         self.size = size
         self.rank = rank
         self.shard = -(-self.total // size) if self.total else 0
         self.begin = min(rank * self.shard, self.total)
         self.end = min((rank + 1) * self.shard, self.total)
-        self.dtype = self.params[0].dtype if self.params else None
         self.pieces = []
         for name, p, off, n in zip(self.names, self.params, self.offsets, self.numels):
             lo, hi = max(off, self.begin), min(off + n, self.end)

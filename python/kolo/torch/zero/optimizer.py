@@ -226,6 +226,7 @@ class _ZeroMixin:
     def _install_pieces(self, trainable):
         """The wrapped optimizer's groups become the owned pieces."""
         group_of = {p: gi for _, p, gi in trainable}
+        self._group_of = group_of
         groups = [dict(g, params=[]) for g in self.param_groups]
         self._pieces = []  # (bucket, piece, tensor the optimizer updates)
         for b in self._buckets:
@@ -241,6 +242,32 @@ class _ZeroMixin:
                 self._pieces.append((b, pc, t))
         self.param_groups = groups
         self.state = collections.defaultdict(dict)
+        self._pieces_by_bucket = None
+
+    def _relayout(self):
+        """Elastic training, after the world changed: this rank's shares of
+        every bucket for the process set's current size and rank (stage 3:
+        the units' too, with zeroed shards). The pieces and the wrapped
+        optimizer's state start empty (kolo.torch.zero.elastic fills them);
+        what the old world had in flight is dropped, not waited for (its
+        runtime is gone)."""
+        self._size = self.process_set.size()
+        self._rank = self.process_set.rank()
+        for b in self._buckets:
+            unit = getattr(b, "unit", None)
+            if unit is not None:
+                unit.place(self._size, self._rank)
+            else:
+                b.place(self._size, self._rank)
+        self._install_pieces([(None, p, gi) for p, gi in self._group_of.items()])
+        self._handles = collections.OrderedDict()
+        self._done = set()
+        self._synchronized = False
+        for p in self._zero_params:
+            p.grad = None
+            self._delay[p] = self.backward_passes_per_step
+        self._waiting = [len(getattr(b, "params_grad", b.params)) for b in self._buckets]
+        self._seen = [0] * len(self._buckets)
 
     def _register_hooks(self):
         bucket_of = {}
@@ -301,6 +328,12 @@ class _ZeroMixin:
         return torch.cat(parts) if len(parts) > 1 else parts[0].clone()
 
     def _launch(self, b):
+        # Back-pressure: at most _WINDOW flat copies in flight, this one
+        # included, so memory stays bounded when backward outruns the
+        # network. The oldest is finished before this bucket is flattened:
+        # at no moment are more than _WINDOW copies alive.
+        while len(self._handles) >= _WINDOW:
+            self._finish_oldest()
         flat = self._flat_grad(b)
         if self.stage >= 2:
             for p in b.params:
@@ -308,10 +341,6 @@ class _ZeroMixin:
         self._handles[b.index] = comm.start_reduce_scatter(
             flat, "zero%d.grad.%d" % (self._id, b.index), self._size,
             self.process_set, self._compression)
-        # Back-pressure: at most _WINDOW flat copies in flight, so memory
-        # stays bounded when backward outruns the network.
-        while len(self._handles) > _WINDOW:
-            self._finish_oldest()
 
     def _finish_oldest(self):
         index = next(iter(self._handles))

@@ -74,6 +74,20 @@ class Unit:
         self.pinned = False
         self.release()
 
+    def place(self, size, rank):
+        """Elastic training: this unit's share of a world of ``size`` ranks.
+        The shard is zeroed (the caller fills it); a gather of the old world
+        in flight is dropped, not waited for (its runtime is gone)."""
+        b = self.bucket
+        b.place(size, rank)
+        self.pending = None
+        self.pinned = False
+        resize_storage(self.flat, b.padded)
+        self.flat = self.flat.as_strided((b.padded,), (1,), 0)
+        self.shard_buf = torch.zeros(b.shard, dtype=b.dtype)
+        self.gathered = True
+        self.release()
+
     def shape_of(self, p):
         return self.shapes[p]
 
