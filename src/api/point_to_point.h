@@ -5,8 +5,12 @@
 // Wire: every message travels as a 32-byte header (magic, channel, tag,
 // dtype, count) followed by its payload (when not empty), both on one
 // transport tag, kPointToPointTag, which no collective uses (bit 63 set;
-// the mpi transport carries such tags on its control communicator). The
-// transport keeps the two in order per (source, tag).
+// the mpi transport carries such tags on a communicator of their own). The
+// transport keeps the two in order per (source, tag), and completes a send
+// once the receiver's transport makes progress, whether or not a receive is
+// posted (every transport buffers such messages: tcp and shm all, mpi those
+// with bit 63). This engine relies on it: it posts a payload's receive only
+// after reading its header, and only while it runs (a wait or test).
 //
 // Matching (this class, not the transport): for each source rank the
 // receives the caller posted wait in posting order. While one of them is

@@ -3,9 +3,23 @@
 // pair of ranks with KOLO_TRANSPORT=mpi.
 //
 // Built on non-blocking point-to-point (MPI_Isend / MPI_Irecv, completed by
-// MPI_Testsome in progress()) over two communicators of its own, both
-// duplicates of MPI_COMM_WORLD with MPI_ERRORS_RETURN: one for data, one
-// for heartbeats and abort notices. kolo rank r is MPI_COMM_WORLD rank r.
+// MPI_Testsome in progress()) over three communicators of its own, all
+// duplicates of MPI_COMM_WORLD with MPI_ERRORS_RETURN: one for the
+// collectives' data, one for heartbeats and abort notices, one for the
+// public API's point-to-point messages (tags with kUserMessageBit). kolo
+// rank r is MPI_COMM_WORLD rank r.
+//
+// Point-to-point messages of the public API are buffered like tcp's and
+// shm's: progress() takes every such message that no posted receive
+// matches (MPI_Improbe / MPI_Mrecv on their communicator) into a buffer of
+// the transport, and a later receive is served from it, in order per
+// (source, tag). So their sends complete once the receiving rank's
+// transport makes progress (in any wait, a collective's too), whether or
+// not a receive is posted; MPI alone would hold a large send (its
+// rendezvous protocol) until the receiver posts a matching receive, and
+// api/point_to_point.h posts a payload's receive only after it read the
+// header in front of it. The collectives' tags are not buffered: their
+// receives are always posted.
 //
 // Tags: kolo's tags are 64-bit (operation sequence * 65536 + step); MPI's
 // are ints in 0..MPI_TAG_UB. A kolo tag is sent as its low B bits, where
