@@ -32,7 +32,8 @@
 //   message). done()/error() may be read from any thread.
 // - wait(op) drives the transport (Transport::wait, so a dead peer is
 //   Error(kPeerLost) and a silent one Error(kTimeout), both naming it, and
-//   thrown) until op is done, then rethrows op's own error (a mismatch).
+//   thrown; a timeout on op's peer names op's message: count, dtype, tag)
+//   until op is done, then rethrows op's own error (a mismatch).
 // - failAll(error) fails every pending op (shutdown, a broken
 //   communicator); it does not touch the transport.
 #pragma once
@@ -130,6 +131,8 @@ class PointToPoint {
   bool takeUnexpected(Source& s, Op& op);
   std::exception_ptr mismatch(const Op& op, int rank, DataType dtype,
                               uint64_t count) const;
+  // Error(kTimeout) naming op's peer and message.
+  std::exception_ptr timedOut(const Op& op) const;
 
   transport::Transport& transport_;
   std::vector<Source> sources_;  // by rank
