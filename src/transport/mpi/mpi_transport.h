@@ -50,9 +50,11 @@
 //   the process may run on other threads.
 // - Blocking: create() is collective over MPI_COMM_WORLD (every rank must
 //   call it, in the same order as other collective MPI calls); isend,
-//   irecv, progress never block; idle() sends due heartbeats and sleeps at
-//   most 50 us (MPI offers no event to wait on, and moves data only inside
-//   MPI calls).
+//   irecv, progress never wait for a peer (progress() does take in the
+//   public API messages already on their way, MPI_Mrecv of a matched
+//   message: as long as their transfer takes); idle() sends due heartbeats
+//   and sleeps at most 50 us (MPI offers no event to wait on, and moves
+//   data only inside MPI calls).
 // - Failure: an MPI error on a transfer is Error(kPeerLost) naming the
 //   peer and breaks the transport (every pending and later request fails).
 //   A size mismatch fails only that receive. Liveness as in tcp: while a
