@@ -27,9 +27,10 @@ std::string binDir() {
   return d != nullptr ? d : "bin";
 }
 
-// Runs `mpirun ARGS` (at most 120 s) with `env` (NAME=VALUE ...) added to
-// the environment; ARGS include -np.
-JobResult mpirun(const std::string& env, const std::string& args) {
+// Runs `mpirun ARGS` (at most `limitSeconds`) with `env` (NAME=VALUE ...)
+// added to the environment; ARGS include -np.
+JobResult mpirun(const std::string& env, const std::string& args,
+                 int limitSeconds = 120) {
   // As root OpenMPI refuses to start without these; harmless otherwise.
   // Under ASan, OpenMPI's own leaks are suppressed (tests/sanitizers/); the
   // slow unwinder gives their stacks the frames the suppressions match.
@@ -40,7 +41,8 @@ JobResult mpirun(const std::string& env, const std::string& args) {
       "OMPI_MCA_mca_base_component_disable_dlclose=1 OMPI_MCA_rtc=^hwloc "
       "LSAN_OPTIONS=suppressions=" KOLO_LSAN_MPI_SUPPRESSIONS
       ":print_suppressions=0:fast_unwind_on_malloc=0 " +
-      env + " timeout -k 5 120 mpirun --oversubscribe " + args + " 2>&1";
+      env + " timeout -k 5 " + std::to_string(limitSeconds) + " mpirun --oversubscribe " +
+      args + " 2>&1";
   JobResult r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -282,6 +284,55 @@ TEST_F(MpiEngine, LauncherDisagreesWithMpi) {
   EXPECT_NE(r.exitCode, 0) << r.output;
   EXPECT_GE(count(r.output, "but KOLO_RANK/KOLO_SIZE say rank 1 of 3"), 1) << r.output;
   EXPECT_EQ(count(r.output, "collectives ok"), 0) << r.output;
+}
+
+// The public point-to-point messages (tests/mpi/mpi_ranks_p2p.cc: posted
+// and unposted receives of 24 MB, tags in order, blocking sends both ways,
+// a send during the receiver's barrier, size and dtype mismatches naming
+// both ranks, the C API in a process set) over the mpi transport alone and
+// between two MPI nodes (shm within, mpi between). Messages far above MPI's
+// eager limit used to hang here: MPI holds such a send until the receiver
+// posts its receive. A hang shows as the 60 s limit.
+TEST_F(MpiEngine, PointToPointOverMpi) {
+  JobResult r =
+      mpirun("KOLO_TRANSPORT=mpi KOLO_TIMEOUT=20", "-np 2 " + ranks() + " p2p", 60);
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(count(r.output, "p2p ok"), 2) << r.output;
+  EXPECT_EQ(count(r.output, "FAIL"), 0) << r.output;
+  r = mpirun("KOLO_TIMEOUT=20 KOLO_LOG_LEVEL=info",
+             "--mca btl self,tcp --mca plm_rsh_agent " + binDir() +
+                 "/kolo-local-rsh -H nodea:2,nodeb:2 -np 4 " + ranks() + " p2p",
+             60);
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_EQ(count(r.output, "p2p ok"), 4) << r.output;
+  EXPECT_EQ(count(r.output, "transport shm+mpi, engine mpi"), 8) << r.output;
+  EXPECT_EQ(count(r.output, "FAIL"), 0) << r.output;
+}
+
+// A peer that stops answering fails the receive after KOLO_TIMEOUT naming
+// it, in the message's own terms. A peer that dies ends the whole job:
+// mpirun kills every rank when one exits without MPI_Finalize, before the
+// receiver could see an error; the job ends instead of hanging.
+TEST_F(MpiEngine, PointToPointLostPeer) {
+  JobResult r = mpirun("KOLO_TRANSPORT=mpi KOLO_TIMEOUT=5",
+                       "-np 2 " + ranks() + " p2p-lost silent", 60);
+  EXPECT_EQ(r.exitCode, 3) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.output, m, std::regex(R"(p2p-lost error after ([0-9.]+) s: (\w+): ([^\n]*))")))
+      << r.output;
+  EXPECT_GE(std::stod(m[1]), 4.0) << m[0];
+  EXPECT_LT(std::stod(m[1]), 20.0) << m[0];
+  EXPECT_EQ(m[2], "timeout") << m[0];
+  EXPECT_NE(m[3].str().find("rank 0 timed out after 5 s waiting for rank 1 to send 3 "
+                            "float64 (tag 1)"),
+            std::string::npos)
+      << m[0];
+
+  r = mpirun("KOLO_TRANSPORT=mpi KOLO_TIMEOUT=5", "-np 2 " + ranks() + " p2p-lost exit",
+             60);
+  EXPECT_EQ(r.exitCode, 5) << r.output;
+  EXPECT_EQ(count(r.output, "p2p-lost error"), 0) << r.output;
 }
 
 // Without MPI built, asking for it is a clear error.

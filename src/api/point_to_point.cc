@@ -257,11 +257,31 @@ void PointToPoint::wait(Op& op) {
       Request* r = blocker(op);
       if (r != nullptr) transport_.wait(*r);  // throws a lost or silent peer
     }
+  } catch (const Error& e) {
+    std::exception_ptr error = std::current_exception();
+    if (e.code() == ErrorCode::kTimeout && e.peer() == transport_.globalRank(op.peer)) {
+      error = timedOut(op);
+    }
+    failAll(error);
+    std::rethrow_exception(error);
   } catch (...) {
     failAll(std::current_exception());
     throw;
   }
   if (op.error()) std::rethrow_exception(op.error());
+}
+
+// The transport's timeout names its own request (a header's 32 bytes, the
+// internal tag); this one names the message the caller waits for.
+std::exception_ptr PointToPoint::timedOut(const Op& op) const {
+  const int peer = transport_.globalRank(op.peer);
+  std::ostringstream os;
+  os << "point-to-point: rank " << transport_.globalRank(transport_.rank())
+     << " timed out after " << transport_.timeout().count() / 1000.0
+     << " s waiting for rank " << peer << " to " << (op.send ? "receive " : "send ")
+     << describe(op.dtype, op.count) << " (tag " << op.tag
+     << "); the peer is alive but not answering (KOLO_TIMEOUT)";
+  return std::make_exception_ptr(Error(ErrorCode::kTimeout, os.str(), peer));
 }
 
 bool PointToPoint::test(Op& op) {

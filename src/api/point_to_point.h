@@ -5,8 +5,12 @@
 // Wire: every message travels as a 32-byte header (magic, channel, tag,
 // dtype, count) followed by its payload (when not empty), both on one
 // transport tag, kPointToPointTag, which no collective uses (bit 63 set;
-// the mpi transport carries such tags on its control communicator). The
-// transport keeps the two in order per (source, tag).
+// the mpi transport carries such tags on a communicator of their own). The
+// transport keeps the two in order per (source, tag), and completes a send
+// once the receiver's transport makes progress, whether or not a receive is
+// posted (every transport buffers such messages: tcp and shm all, mpi those
+// with bit 63). This engine relies on it: it posts a payload's receive only
+// after reading its header, and only while it runs (a wait or test).
 //
 // Matching (this class, not the transport): for each source rank the
 // receives the caller posted wait in posting order. While one of them is
@@ -28,7 +32,8 @@
 //   message). done()/error() may be read from any thread.
 // - wait(op) drives the transport (Transport::wait, so a dead peer is
 //   Error(kPeerLost) and a silent one Error(kTimeout), both naming it, and
-//   thrown) until op is done, then rethrows op's own error (a mismatch).
+//   thrown; a timeout on op's peer names op's message: count, dtype, tag)
+//   until op is done, then rethrows op's own error (a mismatch).
 // - failAll(error) fails every pending op (shutdown, a broken
 //   communicator); it does not touch the transport.
 #pragma once
@@ -126,6 +131,8 @@ class PointToPoint {
   bool takeUnexpected(Source& s, Op& op);
   std::exception_ptr mismatch(const Op& op, int rank, DataType dtype,
                               uint64_t count) const;
+  // Error(kTimeout) naming op's peer and message.
+  std::exception_ptr timedOut(const Op& op) const;
 
   transport::Transport& transport_;
   std::vector<Source> sources_;  // by rank

@@ -15,6 +15,11 @@
 //   request also advances all others posted on the same transport.
 // - A send's buffer may be reused once its request is done; a receive's
 //   buffer holds the data once its request is done.
+// - A send of a message with kUserMessageBit completes as the receiver's
+//   transport makes progress, whether or not the receive is posted yet (the
+//   receiver buffers it; api/point_to_point.h relies on this). tcp and shm
+//   buffer every message so; mpi only these (its other sends above MPI's
+//   eager limit wait for the matching receive).
 // - Failure: a peer whose process died or whose link closed is an
 //   Error(kPeerLost) naming it, raised from progress()/wait() within about
 //   2 s. A peer that stays silent while we wait for it longer than

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <deque>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -31,8 +32,9 @@ constexpr int kMinTagBits = 24;
 constexpr int kAbortTag = 0;
 // Heartbeats: empty messages on the control communicator with tag 1.
 constexpr int kHeartbeatTag = 1;
-// Tags from 2: point-to-point messages of the public API (kUserMessageBit).
-constexpr int kUserMessageTag = 2;
+// Point-to-point messages of the public API (kUserMessageBit) buffered by
+// one progress() call at most: the rest wait in MPI for the next call.
+constexpr int kMaxBufferedPerProgress = 64;
 constexpr size_t kMaxAbortBytes = 4096;
 struct AbortNotice {
   int32_t code;
@@ -104,10 +106,21 @@ class MpiTransport::Impl {
   }
   void finishPiece(const Piece& piece, const MPI_Status& status, int error);
   void failRequest(Pending& p, std::exception_ptr e);
+  // The error of a receive whose piece `index` came with `count` bytes
+  // (truncated: MPI cut it there) from `source`.
+  std::exception_ptr sizeMismatch(const Request& r, int source, int index, size_t count,
+                                  bool truncated) const;
+  // Public API messages (see the header): bufferUserLocked() takes those
+  // that no posted receive matched; takeBufferedLocked() serves piece
+  // `index` of receive `p` (MPI tag `tag`) from the buffer, true when the
+  // buffer held it.
+  bool bufferUserLocked();
+  bool takeBufferedLocked(Pending& p, int index, int tag, char* at);
 
   MpiRuntime& rt_;
   MPI_Comm data_ = MPI_COMM_NULL;     // messages
-  MPI_Comm control_ = MPI_COMM_NULL;  // abort notices
+  MPI_Comm control_ = MPI_COMM_NULL;  // abort notices, heartbeats
+  MPI_Comm user_ = MPI_COMM_NULL;     // the public API's messages
   uint64_t tagMask_ = 0;
 
   // Active MPI requests and, at the same index, the piece each carries.
@@ -128,6 +141,15 @@ class MpiTransport::Impl {
   // purpose (MPI may still read it).
   std::vector<char>* abortFrame_ = nullptr;
   std::vector<MPI_Request> abortRequests_;
+
+  // Public API messages that arrived before their receive, in arrival
+  // order (each one MPI message: a whole message or one of its pieces).
+  struct Buffered {
+    int source;
+    int tag;
+    std::vector<char> bytes;
+  };
+  std::deque<Buffered> buffered_;
 
   std::exception_ptr error_;
 };
@@ -165,6 +187,7 @@ MpiTransport::Impl::~Impl() {
   if (!abortPending) delete abortFrame_;
   if (data_ != MPI_COMM_NULL) MPI_Comm_free(&data_);
   if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
+  if (user_ != MPI_COMM_NULL) MPI_Comm_free(&user_);
 }
 
 void MpiTransport::Impl::setUp() {
@@ -174,11 +197,13 @@ void MpiTransport::Impl::setUp() {
   // leave the others blocked in MPI_Comm_dup.
   int rc = MPI_Comm_dup(MPI_COMM_WORLD, &data_);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(MPI_COMM_WORLD, &control_);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_dup(MPI_COMM_WORLD, &user_);
   if (rc != MPI_SUCCESS) {
     KOLO_THROW(ErrorCode::kIo, "MPI_Comm_dup failed: " << mpiErrorText(rc));
   }
   MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(user_, MPI_ERRORS_RETURN);
 
   int worldRank = -1;
   int worldSize = 0;
@@ -275,17 +300,24 @@ RequestPtr MpiTransport::Impl::post(Request::Kind kind, int peer, Tag tag, void*
   static char empty = 0;
   char* base = data != nullptr ? static_cast<char*>(data) : &empty;
   const int mpiPeer = peer == kAnySource ? MPI_ANY_SOURCE : peer;
+  // The public API's messages travel on a communicator of their own: every
+  // tag of the data communicator may be a collective's (their low bits
+  // wrap).
+  const bool user = (tag & kUserMessageBit) != 0;
+  MPI_Comm comm = user ? user_ : data_;
+  const int t = mpiTag(tag);
+  // Pieces the buffer holds come first: it holds the oldest messages of
+  // each (source, tag), MPI the ones after them.
+  bool buffered = user && !send;
   for (int i = 0; i < pieces; ++i) {
     char* at = base + static_cast<size_t>(i) * options_.maxPieceBytes;
+    if (buffered && takeBufferedLocked(*pending, i, t, at)) {
+      if (pending->finished) return request;
+      continue;
+    }
+    buffered = false;
     const int count = static_cast<int>(pieceBytes(bytes, i));
     MPI_Request r = MPI_REQUEST_NULL;
-    // The public API's messages travel on the control communicator, clear
-    // of its own tags: every tag of the data communicator may be a
-    // collective's (their low bits wrap).
-    const bool user = (tag & kUserMessageBit) != 0;
-    MPI_Comm comm = user ? control_ : data_;
-    const int t =
-        user ? kUserMessageTag + static_cast<int>(tag & (tagMask_ >> 1)) : mpiTag(tag);
     int rc = send ? MPI_Isend(at, count, MPI_BYTE, mpiPeer, t, comm, &r)
                   : MPI_Irecv(at, count, MPI_BYTE, mpiPeer, t, comm, &r);
     if (rc != MPI_SUCCESS) {
@@ -339,14 +371,8 @@ void MpiTransport::Impl::finishPiece(const Piece& piece, const MPI_Status& statu
   const int source = recv && r.peer == kAnySource ? status.MPI_SOURCE : r.peer;
   if (error != MPI_SUCCESS && errorClass(error) == MPI_ERR_TRUNCATE) {
     r.peer = source;
-    const size_t below = static_cast<size_t>(piece.index) * options_.maxPieceBytes +
-                         pieceBytes(r.bytes, piece.index);
-    std::ostringstream os;
-    os << "size mismatch: rank " << source << " sent more than " << below
-       << " bytes with tag " << r.tag << " but rank " << options_.rank
-       << " posted a receive of " << r.bytes << " bytes";
-    failRequest(p,
-                std::make_exception_ptr(Error(ErrorCode::kMismatch, os.str(), source)));
+    failRequest(p, sizeMismatch(r, source, piece.index, pieceBytes(r.bytes, piece.index),
+                                /*truncated=*/true));
     return;
   }
   if (error != MPI_SUCCESS) {
@@ -362,15 +388,8 @@ void MpiTransport::Impl::finishPiece(const Piece& piece, const MPI_Status& statu
     const size_t expected = pieceBytes(r.bytes, piece.index);
     if (static_cast<size_t>(count) != expected) {
       r.peer = source;
-      // A short piece is the sender's last one: its size is exact.
-      const size_t sent = static_cast<size_t>(piece.index) * options_.maxPieceBytes +
-                          static_cast<size_t>(count);
-      std::ostringstream os;
-      os << "size mismatch: rank " << source << " sent " << sent << " bytes with tag "
-         << r.tag << " but rank " << options_.rank << " posted a receive of " << r.bytes
-         << " bytes";
-      failRequest(p,
-                  std::make_exception_ptr(Error(ErrorCode::kMismatch, os.str(), source)));
+      failRequest(p, sizeMismatch(r, source, piece.index, static_cast<size_t>(count),
+                                  /*truncated=*/false));
       return;
     }
     r.peer = source;
@@ -380,6 +399,82 @@ void MpiTransport::Impl::finishPiece(const Piece& piece, const MPI_Status& statu
     p.finished = true;
     r.complete();
   }
+}
+
+std::exception_ptr MpiTransport::Impl::sizeMismatch(const Request& r, int source,
+                                                    int index, size_t count,
+                                                    bool truncated) const {
+  // Bytes before the piece, plus the piece: a short piece is the sender's
+  // last one, so its size is exact; a truncated one says only "more than".
+  const size_t sent = static_cast<size_t>(index) * options_.maxPieceBytes + count;
+  std::ostringstream os;
+  os << "size mismatch: rank " << source << " sent " << (truncated ? "more than " : "")
+     << sent << " bytes with tag " << r.tag << " but rank " << options_.rank
+     << " posted a receive of " << r.bytes << " bytes";
+  return std::make_exception_ptr(Error(ErrorCode::kMismatch, os.str(), source));
+}
+
+// Every public API message that no posted receive matched is taken into
+// buffered_ (MPI_Improbe finds it, MPI_Mrecv takes it: the sender's
+// transfer runs now, so its send completes). A probe sees only messages no
+// posted receive matched, and a later receive takes the buffer's messages
+// before posting its own, so the order per (source, tag) is the sender's.
+bool MpiTransport::Impl::bufferUserLocked() {
+  bool moved = false;
+  for (int k = 0; k < kMaxBufferedPerProgress; ++k) {
+    int found = 0;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Status status;
+    int rc = MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, user_, &found, &message, &status);
+    if (rc != MPI_SUCCESS) {
+      breakWith(std::make_exception_ptr(Error(
+          ErrorCode::kIo, "mpi transport: MPI_Improbe failed: " + mpiErrorText(rc))));
+    }
+    if (!found) break;
+    int count = 0;
+    MPI_Get_count(&status, MPI_BYTE, &count);
+    Buffered b{status.MPI_SOURCE, status.MPI_TAG,
+               std::vector<char>(static_cast<size_t>(std::max(count, 0)))};
+    static char empty = 0;
+    rc = MPI_Mrecv(b.bytes.empty() ? &empty : b.bytes.data(), count, MPI_BYTE, &message,
+                   &status);
+    if (rc != MPI_SUCCESS) {
+      breakWith(std::make_exception_ptr(
+          Error(ErrorCode::kPeerLost,
+                "mpi transport: rank " + std::to_string(options_.rank) + " lost rank " +
+                    std::to_string(b.source) + " (MPI: " + mpiErrorText(rc) + ")",
+                b.source)));
+    }
+    if (b.source >= 0 && b.source < options_.size)
+      heartbeat_.heard(b.source, Clock::now());
+    buffered_.push_back(std::move(b));
+    moved = true;
+  }
+  return moved;
+}
+
+bool MpiTransport::Impl::takeBufferedLocked(Pending& p, int index, int tag, char* at) {
+  Request& r = *p.request;
+  auto it = std::find_if(buffered_.begin(), buffered_.end(), [&](const Buffered& b) {
+    return b.tag == tag && (r.peer == kAnySource || b.source == r.peer);
+  });
+  if (it == buffered_.end()) return false;
+  const Buffered b = std::move(*it);
+  buffered_.erase(it);
+  r.peer = b.source;
+  const size_t expected = pieceBytes(r.bytes, index);
+  if (b.bytes.size() != expected) {
+    const bool longer = b.bytes.size() > expected;
+    failRequest(p, sizeMismatch(r, b.source, index, longer ? expected : b.bytes.size(),
+                                /*truncated=*/longer));
+    return true;
+  }
+  if (expected > 0) std::memcpy(at, b.bytes.data(), expected);
+  if (--p.piecesLeft == 0) {
+    p.finished = true;
+    r.complete();
+  }
+  return true;
 }
 
 bool MpiTransport::Impl::pollControlLocked() {
@@ -422,7 +517,8 @@ bool MpiTransport::Impl::progress() {
   std::lock_guard<std::mutex> lock(rt_.mutex());
   checkUsableLocked();
   pollControlLocked();
-  if (requests_.empty()) return false;
+  const bool buffered = bufferUserLocked();
+  if (requests_.empty()) return buffered;
   const int n = static_cast<int>(requests_.size());
   indices_.resize(n);
   statuses_.resize(n);
@@ -439,7 +535,7 @@ bool MpiTransport::Impl::progress() {
       requests_.clear();
       pieces_.clear();
     }
-    return false;
+    return buffered;
   }
   for (int k = 0; k < outcount; ++k) {
     const int i = indices_[k];

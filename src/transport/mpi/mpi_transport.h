@@ -3,9 +3,23 @@
 // pair of ranks with KOLO_TRANSPORT=mpi.
 //
 // Built on non-blocking point-to-point (MPI_Isend / MPI_Irecv, completed by
-// MPI_Testsome in progress()) over two communicators of its own, both
-// duplicates of MPI_COMM_WORLD with MPI_ERRORS_RETURN: one for data, one
-// for heartbeats and abort notices. kolo rank r is MPI_COMM_WORLD rank r.
+// MPI_Testsome in progress()) over three communicators of its own, all
+// duplicates of MPI_COMM_WORLD with MPI_ERRORS_RETURN: one for the
+// collectives' data, one for heartbeats and abort notices, one for the
+// public API's point-to-point messages (tags with kUserMessageBit). kolo
+// rank r is MPI_COMM_WORLD rank r.
+//
+// Point-to-point messages of the public API are buffered like tcp's and
+// shm's: progress() takes every such message that no posted receive
+// matches (MPI_Improbe / MPI_Mrecv on their communicator) into a buffer of
+// the transport, and a later receive is served from it, in order per
+// (source, tag). So their sends complete once the receiving rank's
+// transport makes progress (in any wait, a collective's too), whether or
+// not a receive is posted; MPI alone would hold a large send (its
+// rendezvous protocol) until the receiver posts a matching receive, and
+// api/point_to_point.h posts a payload's receive only after it read the
+// header in front of it. The collectives' tags are not buffered: their
+// receives are always posted.
 //
 // Tags: kolo's tags are 64-bit (operation sequence * 65536 + step); MPI's
 // are ints in 0..MPI_TAG_UB. A kolo tag is sent as its low B bits, where
@@ -36,9 +50,11 @@
 //   the process may run on other threads.
 // - Blocking: create() is collective over MPI_COMM_WORLD (every rank must
 //   call it, in the same order as other collective MPI calls); isend,
-//   irecv, progress never block; idle() sends due heartbeats and sleeps at
-//   most 50 us (MPI offers no event to wait on, and moves data only inside
-//   MPI calls).
+//   irecv, progress never wait for a peer (progress() does take in the
+//   public API messages already on their way, MPI_Mrecv of a matched
+//   message: as long as their transfer takes); idle() sends due heartbeats
+//   and sleeps at most 50 us (MPI offers no event to wait on, and moves
+//   data only inside MPI calls).
 // - Failure: an MPI error on a transfer is Error(kPeerLost) naming the
 //   peer and breaks the transport (every pending and later request fails).
 //   A size mismatch fails only that receive. Liveness as in tcp: while a
