@@ -81,6 +81,9 @@ TEST(CApiRuntime, CallsBeforeInitFail) {
   EXPECT_EQ(kolo_process_set_destroy(1), KOLO_ERR_NOT_INITIALIZED);
   EXPECT_EQ(kolo_start_timeline("/tmp/x.json"), KOLO_ERR_NOT_INITIALIZED);
   EXPECT_EQ(kolo_stop_timeline(), KOLO_ERR_NOT_INITIALIZED);
+  EXPECT_EQ(kolo_timeline_begin("t", "P", nullptr, nullptr, 0), KOLO_ERR_NOT_INITIALIZED);
+  EXPECT_EQ(kolo_timeline_end("t"), KOLO_ERR_NOT_INITIALIZED);
+  EXPECT_EQ(kolo_timeline_active(&v), KOLO_ERR_NOT_INITIALIZED);
   kolo_rank_lag lag;
   EXPECT_EQ(kolo_straggler_report(0, &lag, 1), KOLO_ERR_NOT_INITIALIZED);
 }
@@ -215,12 +218,37 @@ TEST(CApiRuntime, SingleRankHandlesAndArgumentErrors) {
   // Released while pending is allowed; a pending one at finalize fails.
   EXPECT_EQ(kolo_release(h2), KOLO_OK);
 
+  // A caller's own spans: on the timeline's track, with string args.
+  int active = 0;
+  ASSERT_EQ(kolo_timeline_active(&active), KOLO_OK);
+  EXPECT_EQ(active, 1);
+  const char* keys[2] = {"micro_batch", "peer"};
+  const char* values[2] = {"3", "1"};
+  EXPECT_EQ(kolo_timeline_begin("pipeline stage 0", "FORWARD", keys, values, 2), KOLO_OK)
+      << lastError();
+  EXPECT_EQ(kolo_timeline_end("pipeline stage 0"), KOLO_OK) << lastError();
+  EXPECT_EQ(kolo_timeline_begin("", "FORWARD", nullptr, nullptr, 0),
+            KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kolo_timeline_begin("t", "P", nullptr, nullptr, 1),
+            KOLO_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(lastError(), "kolo_timeline_begin")) << lastError();
+  EXPECT_EQ(kolo_timeline_end(nullptr), KOLO_ERR_INVALID_ARGUMENT);
+
   EXPECT_EQ(kolo_stop_timeline(), KOLO_OK);
+  // Without a timeline the spans are nothing.
+  ASSERT_EQ(kolo_timeline_active(&active), KOLO_OK);
+  EXPECT_EQ(active, 0);
+  EXPECT_EQ(kolo_timeline_begin("after", "STOPPED", nullptr, nullptr, 0), KOLO_OK);
+  EXPECT_EQ(kolo_timeline_end("after"), KOLO_OK);
   EXPECT_EQ(kolo_finalize(), KOLO_OK);
   EXPECT_EQ(kolo_poll(h, &done), KOLO_ERR_NOT_INITIALIZED);
   const std::string trace = readFile(timeline);
   EXPECT_TRUE(contains(trace, "\"a\"")) << trace;
   EXPECT_TRUE(contains(trace, "\"rs\"")) << trace;
+  EXPECT_TRUE(contains(trace, "\"name\":\"pipeline stage 0\"")) << trace;
+  EXPECT_TRUE(contains(trace, R"("name":"FORWARD","ph":"B")")) << trace;
+  EXPECT_TRUE(contains(trace, R"("args":{"micro_batch":"3","peer":"1"})")) << trace;
+  EXPECT_FALSE(contains(trace, "STOPPED")) << trace;
 }
 
 // Handles made on one thread and waited and released on others, while

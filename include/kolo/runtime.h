@@ -167,6 +167,20 @@ int kolo_handle_notify(kolo_handle handle, kolo_done_fn fn, void* arg);
 int kolo_start_timeline(const char* path);
 int kolo_stop_timeline(void);
 
+/* Spans of a framework's own phases on the running timeline (e.g. a
+ * pipeline stage's FORWARD of micro-batch 3): kolo_timeline_begin opens
+ * `phase` on the track named `track` of this rank (the track is made at its
+ * first event), with `num_args` string fields (arg_keys[i]: arg_values[i])
+ * as the event's args; kolo_timeline_end closes the track's innermost open
+ * span. Timestamps are taken at the call. Without a running timeline both
+ * do nothing and return KOLO_OK; *active of kolo_timeline_active says
+ * whether one runs (to skip building the arguments). Empty or null
+ * track/phase, or num_args < 0, is KOLO_ERR_INVALID_ARGUMENT. */
+int kolo_timeline_begin(const char* track, const char* phase, const char* const* arg_keys,
+                        const char* const* arg_values, int num_args);
+int kolo_timeline_end(const char* track);
+int kolo_timeline_active(int* active);
+
 typedef struct {
   int64_t operations;      /* operations this rank took part in */
   int64_t times_last;      /* ... in which it arrived last */

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bindings.h"
@@ -304,6 +305,29 @@ void bindTools(py::module_& m) {
       [](const std::string& path) { check(kolo_start_timeline(path.c_str())); },
       py::arg("path"));
   m.def("stop_timeline", [] { check(kolo_stop_timeline()); });
+  m.def(
+      "timeline_begin",
+      [](const std::string& track, const std::string& phase,
+         const std::vector<std::pair<std::string, std::string>>& args) {
+        std::vector<const char*> keys, values;
+        for (const auto& [k, v] : args) {
+          keys.push_back(k.c_str());
+          values.push_back(v.c_str());
+        }
+        check(kolo_timeline_begin(track.c_str(), phase.c_str(), keys.data(),
+                                  values.data(), static_cast<int>(args.size())));
+      },
+      py::arg("track"), py::arg("phase"),
+      py::arg("args") = std::vector<std::pair<std::string, std::string>>{});
+  m.def(
+      "timeline_end",
+      [](const std::string& track) { check(kolo_timeline_end(track.c_str())); },
+      py::arg("track"));
+  m.def("timeline_active", [] {
+    int active = 0;
+    check(kolo_timeline_active(&active));
+    return active != 0;
+  });
   m.def(
       "straggler_report",
       [](int processSet) {

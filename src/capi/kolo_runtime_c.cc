@@ -607,6 +607,54 @@ int kolo_stop_timeline(void) {
   });
 }
 
+int kolo_timeline_begin(const char* track, const char* phase, const char* const* arg_keys,
+                        const char* const* arg_values, int num_args) {
+  const char* fn = "kolo_timeline_begin";
+  if (track == nullptr || *track == '\0' || phase == nullptr || *phase == '\0') {
+    return invalid(std::string(fn) + ": empty track or phase name");
+  }
+  if (num_args < 0 || (num_args > 0 && (arg_keys == nullptr || arg_values == nullptr))) {
+    return invalid(std::string(fn) + ": " + std::to_string(num_args) +
+                   " args with a null key or value array");
+  }
+  for (int i = 0; i < num_args; ++i) {
+    if (arg_keys[i] == nullptr || arg_values[i] == nullptr) {
+      return invalid(std::string(fn) + ": arg " + std::to_string(i) + " is null");
+    }
+  }
+  ProcessSetPtr set;
+  if (int rc = findSet(fn, 0, &set)) return rc;
+  return guarded(fn, [&] {
+    if (auto tl = set->runtime->currentTimeline()) {
+      std::vector<std::pair<std::string, std::string>> fields;
+      for (int i = 0; i < num_args; ++i) fields.emplace_back(arg_keys[i], arg_values[i]);
+      tl->begin(track, phase, num_args > 0 ? kolo::runtime::timelineArgs(fields) : "");
+    }
+    return KOLO_OK;
+  });
+}
+
+int kolo_timeline_end(const char* track) {
+  const char* fn = "kolo_timeline_end";
+  if (track == nullptr || *track == '\0')
+    return invalid(std::string(fn) + ": empty track");
+  ProcessSetPtr set;
+  if (int rc = findSet(fn, 0, &set)) return rc;
+  return guarded(fn, [&] {
+    if (auto tl = set->runtime->currentTimeline()) tl->end(track);
+    return KOLO_OK;
+  });
+}
+
+int kolo_timeline_active(int* active) {
+  const char* fn = "kolo_timeline_active";
+  if (active == nullptr) return invalid(std::string(fn) + ": null output");
+  ProcessSetPtr set;
+  if (int rc = findSet(fn, 0, &set)) return rc;
+  *active = set->runtime->currentTimeline() != nullptr;
+  return KOLO_OK;
+}
+
 int kolo_straggler_report(int process_set, kolo_rank_lag* lags, int size) {
   const char* fn = "kolo_straggler_report";
   ProcessSetPtr set;

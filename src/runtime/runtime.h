@@ -94,6 +94,9 @@ class Runtime {
 
   void startTimeline(const std::string& path);
   void stopTimeline();
+  // The running timeline (null when none), for spans of a framework's own
+  // phases (kolo_timeline_begin/end).
+  std::shared_ptr<TimelineWriter> currentTimeline() const { return timeline(); }
   StragglerReport stragglerReport() const;
 
   // Announces shutdown to the other ranks, waits for the background thread,

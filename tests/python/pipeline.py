@@ -6,7 +6,10 @@ except_last, always) equal, bit for bit in float64, those of the
 unpipelined model run over the same micro-batches. Bad use (split points
 outside the model, ranks disagreeing on the schedule, a stage returning a
 tuple) raises on every rank. Mesh(2, 2) trains with the stage gradients
-averaged across replicas. Prints "pipeline ok" on every rank."""
+averaged across replicas. kolo's timeline holds every stage's FORWARD,
+BACKWARD, SEND and RECV spans per micro-batch; 1F1B's peak activation
+bytes are (P - s) micro-batches' against GPipe's M, within P/M of GPipe's
+plus one micro-batch. Prints "pipeline ok" on every rank."""
 
 import json
 import os
@@ -150,5 +153,71 @@ flat = torch.cat([p.detach().reshape(-1) for p in pipe.module.parameters()])
 theirs = kolo.allgather(flat.unsqueeze(0), process_set=mesh.replica_set)
 assert torch.equal(theirs[0], theirs[1])
 expect(ValueError, "order 'columns'", lambda: Mesh(2, 2, order="columns"))
+
+# The timeline: every stage's FORWARD and BACKWARD of every micro-batch, and
+# its SEND and RECV of activations (forward) and gradients (backward) with
+# the neighbouring stages, as spans on kolo's timeline (one file per rank).
+with tempfile.TemporaryDirectory() as d:
+    path = os.path.join(d, "timeline.%d.json" % me)
+    pipe = Pipeline(model(), split_points=[2, 4, 6], chunks=CHUNKS, schedule="1f1b")
+    pipe.train_step(x, loss_fn, y)  # the shapes' negotiation, not traced
+    kolo.start_timeline(path)
+    pipe.train_step(x, loss_fn, y)
+    kolo.stop_timeline()
+    with open(path) as f:
+        trace = json.load(f)
+tracks = {e["tid"]: e["args"]["name"] for e in trace if e.get("name") == "thread_name"}
+ours = [e for e in trace if e.get("ph") in ("B", "E") and
+        tracks.get(e["tid"]) == "pipeline stage %d" % me]
+spans, open_spans = [], []
+for e in ours:  # B/E in order on the track: no overlap, no span left open
+    if e["ph"] == "B":
+        assert not open_spans, (me, e, open_spans)
+        open_spans.append(e)
+    else:
+        b = open_spans.pop()
+        assert e["ts"] >= b["ts"], (b, e)
+        spans.append((b["name"], int(b["args"]["micro_batch"]), b["args"].get("peer"),
+                      b["args"].get("tensor")))
+assert not open_spans and all(e["pid"] == me for e in ours), me
+got = {s[:2] for s in spans}
+for m in range(CHUNKS):
+    assert {("FORWARD", m), ("BACKWARD", m)} <= got, (me, m, sorted(got))
+msgs = sorted(s for s in spans if s[0] in ("SEND", "RECV"))
+expected = []
+for m in range(CHUNKS):
+    if me > 0:
+        expected += [("RECV", m, str(me - 1), "activation"), ("SEND", m, str(me - 1),
+                                                               "gradient")]
+    if me < n - 1:
+        expected += [("SEND", m, str(me + 1), "activation"), ("RECV", m, str(me + 1),
+                                                               "gradient")]
+assert msgs == sorted(expected), (me, msgs, sorted(expected))
+assert [name for name, m, _, _ in spans if m == -1] == ["SEND_WAIT"], spans
+# The events are the timeline's spans (kinds and micro-batches, in order).
+assert [(k, m) for k, m, _, _ in pipe.events] == [
+    ({"FORWARD": "forward", "BACKWARD": "backward", "SEND": "send", "RECV": "recv",
+      "SEND_WAIT": "send_wait"}[name], m) for name, m, _, _ in spans]
+
+# Activation memory, measured in bytes: a micro-batch's activations are the
+# same on every micro-batch, GPipe holds all M of them at once, 1F1B at
+# most P - s (stage s): within P/M of GPipe's peak plus one micro-batch.
+M8 = 8
+xs, ys = torch.randn(8 * M8, 6, generator=g), torch.randn(8 * M8, 3, generator=g)
+peak = {}
+for schedule, chunks, batch, targets in (("gpipe", 1, xs[:8], ys[:8]),
+                                         ("gpipe", M8, xs, ys), ("1f1b", M8, xs, ys)):
+    pipe = Pipeline(model(), split_points=[2, 4, 6], chunks=chunks, schedule=schedule)
+    pipe.train_step(batch, loss_fn, targets)
+    peak[schedule, chunks] = (pipe.peak_activation_bytes, pipe.peak_held)
+    assert pipe.meter.current == 0, (schedule, pipe.meter.current)  # all released
+one, gpipe, f1b = peak["gpipe", 1][0], peak["gpipe", M8][0], peak["1f1b", M8][0]
+assert one > 0 and gpipe == M8 * one, (me, one, gpipe)
+assert peak["gpipe", M8][1] == M8 and peak["1f1b", M8][1] == n - me, (me, peak)
+assert f1b == (n - me) * one, (me, f1b, one)
+assert f1b <= n / M8 * gpipe + one, (me, f1b, gpipe, one)
+if me == 0:
+    print("activation bytes, stage 0, P %d M %d: one micro-batch %d, GPipe %d, 1F1B %d"
+          % (n, M8, one, gpipe, f1b), flush=True)
 kolo.barrier()
 print("pipeline ok", flush=True)

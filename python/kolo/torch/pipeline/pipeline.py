@@ -25,12 +25,19 @@ Contract
   tensor, a batch that does not split) fails every stage with an error
   naming it. Later steps send only tensors: their shapes must stay those
   of the first step.
-- ``events``: (kind, micro-batch, start, end) of the last step, kind one of
-  "forward", "backward", "recv" (time.perf_counter seconds): each stage's
-  forward, backward and waits for its messages per micro-batch, plus "send"
-  (posting). ``write_trace(path)`` writes them as a Chrome trace.
-  ``peak_held``: the most micro-batches whose activations the stage held at
-  once in the last step. (kind "recv": waiting for a message.)
+- ``events``: (kind, micro-batch, start, end) of the last step
+  (time.perf_counter seconds), kind one of "forward", "backward", "recv"
+  (waiting for a message), "send" (posting one) per micro-batch, and
+  "send_wait" (micro-batch -1: the end of the step, waiting for the
+  stage's own sends). While kolo's timeline runs (KOLO_TIMELINE,
+  ``start_timeline``) the same spans go on it, on a track "pipeline stage
+  S" of the rank (pipeline/trace.py). ``write_trace(path)`` writes the
+  events alone as a Chrome trace.
+- ``peak_held``: the most micro-batches whose activations the stage held
+  at once in the last training step; ``peak_activation_bytes``: the most
+  bytes of activations it held at once (autograd's saved tensors and the
+  stage's kept inputs and outputs, each storage once, parameters and the
+  user's batch and targets not counted; pipeline/activations.py).
 - Activation checkpointing (``checkpoint``): "never" keeps each
   micro-batch's graph until its backward; "always" keeps only a stage's
   input and recomputes the forward in the backward
@@ -39,14 +46,14 @@ Contract
   in GPipe's drain).
 """
 
-import time
-
 import torch
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from kolo.torch import functions as _functions
 from kolo.torch import point_to_point as _p2p
 from kolo.torch.pipeline import schedules
+from kolo.torch.pipeline.activations import ActivationMeter
+from kolo.torch.pipeline.trace import StageTrace
 from kolo.torch.process_sets import global_process_set
 
 CHECKPOINTS = ("never", "except_last", "always")
@@ -54,6 +61,7 @@ _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.in
            torch.int64, torch.uint8, torch.bool, torch.int8, torch.int16]
 _MAX_DIMS = 8
 _TAG_ACT, _TAG_GRAD, _TAG_SHAPE, _TAG_ANSWER = 1, 2, 3, 4
+_TENSOR = {_TAG_ACT: "activation", _TAG_GRAD: "gradient"}
 # Descriptor and answer codes.
 _OK, _NOT_TENSOR, _BAD_BATCH, _RAISED = 0, 1, 2, 3
 
@@ -135,8 +143,15 @@ class Pipeline(torch.nn.Module):
         self._shapes = None  # (dtype, shape) of this stage's input micro-batch
         self._out = None     # ... and of its output
         self._pending = []   # sends not yet synchronized
-        self.events = []     # (kind, micro-batch, start, end) of the last step
+        self.trace = StageTrace(self.stage)  # the last step's events
+        self.meter = ActivationMeter(self.module.parameters())
         self.peak_held = 0   # most micro-batch graphs held at once, last step
+        self.peak_activation_bytes = 0
+
+    @property
+    def events(self):
+        """(kind, micro-batch, start, end) of the last step."""
+        return self.trace.events
 
     # -- agreement ------------------------------------------------------------
 
@@ -157,14 +172,17 @@ class Pipeline(torch.nn.Module):
     # -- messages -------------------------------------------------------------
 
     def _send(self, tensor, stage, tag, m):
-        t0 = time.perf_counter()
-        self._pending.append(_p2p.isend(tensor, self.ranks[stage], tag=tag,
-                                        process_set=self.process_set))
-        self.events.append(("send", m, t0, time.perf_counter()))
+        with self.trace.span("send", m, peer=self.ranks[stage], tensor=_TENSOR[tag]):
+            self._pending.append(_p2p.isend(tensor, self.ranks[stage], tag=tag,
+                                            process_set=self.process_set))
 
     def _recv(self, dtype, shape, stage, tag):
         t = torch.empty(shape, dtype=dtype)
         return _p2p.recv(t, self.ranks[stage], tag=tag, process_set=self.process_set)
+
+    def _recv_traced(self, dtype, shape, stage, tag, m):
+        with self.trace.span("recv", m, peer=self.ranks[stage], tensor=_TENSOR[tag]):
+            return self._recv(dtype, shape, stage, tag)
 
     def _flush(self):
         for h in self._pending:
@@ -195,19 +213,19 @@ class Pipeline(torch.nn.Module):
     # -- one micro-batch --------------------------------------------------------
 
     def _forward_one(self, m, inputs, keep, grad):
-        t0 = time.perf_counter()
         if self.is_first:
             x = inputs[m]
         else:
-            x = self._recv(self._shapes[0], self._shapes[1], self.stage - 1, _TAG_ACT)
+            x = self._recv_traced(self._shapes[0], self._shapes[1], self.stage - 1,
+                                  _TAG_ACT, m)
             if grad and x.is_floating_point():
                 x.requires_grad_(True)
-        t1 = time.perf_counter()
         ckpt = grad and (self.checkpoint == "always" or (
             self.checkpoint == "except_last" and m < self.chunks - 1))
         first = self._out is None
         try:
-            with torch.set_grad_enabled(grad):
+            with torch.set_grad_enabled(grad), self.trace.span("forward", m), \
+                    self.meter.saving():
                 if ckpt:
                     y = _checkpoint(self.module, x, use_reentrant=False)
                 else:
@@ -216,7 +234,6 @@ class Pipeline(torch.nn.Module):
             if first:  # every stage learns of it, then this one raises it
                 self._fail_forward(_RAISED, self.stage, type(e).__name__, e)
             raise
-        t2 = time.perf_counter()
         if not isinstance(y, torch.Tensor):
             if first:
                 self._fail_forward(_NOT_TENSOR, self.stage, type(y).__name__)
@@ -230,28 +247,24 @@ class Pipeline(torch.nn.Module):
             self._send(y.detach(), self.stage + 1, _TAG_ACT, m)
         if first:
             self._answer()
-        keep[m] = (x, y)
-        self.events += [("recv", m, t0, t1), ("forward", m, t1, t2)]
+        keep[m] = (x, y, self.meter.hold(x), self.meter.hold(y))
         return y
 
     def _backward_one(self, m, keep, loss_fn, targets, losses):
-        x, y = keep.pop(m)
-        t0 = time.perf_counter()
+        x, y, _, _ = keep.pop(m)  # the holders go with this frame
         if self.is_last:
-            loss = loss_fn(y, targets[m]) / self.chunks
-            losses.append(loss.detach())
-            t1 = time.perf_counter()
-            loss.backward()
+            with self.trace.span("backward", m):
+                loss = loss_fn(y, targets[m]) / self.chunks
+                losses.append(loss.detach())
+                loss.backward()
         elif self._out[0].is_floating_point and y.requires_grad:
-            g = self._recv(self._out[0], self._out[1], self.stage + 1, _TAG_GRAD)
-            t1 = time.perf_counter()
-            torch.autograd.backward(y, g)
-        else:  # nothing flows back through an integer activation
-            t1 = time.perf_counter()
-        t2 = time.perf_counter()
+            g = self._recv_traced(self._out[0], self._out[1], self.stage + 1,
+                                  _TAG_GRAD, m)
+            with self.trace.span("backward", m):
+                torch.autograd.backward(y, g)
+        # else: nothing flows back through an integer activation
         if not self.is_first and x.requires_grad:
             self._send(x.grad, self.stage - 1, _TAG_GRAD, m)
-        self.events += [("recv", m, t0, t1), ("backward", m, t1, t2)]
 
     # -- the first step: shapes ----------------------------------------------
 
@@ -311,7 +324,8 @@ class Pipeline(torch.nn.Module):
 
     def train_step(self, batch, loss_fn, targets=None):
         """One training step (see the module's docstring)."""
-        self.events = []
+        self.trace.reset()
+        self.meter.reset(exclude=(batch, targets))
         inputs = self._start(batch)
         target_chunks = None
         if self.is_last:
@@ -327,18 +341,21 @@ class Pipeline(torch.nn.Module):
                 self.peak_held = max(self.peak_held, len(keep))
             else:
                 self._backward_one(m, keep, loss_fn, target_chunks, losses)
-        self._flush()
+        with self.trace.span("send_wait", -1):
+            self._flush()
+        self.peak_activation_bytes = self.meter.peak
         return torch.stack(losses).sum() if self.is_last else None
 
     def forward(self, batch=None):
         """A forward pass without gradients: the output on the last stage."""
-        self.events = []
+        self.trace.reset()
         inputs = self._start(batch)
         keep, outs = {}, []
         for m in range(self.chunks):
             outs.append(self._forward_one(m, inputs, keep, False))
             keep.clear()
-        self._flush()
+        with self.trace.span("send_wait", -1):
+            self._flush()
         return torch.cat(outs) if self.is_last else None
 
     def write_trace(self, path):
