@@ -10,6 +10,7 @@
 //   is 0 bytes, each shard has ceil(total / N) elements, the optimizer
 //   state covers the owned elements only; forward and backward never hold
 //   more than two units and prefetch the next one;
+// - clipGradNorm clips by the global norm (3 ranks);
 // - bad use: stage 3 without wrap (names the parameter), backward without
 //   a stage-3 optimizer, an optimizer missing a parameter of the model, a
 //   module twice in the Sequential.
@@ -194,6 +195,33 @@ TEST_P(Stage3ExactTest, EqualsDistributedOptimizerBitForBit) {
 INSTANTIATE_TEST_SUITE_P(Stage3, Stage3ExactTest,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(2, 3),
                                             ::testing::Values(1, 2)));
+
+TEST(ZeroStage3Test, ClipsByTheGlobalNorm) {
+  withContexts(3, [](std::shared_ptr<Context> ctx) {
+    nn::Sequential ref = makeNet();
+    ::torch::optim::SGD refInner(ref->parameters(), ::torch::optim::SGDOptions(0.1));
+    DistributedOptimizer refOpt(refInner, ref->named_parameters(), ctx);
+    nn::Sequential net = makeNet();
+    auto sharded = zero::wrap(net, ctx);
+    ::torch::optim::SGD inner(net->parameters(), ::torch::optim::SGDOptions(0.1));
+    zero::DistributedOptimizer opt(inner, net->named_parameters(), ctx, stage3(sharded));
+    auto [x, y] = batch(0, ctx->rank());
+    ::torch::mse_loss(ref->forward(x), y).backward();
+    ::torch::mse_loss(net->forward(x), y).backward();
+    refOpt.synchronize();
+    const double refNorm = ::torch::nn::utils::clip_grad_norm_(ref->parameters(), 0.01);
+    refOpt.step();
+    const double norm = opt.clipGradNorm(0.01);
+    opt.step();
+    EXPECT_NEAR(norm, refNorm, 1e-12 * refNorm);
+    auto refParams = ref->named_parameters();
+    zero::FullParameters full(*sharded);
+    for (auto& item : net->named_parameters()) {
+      EXPECT_TRUE(::torch::allclose(item.value(), refParams[item.key()], 1e-12, 1e-14))
+          << item.key();
+    }
+  });
+}
 
 void expectError(const std::function<void()>& fn, const std::string& text) {
   try {

@@ -37,7 +37,9 @@
 //   and the same values (broadcast them first). Children without
 //   parameters are kept as they are; a child with parameters must take
 //   and return one tensor; the same module twice, shared parameters and
-//   mixed dtypes in one child are Error(kInvalidArgument).
+//   mixed dtypes in one child are Error(kInvalidArgument). Convert the
+//   model (to(), dtypes) before wrapping it: afterwards the parameters'
+//   data must stay the units' views.
 // - Backward through a ShardedModule needs a stage-3 DistributedOptimizer
 //   on the model's parameters (the sink); without one, backward throws.
 // - Forward and backward of one model run on one thread at a time (the

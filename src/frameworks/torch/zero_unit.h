@@ -25,9 +25,9 @@
 //   (submitting it first when needed) and leaves the unit gathered;
 //   release() waits for a pending allgather (the runtime never writes into
 //   freed memory), then frees the storage, unless pinned.
-// - Not thread-safe: ShardedModel serializes the calls. The allgathers
-//   are named opName() + "/" + a counter-free suffix, the same on every
-//   rank.
+// - Not thread-safe: ShardedModel serializes the calls. The allgather
+//   is named by setOpName() (wrap(): "zero3.<model id>/gather/<unit>",
+//   the same on every rank).
 #pragma once
 
 #include <torch/torch.h>
