@@ -6,7 +6,8 @@
 //   accumulation;
 // - each rank's optimizer state covers ceil(total / N) elements per bucket;
 // - clipGradNorm clips by the global norm;
-// - bad use: stage 3, stages mixed across ranks, a parameter not named.
+// - bad use: stage 4, stages mixed across ranks, a parameter not named
+//   (stage 3: zero_stage3_test.cc).
 #include <gtest/gtest.h>
 
 #include "frameworks/torch/distributed_optimizer.h"
@@ -195,14 +196,15 @@ TEST(ZeroOptimizerTest, BadUseFailsClearly) {
   withContexts(2, [](std::shared_ptr<Context> ctx) {
     ZNet net = makeNet();
     ::torch::optim::SGD inner(net->parameters(), ::torch::optim::SGDOptions(0.1));
-    zero::Options three;
-    three.stage = 3;
+    zero::Options four;
+    four.stage = 4;
     try {
-      zero::DistributedOptimizer opt(inner, net->named_parameters(), ctx, three);
-      ADD_FAILURE() << "stage 3 accepted";
+      zero::DistributedOptimizer opt(inner, net->named_parameters(), ctx, four);
+      ADD_FAILURE() << "stage 4 accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-      EXPECT_NE(std::string(e.what()).find("stage must be 1 or 2"), std::string::npos);
+      EXPECT_NE(std::string(e.what()).find("stage must be 1, 2 or 3, got 4"),
+                std::string::npos);
     }
     NamedTensors some = namedTensors(net->named_parameters());
     some.pop_back();

@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "common/check.h"
+#include "frameworks/torch/zero_sharded_model.h"
+#include "frameworks/torch/zero_stage3.h"
 
 namespace kolo::torch::zero {
 namespace {
@@ -48,9 +50,9 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
     : optimizer_(optimizer), context_(std::move(context)), options_(options) {
   KOLO_CHECK(context_ != nullptr);
   constexpr const char* kWhat = "kolo::torch::zero::DistributedOptimizer";
-  if (options_.stage != 1 && options_.stage != 2) {
+  if (options_.stage < 1 || options_.stage > 3) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
-               kWhat << ": stage must be 1 or 2 in libtorch, got " << options_.stage);
+               kWhat << ": stage must be 1, 2 or 3, got " << options_.stage);
   }
   if (options_.backwardPassesPerStep < 1 || !(options_.bucketMb > 0)) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
@@ -84,9 +86,17 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
       params_.push_back(std::move(p));
     }
   }
+  if (options_.stage == 3) {
+    buildUnitBuckets();
+  } else {
+    buildBuckets(options_.bucketMb);
+  }
   checkAgree();
-  buildBuckets(options_.bucketMb);
   installPieces();
+  if (options_.stage == 3) {
+    stage3_ = std::make_unique<Stage3Reducer>(options_.sharded, id_,
+                                              options_.backwardPassesPerStep);
+  }
   if (options_.stage == 2) {
     for (size_t i = 0; i < params_.size(); ++i) {
       params_[i].hook = std::make_unique<GradientHook>(params_[i].tensor, [this, i] {
@@ -98,6 +108,7 @@ DistributedOptimizer::DistributedOptimizer(::torch::optim::Optimizer& optimizer,
 }
 
 DistributedOptimizer::~DistributedOptimizer() {
+  stage3_.reset();
   std::vector<HandlePtr> pending;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -208,7 +219,10 @@ void DistributedOptimizer::installPieces() {
       piece.param = p.tensor;
       piece.begin = lo - off;
       piece.end = hi - off;
-      piece.view = p.tensor.detach().view({-1}).narrow(0, piece.begin, hi - lo);
+      piece.view =
+          options_.stage == 3
+              ? options_.sharded->unit(b.unit).shard().narrow(0, lo - b.begin, hi - lo)
+              : p.tensor.detach().view({-1}).narrow(0, piece.begin, hi - lo);
       newParams[groupOf.at(p.tensor.unsafeGetTensorImpl())].push_back(piece.view);
       b.pieces.push_back(pieces_.size());
       pieces_.push_back(std::move(piece));
@@ -265,6 +279,7 @@ void DistributedOptimizer::launch(Bucket& b) {
 }
 
 void DistributedOptimizer::synchronize() {
+  if (options_.stage == 3) return synchronizeUnits();
   std::vector<HandlePtr> handles;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -283,27 +298,7 @@ void DistributedOptimizer::synchronize() {
   std::lock_guard<std::mutex> lock(mu_);
   ::torch::NoGradGuard noGrad;
   for (Bucket& b : buckets_) {
-    if (!error) {
-      for (size_t i = 0, k = 0; i < b.params.size(); ++i) {
-        Param& p = params_[b.params[i]];
-        const int64_t off = b.offsets[i];
-        if (k >= b.pieces.size() || pieces_[b.pieces[k]].param.unsafeGetTensorImpl() !=
-                                        p.tensor.unsafeGetTensorImpl()) {
-          continue;
-        }
-        Piece& piece = pieces_[b.pieces[k++]];
-        ::torch::Tensor part =
-            b.block.narrow(0, off + piece.begin - b.begin, piece.end - piece.begin);
-        if (options_.stage == 1) {
-          ::torch::Tensor slot =
-              p.tensor.grad().view({-1}).narrow(0, piece.begin, piece.end - piece.begin);
-          slot.copy_(part);
-          piece.view.mutable_grad() = slot;
-        } else {
-          piece.view.mutable_grad() = part;
-        }
-      }
-    }
+    if (!error) installGradients(b);
     b.handle.reset();
     b.flat = ::torch::Tensor();
     b.waiting = static_cast<int>(b.params.size());
@@ -313,7 +308,40 @@ void DistributedOptimizer::synchronize() {
   synchronized_ = true;
 }
 
+// Each piece's grad: its part of the bucket's averaged block (stage 1:
+// copied into the owned slice of p.grad(), which the piece's grad then is).
+void DistributedOptimizer::installGradients(Bucket& b) {
+  for (size_t i = 0, k = 0; i < b.params.size(); ++i) {
+    Param& p = params_[b.params[i]];
+    const int64_t off = b.offsets[i];
+    if (k >= b.pieces.size() || pieces_[b.pieces[k]].param.unsafeGetTensorImpl() !=
+                                    p.tensor.unsafeGetTensorImpl()) {
+      continue;
+    }
+    Piece& piece = pieces_[b.pieces[k++]];
+    ::torch::Tensor part =
+        b.block.narrow(0, off + piece.begin - b.begin, piece.end - piece.begin);
+    if (options_.stage == 1) {
+      ::torch::Tensor slot =
+          p.tensor.grad().view({-1}).narrow(0, piece.begin, piece.end - piece.begin);
+      slot.copy_(part);
+      piece.view.mutable_grad() = slot;
+    } else {
+      piece.view.mutable_grad() = part;
+    }
+  }
+}
+
 void DistributedOptimizer::step() {
+  if (options_.stage == 3) {
+    synchronize();
+    optimizer_.step();
+    std::lock_guard<std::mutex> lock(mu_);
+    synchronized_ = false;
+    for (Bucket& b : buckets_) b.block = ::torch::Tensor();
+    for (Piece& piece : pieces_) piece.view.mutable_grad() = ::torch::Tensor();
+    return;  // the shards are the parameters: the next forward gathers them
+  }
   synchronize();
   optimizer_.step();
   {
@@ -358,7 +386,9 @@ void DistributedOptimizer::allgatherParameters() {
 }
 
 void DistributedOptimizer::zeroGrad() {
+  if (stage3_) stage3_->reset();
   std::lock_guard<std::mutex> lock(mu_);
+  synchronized_ = false;
   for (Piece& piece : pieces_) piece.view.mutable_grad() = ::torch::Tensor();
   for (Param& p : params_) {
     if (!p.tensor.grad().defined()) continue;
@@ -396,6 +426,92 @@ double DistributedOptimizer::clipGradNorm(double maxNorm) {
     }
   }
   return total;
+}
+
+// Stage 3: one bucket per unit of the wrapped model with trainable
+// parameters, in the unit's layout; every trainable parameter of the
+// optimizer must be in a unit and every trainable member of a unit in the
+// optimizer.
+void DistributedOptimizer::buildUnitBuckets() {
+  constexpr const char* kWhat = "kolo::torch::zero::DistributedOptimizer";
+  ShardedModel* model = options_.sharded.get();
+  for (const Param& p : params_) {
+    if (model == nullptr || model->unitOf(p.tensor) == nullptr) {
+      KOLO_THROW(
+          ErrorCode::kInvalidArgument,
+          kWhat << ": stage 3 needs kolo::torch::zero::wrap(model) before the "
+                   "optimizer is built (its result in Options::sharded); parameter '"
+                << p.name << "' is not in a wrapped module");
+    }
+  }
+  if (model == nullptr) {
+    KOLO_THROW(
+        ErrorCode::kInvalidArgument,
+        kWhat << ": stage 3 needs kolo::torch::zero::wrap(model) and its result in "
+                 "Options::sharded");
+  }
+  if (model->context() != context_) {
+    KOLO_THROW(
+        ErrorCode::kInvalidArgument,
+        kWhat << ": the model was wrapped with another Context than the optimizer's");
+  }
+  std::map<const void*, size_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    index[params_[i].tensor.unsafeGetTensorImpl()] = i;
+  }
+  for (size_t u = 0; u < model->unitCount(); ++u) {
+    const Unit& unit = model->unit(u);
+    Bucket b;
+    b.unit = u;
+    b.dtype = unit.dtype();
+    b.total = unit.total();
+    b.shard = unit.shardSize();
+    b.begin = unit.begin();
+    b.end = unit.end();
+    for (const Unit::Member& m : unit.members()) {
+      if (!m.param.requires_grad()) continue;
+      auto it = index.find(m.param.unsafeGetTensorImpl());
+      if (it == index.end()) {
+        KOLO_THROW(ErrorCode::kInvalidArgument,
+                   kWhat << ": parameter '" << m.name
+                         << "' of the wrapped model is not in the optimizer; at stage 3 "
+                            "give the optimizer every trainable parameter of the model");
+      }
+      params_[it->second].bucket = buckets_.size();
+      b.params.push_back(it->second);
+      b.offsets.push_back(m.offset);
+    }
+    if (!b.params.empty()) buckets_.push_back(std::move(b));
+  }
+}
+
+// Stage 3: the units' reductions finished (Stage3Reducer), every unit
+// released, the blocks into the pieces' grads.
+void DistributedOptimizer::synchronizeUnits() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (synchronized_) return;
+  }
+  std::exception_ptr error;
+  std::vector<::torch::Tensor> blocks;
+  try {
+    blocks = stage3_->finish();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  try {
+    options_.sharded->releaseAll();  // a prefetch backward did not use
+  } catch (...) {
+    if (!error) error = std::current_exception();
+  }
+  if (error) std::rethrow_exception(error);
+  std::lock_guard<std::mutex> lock(mu_);
+  ::torch::NoGradGuard noGrad;
+  for (Bucket& b : buckets_) {
+    b.block = blocks[b.unit];
+    installGradients(b);
+  }
+  synchronized_ = true;
 }
 
 }  // namespace kolo::torch::zero

@@ -1,4 +1,4 @@
-// Sharded data parallelism for libtorch programs (ZeRO stages 1 and 2;
+// Sharded data parallelism for libtorch programs (ZeRO stages 1, 2 and 3;
 // docs/zero.md), used like kolo::torch::DistributedOptimizer:
 //
 //   torch::optim::Adam adam(model->parameters(), lr);
@@ -27,14 +27,24 @@
 //   then each bucket's updated block is allgathered into every rank's
 //   parameters. Bytes per step: one reduce-scatter and one allgather, one
 //   allreduce's worth.
+// - Stage 3: the model is wrapped first (zero_sharded_model.h: wrap()
+//   shards the parameters and gathers each module around its forward and
+//   backward); the pieces are views of the units' shards, each unit is a
+//   bucket, its gradient arrives from the module's backward and is
+//   reduce-scattered by Stage3Reducer (zero_stage3.h, ordered: bit for bit
+//   under KOLO_DETERMINISTIC=1 on any number of ranks); step() updates the
+//   shards only (the next forward gathers them).
 // Parameters whose gradient never came reduce zeros, so every rank submits
 // the same operations.
 //
 // Contract
 // - Collective construction: the ranks compare stage, names, dtypes and
 //   shapes (Error(kMismatch) naming the first difference, on every rank).
-//   stage must be 1 or 2 (3 needs module hooks that libtorch lacks;
-//   Error(kInvalidArgument)). The optimizer must have no state yet.
+//   stage must be 1, 2 or 3; stage 3 needs Options::sharded (wrap()'s
+//   result) holding every trainable parameter of the optimizer, and the
+//   optimizer holding every trainable parameter of the wrapped model
+//   (Error(kInvalidArgument) naming the parameter). The optimizer must
+//   have no state yet.
 // - On 2 ranks, or with a reduction that adds in rank order, the
 //   parameters and state equal kolo::torch::DistributedOptimizer's bit for
 //   bit (tests/torch/zero_optimizer_test.cc).
@@ -55,10 +65,14 @@
 
 namespace kolo::torch::zero {
 
+class ShardedModel;
+class Stage3Reducer;
+
 struct Options {
-  int stage = 1;  // 1 or 2
-  double bucketMb = 25;
+  int stage = 1;         // 1, 2 or 3
+  double bucketMb = 25;  // stages 1 and 2 (stage 3: one bucket per wrapped module)
   int backwardPassesPerStep = 1;
+  std::shared_ptr<ShardedModel> sharded;  // stage 3: what wrap(model, context) returned
 };
 
 class DistributedOptimizer {
@@ -81,14 +95,15 @@ class DistributedOptimizer {
   void synchronize();
   // synchronize(), the wrapped optimizer's step, the parameters' allgather.
   void step();
-  // Zeroes (stage 1) or releases (stage 2) every gradient.
+  // Zeroes (stage 1) or releases (stages 2 and 3) every gradient.
   void zeroGrad();
   // Scales the gradients so that their global L2 norm is at most maxNorm;
   // returns the norm before. Collective; synchronizes first.
   double clipGradNorm(double maxNorm);
 
   // The owned part of one parameter: elements [begin, end) of it,
-  // flattened; `view` is what the wrapped optimizer updates.
+  // flattened; `view` is what the wrapped optimizer updates (a view of
+  // the parameter at stages 1 and 2, of its unit's shard at stage 3).
   struct Piece {
     std::string name;
     ::torch::Tensor param;
@@ -112,6 +127,7 @@ class DistributedOptimizer {
     std::vector<int64_t> offsets;
     int64_t total = 0, shard = 0, begin = 0, end = 0;
     ::torch::ScalarType dtype = ::torch::kFloat;
+    size_t unit = 0;             // stage 3: its unit in options_.sharded
     std::vector<size_t> pieces;  // indices into pieces_
     int waiting = 0;             // stage 2: gradients still to come
     runtime::HandlePtr handle;   // pending reduce-scatter
@@ -119,7 +135,10 @@ class DistributedOptimizer {
   };
 
   void buildBuckets(double bucketMb);
+  void buildUnitBuckets();  // stage 3
   void installPieces();
+  void installGradients(Bucket& b);  // b.block into the pieces' grads, under mu_
+  void synchronizeUnits();           // stage 3's synchronize()
   void checkAgree();
   void onGradient(size_t index);  // under mu_
   void launch(Bucket& b);         // under mu_
@@ -134,6 +153,7 @@ class DistributedOptimizer {
   std::vector<Bucket> buckets_;
   std::vector<Piece> pieces_;
   bool synchronized_ = false;
+  std::unique_ptr<Stage3Reducer> stage3_;
 };
 
 }  // namespace kolo::torch::zero
