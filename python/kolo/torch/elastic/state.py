@@ -129,7 +129,11 @@ class _ZeroOptimizerHandler(_OptimizerHandler):
 
     def reshard(self):
         """After a reset: re-forms the shards for the new world from the
-        commit (a new snapshot of it follows). Collective."""
+        commit (a new snapshot of it follows). Collective. A joiner whose
+        join failed (a rank lost during its first sync) joins again here."""
+        if self._joining:
+            self.join()
+            return
         if self._snapshot.reshard(self.value):
             self.save()
 
