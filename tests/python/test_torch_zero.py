@@ -411,3 +411,58 @@ def test_elastic_state_bad_use():
     with pytest.raises(ValueError, match="'model' is wrapped by kolo.torch.zero.wrap, but its "
                                          "parameters .* are in no kolo.torch.zero"):
         hvd.elastic.TorchState(model=model, optimizer=plain)
+
+
+def _pretend_joined(state, model, opt):
+    """This rank becomes a worker that has just joined: no commit, no
+    optimizer state, zeroed parameters (what TorchState holds on a worker
+    whose zero optimizers were built in a later elastic generation)."""
+    from kolo.torch.zero.elastic import Snapshot
+    handler = state._handlers["optimizer"]
+    handler._snapshot, handler._joining = Snapshot(), True
+    opt.state.clear()
+    with torch.no_grad():
+        for b in opt._buckets:
+            unit = getattr(b, "unit", None)
+            if unit is not None:
+                unit.shard_buf.zero_()
+            else:
+                for p in b.params:
+                    p.zero_()
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_elastic_join_reshards_the_commit(stage):
+    """A worker that joins (here the last rank, made to hold nothing) gets
+    its share of the others' commit in its first sync, while they re-shard
+    in reset() (the last old rank's block comes from its ring neighbour's
+    copy): afterwards every rank's consolidated parameters and state equal
+    the commit bit for bit. (The real join, a host added to a running job:
+    zero_elastic_train.py.)"""
+    model, opt = build(stage)
+    state = hvd.elastic.TorchState(model=model, optimizer=opt, step=0)
+    train(model, opt, steps=2)
+    state.commit()
+    params, st = full_params(model), opt.gathered_state()
+    joiner = hvd.rank() == hvd.size() - 1
+    if joiner:
+        _pretend_joined(state, model, opt)
+    else:
+        state.reset()  # what the old ranks run after the reset
+    state.sync()
+    assert_same(full_params(model), params, "parameter after the join")
+    assert_same(opt.gathered_state(), st, "state after the join")
+
+
+def test_elastic_join_of_another_model_is_refused():
+    """A joiner whose optimizer differs (stage, names, shapes, dtypes) is
+    refused on every rank with an error naming the ranks."""
+    model, opt = build(1)
+    state = hvd.elastic.TorchState(model=model, optimizer=opt, step=0)
+    joiner = hvd.size() - 1
+    if hvd.rank() == joiner:
+        _pretend_joined(state, model, opt)
+        opt._agreement = (1, [("other.weight", [3], "torch.float64")])
+    with pytest.raises(kolo.MismatchError,
+                       match="rank %d's optimizer differs from rank 0's" % joiner):
+        state.sync() if hvd.rank() == joiner else state.reset()

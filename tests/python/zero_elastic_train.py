@@ -1,11 +1,14 @@
-"""kolo.torch.zero under elastic training: a rank leaves and the sharded
-state is re-sharded onto the survivors. Run by tests/python/CMakeLists.txt
-through elastic_run.sh with KOLO_DETERMINISTIC=1, in its kill case
-(`kolorun --min-np 2 -np 3`, worker 1 SIGKILLs itself at step 5 of the
-first world; the survivors roll back to the step-4 commit) and its
-host-removed case (worker 0 drops a host from the discovery script's list
-at step 3; the commit of step 4 raises HostsUpdatedInterrupt and the two
-others go on without a rollback).
+"""kolo.torch.zero under elastic training: a rank leaves (or joins) and
+the sharded state is re-sharded onto the new world. Run by
+tests/python/CMakeLists.txt through elastic_run.sh with KOLO_DETERMINISTIC=1,
+in its kill case (`kolorun --min-np 2 -np 3`, worker 1 SIGKILLs itself at
+step 5 of the first world; the survivors roll back to the step-4 commit),
+its host-removed case (worker 0 drops a host from the discovery script's
+list at step 3; the commit of step 4 raises HostsUpdatedInterrupt and the
+two others go on without a rollback) and its host-added case (`-np 2`,
+worker 0 adds a host at step 3; a third worker starts there, builds its
+models and optimizers from scratch and joins the two others' re-shard of
+the step-4 commit in its first sync).
 
 One elastic job trains, side by side on the same batches, six float64
 models of the same initial values, all in one TorchState: with Adam, plain
@@ -14,16 +17,17 @@ momentum, plain and zero stage 2. The layers' sizes (117, 98, 16 elements)
 divide by neither 3 nor 2 and the stage 1/2 buckets are ~100 elements, so
 parameters are split between ranks differently in the two worlds.
 
-Checked on every survivor:
-- right after the reset (the re-sharding happens in TorchState.reset, before
-  the callbacks), each zero optimizer's consolidated state and parameters
-  equal, bit for bit, those of the last commit of the first world (the
-  victim's block comes from its ring neighbour's copy);
+Checked on every rank of the second world (the joiner included):
+- when training resumes after the reset (the re-sharding happens in
+  TorchState.reset on the old ranks and in a joiner's first sync), each
+  zero optimizer's consolidated state and parameters equal, bit for bit,
+  those of the last commit of the first world as rank 0 kept them (the
+  victim's block comes from its ring neighbour's copy; a joiner had none);
 - at the end, each zero model's parameters and its optimizer's whole state
   equal the plain model's and optimizer's bit for bit (elementwise
   optimizers on the same averaged gradients compute the same numbers in
   any sharding), and the loss of the last epoch is below the first's.
-Each survivor then prints "worker W done: rank R of N, steps S, params H"
+Each worker then prints "worker W done: rank R of N, steps S, params H"
 as elastic_train.py does (elastic_run.sh compares them).
 """
 
@@ -97,7 +101,7 @@ objects = {}
 for name in models:
     objects["m_" + name], objects["o_" + name] = models[name], opts[name]
 state = hvd.elastic.TorchState(sampler=sampler, epoch=0, step=0, losses=[], **objects)
-after_reset = [False]
+checked = [False]
 committed = [None]
 
 
@@ -120,13 +124,18 @@ def equal(a, b):
 
 
 def on_reset():
-    after_reset[0] = True
+    # No collectives here: a joining worker runs no reset callbacks.
     print("worker %d reset: now rank %d of %d, step %d" % (WORKER, hvd.rank(), hvd.size(),
                                                          state.step), flush=True)
+
+
+def check_reshard():
+    """Every zero optimizer's consolidated state equals rank 0's view of
+    the first world's last commit (collective)."""
+    view = hvd.broadcast_object(committed[0], root_rank=0, name="test.committed")
     for name in ZEROS:
         got = consolidated(name)
-        assert equal(got, committed[0][name]), \
-            "%s: the re-sharded state differs from the commit" % name
+        assert equal(got, view[name]), "%s: the re-sharded state differs from the commit" % name
     print("worker %d: zero state re-sharded from %d to %d ranks equals the commit" %
           (WORKER, args.world, hvd.size()), flush=True)
 
@@ -137,6 +146,9 @@ state.register_reset_callbacks([on_reset])
 @hvd.elastic.run
 def train(state):
     first_world = hvd.size() == args.world
+    if not first_world and not checked[0]:
+        checked[0] = True
+        check_reshard()
     while state.epoch < args.epochs:
         indices = list(state.sampler)
         for b in range(0, len(indices) - BATCH + 1, BATCH):
@@ -188,6 +200,7 @@ for name in ZEROS:
 first = [l for e, l in state.losses if e == 0]
 last = [l for e, l in state.losses if e == args.epochs - 1]
 assert sum(last) / len(last) < sum(first) / len(first), (first, last)
+assert checked[0], "worker %d never trained in a second world" % WORKER
 flat = torch.cat([q.detach().reshape(-1) for q in models["adam_plain"].parameters()])
 digest = hashlib.sha256(flat.numpy().tobytes()).hexdigest()[:16]
 print("worker %d: zero stages 1-3 equal plain bit for bit; mean loss %.4f in epoch 0, "

@@ -12,7 +12,11 @@ keyword argument is a plain Python value, broadcast with ``broadcast_object``.
 A kolo.torch.zero.DistributedOptimizer (and a model wrapped by
 kolo.torch.zero.wrap) is handled shard-wise: its commit keeps this rank's
 block and a copy of the next rank's, and ``reset()`` re-shards the
-committed state onto the new world (kolo.torch.zero.elastic).
+committed state onto the new world (kolo.torch.zero.elastic). A worker that
+joins a running job (its zero optimizers built in a later elastic
+generation) has no commit: its ``sync()`` first meets the old ranks'
+re-shard (which they run in ``reset()``, before their own sync), in which
+it takes its share of their committed state.
 
 Beyond Horovod: when a reset changes the world size, ``TorchState`` rescales
 the learning rate of its optimizers by kolo's scaling rule (``lr_rule``:
@@ -90,6 +94,10 @@ class _ZeroOptimizerHandler(_OptimizerHandler):
                              "process set (%r) cannot follow the world's changes; build it "
                              "on the global process set" % (value.process_set,))
         self._snapshot = Snapshot()
+        # A joining worker's optimizer: no commit of its own (taking one is
+        # collective, and the others are not building anything); its first
+        # sync joins their re-shard.
+        self._joining = bool(getattr(value, "_joining", False))
         super().__init__(value)
 
     def _groups(self):
@@ -102,8 +110,10 @@ class _ZeroOptimizerHandler(_OptimizerHandler):
     def prepare(self):
         """The collective half of a commit (TorchState.save runs it for every
         zero optimizer before saving anything, so that a rank lost here
-        leaves the last commit whole)."""
-        self._snapshot.take(self.value)
+        leaves the last commit whole). Nothing on a joining worker before
+        its join (``join()``)."""
+        if not self._joining:
+            self._snapshot.take(self.value)
 
     def keep(self):
         """The local half: the prepared snapshot becomes the commit."""
@@ -111,15 +121,32 @@ class _ZeroOptimizerHandler(_OptimizerHandler):
         self._saved_groups = copy.deepcopy(self._groups())
 
     def restore(self):
+        if self._joining:
+            return  # nothing committed yet: the next sync joins again
         self._snapshot.restore(self.value)
         for group, saved in zip(self.value.param_groups, copy.deepcopy(self._saved_groups)):
             group.update(saved)
 
     def reshard(self):
         """After a reset: re-forms the shards for the new world from the
-        commit (a new snapshot of it follows). Collective."""
+        commit (a new snapshot of it follows). Collective. A joiner whose
+        join failed (a rank lost during its first sync) joins again here."""
+        if self._joining:
+            self.join()
+            return
         if self._snapshot.reshard(self.value):
             self.save()
+
+    def join(self):
+        """A joining worker's first sync: its part of the re-shard that the
+        old ranks run in ``reset()`` (the same collectives, in the same
+        order: the re-shard, then the new world's commit). Collective."""
+        if self._joining:
+            from kolo.torch.zero.elastic import Snapshot
+            self._snapshot = Snapshot()  # nothing of a failed try
+            self._snapshot.reshard(self.value)
+            self._joining = False
+            self.save()  # the new world's commit, as the old ranks take it
 
     def sync(self):
         groups = _hvd().broadcast_object(self._groups(), root_rank=0,
@@ -303,6 +330,11 @@ class TorchState(ObjectState):
         object.__setattr__(self, "_world_size", self._saved_world_size)
 
     def sync(self):
+        # A joining worker first meets the re-shard that the old ranks ran
+        # in reset(), zero optimizer by zero optimizer, as they did.
+        for handler in self._handlers.values():
+            if isinstance(handler, _ZeroOptimizerHandler):
+                handler.join()
         for handler in self._handlers.values():
             handler.sync()
         super().sync()

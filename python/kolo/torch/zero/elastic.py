@@ -24,11 +24,17 @@ the world of the commit.
 
 ``Snapshot.reshard(opt)`` (collective over the new world):
   1. every rank tells its rank and world size at the commit and the
-     commit's number (an allgather; they must agree);
+     commit's number, the optimizer's id and a digest of its stage and
+     parameters (an allgather; the old ranks' must agree, the digests
+     everywhere). A rank that joined the job (``joining()``: its optimizer
+     was built in an elastic generation after the first) has no commit;
+     the first old rank then sends the commit's layout and scalar entries
+     (one more allgather in which only it contributes) and the joiner
+     takes the old ranks' id;
   2. each old rank's block is held by a survivor: its own, or the copy on
      its ring predecessor; the first survivor holding it (in new rank
-     order) provides it. A block nobody holds (two neighbours lost) is an
-     error naming the old ranks;
+     order) provides it (a joiner provides nothing). A block nobody holds
+     (two neighbours lost) is an error naming the old ranks;
   3. the optimizer takes its shares of the new world (layout.Bucket.place);
   4. bucket by bucket, each rank contributes the blocks it provides (one
      allgather of bytes, so at most one bucket's state is in flight); every
@@ -40,8 +46,11 @@ the world of the commit.
      taken.
 """
 
+import hashlib
+
 import torch
 
+from kolo import _native
 from kolo.torch import collectives as C
 from kolo.torch import errors
 from kolo.torch.functions import allgather_object
@@ -53,6 +62,23 @@ _ALIGN = 8
 
 def _dtype(name):
     return getattr(torch, name.replace("torch.", ""))
+
+
+def joining(process_set):
+    """Whether a zero optimizer built now on ``process_set`` is built by a
+    worker joining a running elastic job: the global process set in an
+    elastic world of generation > 1 (a worker of the first world built its
+    optimizers there; one that starts later finds a later generation, while
+    the others train and build nothing, so it must not start collectives
+    of its own)."""
+    from kolo.torch.process_sets import global_process_set
+    return process_set is global_process_set and _native.elastic_world()[0] > 1
+
+
+def _digest(opt):
+    """What every rank's optimizer must agree on (stage, names, shapes,
+    dtypes), hashed."""
+    return hashlib.sha256(repr(opt._agreement).encode()).hexdigest()[:16]
 
 
 class Snapshot:
@@ -207,25 +233,51 @@ class Snapshot:
         commit (module docstring). Collective over the new world. Returns
         whether anything changed (False: the same world, no rollback)."""
         ps = opt.process_set
-        who = allgather_object((self.commit, self.size, self.rank),
-                               name="zero.elastic.who", process_set=ps)
+        me = ps.rank()
+        held = getattr(self, "size", None) is not None
+        who = allgather_object(
+            (self.commit, self.size, self.rank, opt._id, _digest(opt)) if held else
+            (None, None, None, opt._id, _digest(opt)),
+            name="zero.elastic.who", process_set=ps)
         ranks = ps.ranks
-        commits = {w[0] for w in who}
-        if len(commits) > 1 or len({w[1] for w in who}) > 1:
+        old = [r for r, w in enumerate(who) if w[1] is not None]
+        if not old:
+            raise errors.invalid_argument(
+                "kolo.torch.zero elastic re-shard: no rank of %s holds a commit of the "
+                "zero optimizer's state (every rank joined after the job started)" % ranks)
+        first = who[old[0]]
+        for r, w in enumerate(who):
+            if w[4] != first[4]:
+                raise errors.mismatch(
+                    "kolo.torch.zero elastic re-shard: rank %d's optimizer differs from rank "
+                    "%d's (stage, parameter names, shapes or dtypes; digests %s and %s)" %
+                    (ranks[r], ranks[old[0]], w[4], first[4]))
+        if any(who[r][:2] != first[:2] or who[r][3] != first[3] for r in old):
             raise errors.mismatch(
                 "kolo.torch.zero elastic re-shard: the ranks hold different commits "
-                "(commit numbers %s, world sizes %s by rank %s); a rank that joined the "
-                "job after training started cannot rebuild a zero optimizer" %
-                ([w[0] for w in who], [w[1] for w in who], ranks))
-        old_size = who[0][1]
-        same = old_size == len(who) and all(w[2] == r for r, w in enumerate(who))
+                "(commit numbers %s, world sizes %s, optimizer ids %s by rank %s)" %
+                ([who[r][0] for r in old], [who[r][1] for r in old],
+                 [who[r][3] for r in old], [ranks[r] for r in old]))
+        old_size = first[1]
+        same = len(old) == len(who) == old_size and all(w[2] == r for r, w in enumerate(who))
         if same:
             return False  # the live state (restored already, or kept) stands
+        if len(old) < len(who):
+            # Joiners: the commit's layout and scalar entries from the first
+            # old rank; they take the old ranks' commit number and id.
+            meta = allgather_object(
+                (self.layout, self.spans, self.scalars, self.elementwise) if me == old[0]
+                else None, name="zero.elastic.join", process_set=ps)[old[0]]
+            if not held:
+                self.layout, self.spans, self.scalars, self.elementwise = meta
+                self.commit, self.size, self.rank = first[0], old_size, None
+                self.own = self.next = None
+                opt._take_id(first[3])
         provider = {}  # old rank -> (new rank, whether from the ring copy)
-        for r, w in enumerate(who):
-            provider.setdefault(w[2], (r, False))
-        for r, w in enumerate(who):
-            provider.setdefault((w[2] + 1) % old_size, (r, True))
+        for r in old:
+            provider.setdefault(who[r][2], (r, False))
+        for r in old:
+            provider.setdefault((who[r][2] + 1) % old_size, (r, True))
         lost = [o for o in range(old_size) if o not in provider]
         if lost:
             raise errors.invalid_argument(
@@ -233,7 +285,6 @@ class Snapshot:
                 "(of %d) are lost with them and their ring neighbours; restart from a "
                 "checkpoint (kolo.torch.zero.save)" % (lost, old_size))
         order = sorted(provider, key=lambda o: (provider[o][0], o))
-        me = ps.rank()
         opt._relayout()
         full = {}
         for index, (start, end) in enumerate(self.spans):

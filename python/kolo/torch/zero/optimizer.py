@@ -33,6 +33,10 @@ elementwise optimizer then computes the same parameters and state.
 
 Construction is collective: the ranks compare stage, names, shapes and
 dtypes (an allgather) and raise MismatchError naming the first difference.
+Except on a worker that joins a running elastic job (elastic generation > 1
+when it is built, kolo.torch.zero.elastic.joining): the others are training
+and build nothing, so it builds locally and the comparison happens when it
+joins their re-shard (kolo.torch.elastic.TorchState's first sync).
 """
 
 import collections
@@ -47,6 +51,7 @@ from kolo.torch.compression import Compression
 from kolo.torch.functions import allgather_object
 from kolo.torch.process_sets import global_process_set
 from kolo.torch.zero import comm
+from kolo.torch.zero.elastic import joining
 from kolo.torch.zero.layout import check_flat, resize_storage, split_buckets
 
 # Buckets whose flat copies may be in flight at once where nothing else
@@ -159,6 +164,13 @@ class _ZeroMixin:
     def _check_agree(self, trainable):
         mine = {"stage": self.stage, "id": _next_id[0],
                 "params": [(n, list(full_shape(p)), str(p.dtype)) for n, p, _ in trainable]}
+        # What the ranks must agree on (compared again at an elastic join).
+        self._agreement = (mine["stage"], mine["params"])
+        self._joining = joining(self.process_set)
+        if self._joining:
+            self._id = _next_id[0]  # the old ranks' id is taken at the join
+            _next_id[0] = self._id + 1
+            return
         everyone = allgather_object(mine, name="zero.DistributedOptimizer.check",
                                     process_set=self.process_set)
         ranks = self.process_set.ranks
@@ -191,6 +203,14 @@ class _ZeroMixin:
             if [n for n, _, _ in theirs["params"]] != [n for n, _, _ in first["params"]]:
                 raise errors.mismatch("%s: the parameters are in a different order on "
                                       "rank %d than on rank %d" % (_WHAT, r, ranks[0]))
+
+    def _take_id(self, id_):
+        """Elastic join: the id the old ranks agreed on (operation names)."""
+        self._id = id_
+        _next_id[0] = max(_next_id[0], id_ + 1)
+        if self.stage == 3:
+            for i, b in enumerate(self._buckets):
+                b.unit.name = "zero%d.unit.%d" % (id_, i)
 
     def _unit_buckets(self, trainable):
         units = []
