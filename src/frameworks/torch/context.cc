@@ -21,7 +21,7 @@ std::shared_ptr<Context> Context::create(std::shared_ptr<Communicator> world,
 
 Context::Context(std::shared_ptr<Communicator> world,
                  const runtime::RuntimeOptions& options)
-    : world_(std::move(world)) {
+    : world_(std::move(world)), deterministic_(options.deterministic) {
   std::vector<int> all(static_cast<size_t>(world_->size()));
   std::iota(all.begin(), all.end(), 0);
   runtime_ = std::make_unique<runtime::Runtime>(world_->split(all, "torch"), options);

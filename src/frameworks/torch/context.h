@@ -53,12 +53,16 @@ class Context {
   const Layout& layout() const { return world_->layout(); }
   Communicator& world() { return *world_; }
   runtime::Runtime& runtime() { return *runtime_; }
+  // The runtime adds in rank order (KOLO_DETERMINISTIC=1,
+  // RuntimeOptions::deterministic).
+  bool deterministic() const { return deterministic_; }
 
  private:
   Context(std::shared_ptr<Communicator> world, const runtime::RuntimeOptions& options);
 
   std::shared_ptr<Communicator> world_;
   std::unique_ptr<runtime::Runtime> runtime_;
+  bool deterministic_ = false;
 };
 
 }  // namespace kolo::torch

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/check.h"
+#include "frameworks/torch/zero_ordered_reduce.h"
 #include "frameworks/torch/zero_sharded_model.h"
 #include "frameworks/torch/zero_stage3.h"
 
@@ -242,6 +243,10 @@ void DistributedOptimizer::onGradient(size_t index) {
 
 // The bucket's flat gradient (zeros where none), padded; its reduce-scatter
 // (average) into `block`. Stage 2 releases the parameters' gradients.
+// Under KOLO_DETERMINISTIC the reduce-scatter is the ordered one
+// (zero_ordered_reduce.h), whose block synchronize() sums in rank order:
+// the ordered allreduce's result on any number of ranks, where the
+// runtime's reduce-scatter adds in a rank-dependent order.
 void DistributedOptimizer::launch(Bucket& b) {
   const int64_t n = context_->size();
   std::vector<::torch::Tensor> parts;
@@ -265,10 +270,15 @@ void DistributedOptimizer::launch(Bucket& b) {
   if (options_.stage == 2) {
     for (size_t k : b.params) params_[k].tensor.mutable_grad() = ::torch::Tensor();
   }
+  const std::string name =
+      "zero" + std::to_string(id_) + "/grad/" + std::to_string(&b - &buckets_[0]);
+  if (context_->deterministic()) {  // the block is summed at synchronize()
+    b.handle = startOrderedReduceScatter(context_->runtime(), name, b.flat, n);
+    return;
+  }
   b.block = ::torch::empty({b.shard}, b.flat.options());
   OpRequest r;
-  r.spec.name =
-      "zero" + std::to_string(id_) + "/grad/" + std::to_string(&b - &buckets_[0]);
+  r.spec.name = name;
   r.spec.kind = OpKind::kReduceScatter;
   r.spec.dtype = toKoloType(b.dtype, r.spec.name);
   r.spec.op = ReduceOp::kAverage;
@@ -298,6 +308,9 @@ void DistributedOptimizer::synchronize() {
   std::lock_guard<std::mutex> lock(mu_);
   ::torch::NoGradGuard noGrad;
   for (Bucket& b : buckets_) {
+    if (!error && context_->deterministic()) {
+      b.block = finishOrderedReduceScatter(b.handle, b.dtype, b.shard, context_->size());
+    }
     if (!error) installGradients(b);
     b.handle.reset();
     b.flat = ::torch::Tensor();

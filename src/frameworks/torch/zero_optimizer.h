@@ -23,6 +23,10 @@
 //   backwardPassesPerStep passes), the bucket is flattened, the
 //   parameters' grads are released and its reduce-scatter starts while
 //   backward goes on; each rank keeps only its block.
+// - The reduce-scatter of stages 1 and 2 is the runtime's, or under
+//   KOLO_DETERMINISTIC=1 the ordered one of zero_ordered_reduce.h (an
+//   alltoall, then the N blocks added in rank order and divided by N at
+//   synchronize()), which stage 3 always uses.
 // - step(): synchronize(), the wrapped optimizer's step on the pieces,
 //   then each bucket's updated block is allgathered into every rank's
 //   parameters. Bytes per step: one reduce-scatter and one allgather, one
@@ -45,9 +49,12 @@
 //   optimizer holding every trainable parameter of the wrapped model
 //   (Error(kInvalidArgument) naming the parameter). The optimizer must
 //   have no state yet.
-// - On 2 ranks, or with a reduction that adds in rank order, the
-//   parameters and state equal kolo::torch::DistributedOptimizer's bit for
-//   bit (tests/torch/zero_optimizer_test.cc).
+// - Under KOLO_DETERMINISTIC=1 (Context::deterministic()) every stage
+//   reduce-scatters in rank order (zero_ordered_reduce.h), and the
+//   parameters and optimizer state equal those of
+//   kolo::torch::DistributedOptimizer (same Context) bit for bit on any
+//   number of ranks; without it, on 2 ranks (a + b is b + a), not always
+//   on more (tests/torch/zero_optimizer_test.cc, zero_stage3_test.cc).
 // - Threads, lifetime and failures as kolo::torch::DistributedOptimizer's.
 #pragma once
 

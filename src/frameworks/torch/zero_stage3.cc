@@ -4,9 +4,8 @@
 
 #include <vector>
 
-#include "collectives/reduce.h"
 #include "common/check.h"
-#include "frameworks/torch/distributed_optimizer.h"
+#include "frameworks/torch/zero_ordered_reduce.h"
 
 namespace kolo::torch::zero {
 
@@ -51,7 +50,7 @@ void Stage3Reducer::unitGradient(size_t u, ::torch::Tensor flat) {
   if (++s.passes == passesPerStep_) launch(u);
 }
 
-// The alltoall of the unit's flat gradient: block j to rank j.
+// The unit's ordered reduce-scatter starts (zero_ordered_reduce.h).
 void Stage3Reducer::launch(size_t u) {
   Unit& unit = model_->unit(u);
   State& s = states_[u];
@@ -63,41 +62,23 @@ void Stage3Reducer::launch(size_t u) {
     inFlight_.pop_front();
     complete(oldest);
   }
-  runtime::OpRequest r;
-  r.spec.name = "zero" + std::to_string(id_) + "/grad/" + std::to_string(u);
-  r.spec.kind = runtime::OpKind::kAlltoall;
-  r.spec.dtype = toKoloType(unit.dtype(), r.spec.name);
-  r.spec.shape = {unit.padded()};
-  r.input = s.acc.data_ptr();
-  s.handle = model_->context()->runtime().enqueue(std::move(r));
+  s.handle = startOrderedReduceScatter(
+      model_->context()->runtime(),
+      "zero" + std::to_string(id_) + "/grad/" + std::to_string(u), s.acc,
+      model_->context()->size());
   s.launched = true;
   inFlight_.push_back(u);
 }
 
-// Rank q's block of our share arrived as the q-th block of the output:
-// summed in rank order, divided by N.
+// Waits for the unit's alltoall: the N blocks summed in rank order,
+// divided by N (zero_ordered_reduce.h).
 void Stage3Reducer::complete(size_t u) {
   Unit& unit = model_->unit(u);
   State& s = states_[u];
   runtime::HandlePtr h = std::move(s.handle);
   s.handle = nullptr;
-  h->wait();
-  const int n = model_->context()->size();
-  const size_t count = static_cast<size_t>(unit.shardSize());
-  const DataType dtype = toKoloType(unit.dtype(), unit.module());
-  const size_t es = elementSize(dtype);
-  const auto& out = h->output();
-  KOLO_CHECK_EQ(out.size(), count * es * static_cast<size_t>(n));
-  s.block =
-      ::torch::empty({unit.shardSize()}, ::torch::TensorOptions().dtype(unit.dtype()));
-  if (count > 0) {
-    std::vector<const void*> srcs;
-    for (int q = 0; q < n; ++q)
-      srcs.push_back(out.data() + static_cast<size_t>(q) * count * es);
-    collectives::reduceMany(s.block.data_ptr(), srcs.data(), n, count, dtype,
-                            ReduceOp::kSum);
-    collectives::divideInPlace(s.block.data_ptr(), count, dtype, n);
-  }
+  s.block = finishOrderedReduceScatter(h, unit.dtype(), unit.shardSize(),
+                                       model_->context()->size());
   s.acc = ::torch::Tensor();
 }
 

@@ -4,14 +4,12 @@
 // backwardPassesPerStep passes and then reduce-scattered so that each rank
 // keeps only the averaged gradient of its own block.
 //
-// The reduce-scatter is *ordered*: an alltoall sends block j of the flat
-// gradient to rank j (the bytes a ring reduce-scatter sends), and each rank
-// adds the N blocks it received in rank order 0..N-1 and divides by N with
-// kolo's own kernels (collectives::reduceMany, divideInPlace), which is
-// what the ordered allreduce of KOLO_DETERMINISTIC=1 computes for every
-// element. So the averaged gradient, and after the step the parameters and
-// the optimizer state, equal kolo::torch::DistributedOptimizer's bit for
-// bit under KOLO_DETERMINISTIC=1 on any number of ranks.
+// The reduce-scatter is *ordered* (zero_ordered_reduce.h: an alltoall,
+// then each rank adds the N blocks in rank order and divides by N, what
+// the ordered allreduce of KOLO_DETERMINISTIC=1 computes for every
+// element). So the averaged gradient, and after the step the parameters
+// and the optimizer state, equal kolo::torch::DistributedOptimizer's bit
+// for bit under KOLO_DETERMINISTIC=1 on any number of ranks.
 //
 // At most two reductions are in flight: a third waits for the oldest
 // (back-pressure, so the flat copies do not pile up when backward outruns
