@@ -14,7 +14,7 @@
 
 #include "frameworks/torch/distributed_optimizer.h"
 #include "frameworks/torch/zero_optimizer.h"
-#include "support/comm_world.h"
+#include "zero_test_support.h"
 
 namespace {
 
@@ -35,25 +35,13 @@ namespace {
 
 constexpr double kTinyMb = 40 * 8 / 1048576.0;  // 40 float64: buckets split parameters
 
-std::shared_ptr<Communicator> borrow(Communicator& c) {
-  return std::shared_ptr<Communicator>(&c, [](Communicator*) {});
-}
-
 const ZNet& initialNet();
 
 // `deterministic`: RuntimeOptions::deterministic (KOLO_DETERMINISTIC=1).
 void withContexts(int n, const std::function<void(std::shared_ptr<Context>)>& fn,
                   bool deterministic = false) {
-  ::torch::set_num_threads(1);
   initialNet();
-  test::withCommunicators(n, test::testSettings(), [&](Communicator& c) {
-    runtime::RuntimeOptions o;
-    o.cycleTimeMs = 0.5;
-    o.stallWarningSeconds = 0;
-    o.deterministic = deterministic;
-    auto ctx = Context::create(borrow(c), o);
-    fn(std::shared_ptr<Context>(ctx.get(), [](Context*) {}));
-  });
+  zero_test::withContexts(n, deterministic, fn);
 }
 
 // The initial parameters, made once on the test's thread (the global
@@ -95,28 +83,10 @@ std::unique_ptr<::torch::optim::Optimizer> makeOptimizer(bool adam, ZNet& net) {
 
 template <class Opt>
 void train(ZNet& net, Opt& opt, int rank, int steps, int passes) {
-  for (int s = 0; s < steps; ++s) {
-    opt.zeroGrad();
-    for (int k = 0; k < passes; ++k) {
-      auto [x, y] = batch(s * passes + k, rank);
-      ::torch::mse_loss(net->forward(x), y).backward();
-    }
-    opt.step();
-  }
+  zero_test::train(net, opt, rank, steps, passes, batch);
 }
 
-// The state entries of one parameter (SGD: momentum; Adam: moments, step).
-std::vector<::torch::Tensor> stateOf(::torch::optim::Optimizer& opt,
-                                     const ::torch::Tensor& p, bool adam) {
-  auto& entry = *opt.state().at(optimizerStateKey(opt, p));
-  if (adam) {
-    auto& s = static_cast<::torch::optim::AdamParamState&>(entry);
-    return {s.exp_avg().reshape({-1}), s.exp_avg_sq().reshape({-1}),
-            ::torch::tensor({static_cast<double>(s.step())})};
-  }
-  return {
-      static_cast<::torch::optim::SGDParamState&>(entry).momentum_buffer().reshape({-1})};
-}
+using zero_test::stateOf;
 
 // (adam, stage, backward passes per step, ranks); 3 ranks run under
 // KOLO_DETERMINISTIC=1.

@@ -19,16 +19,12 @@
 #include "frameworks/torch/distributed_optimizer.h"
 #include "frameworks/torch/zero_optimizer.h"
 #include "frameworks/torch/zero_sharded_model.h"
-#include "support/comm_world.h"
+#include "zero_test_support.h"
 
 namespace kolo::torch {
 namespace {
 
 namespace nn = ::torch::nn;
-
-std::shared_ptr<Communicator> borrow(Communicator& c) {
-  return std::shared_ptr<Communicator>(&c, [](Communicator*) {});
-}
 
 nn::Sequential buildNet() {
   nn::Sequential net(nn::Linear(6, 13), nn::Tanh(),
@@ -57,16 +53,8 @@ nn::Sequential makeNet() {
 }
 
 void withContexts(int n, const std::function<void(std::shared_ptr<Context>)>& fn) {
-  ::torch::set_num_threads(1);
   initialNet();
-  test::withCommunicators(n, test::testSettings(), [&](Communicator& c) {
-    runtime::RuntimeOptions o;
-    o.cycleTimeMs = 0.5;
-    o.stallWarningSeconds = 0;
-    o.deterministic = true;  // KOLO_DETERMINISTIC=1: the ordered allreduce
-    auto ctx = Context::create(borrow(c), o);
-    fn(std::shared_ptr<Context>(ctx.get(), [](Context*) {}));
-  });
+  zero_test::withContexts(n, /*deterministic=*/true, fn);  // the ordered allreduce
 }
 
 std::pair<::torch::Tensor, ::torch::Tensor> batch(int step, int rank) {
@@ -87,28 +75,10 @@ std::unique_ptr<::torch::optim::Optimizer> makeOptimizer(
 
 template <class Opt>
 void train(nn::Sequential& net, Opt& opt, int rank, int steps, int passes) {
-  for (int s = 0; s < steps; ++s) {
-    opt.zeroGrad();
-    for (int k = 0; k < passes; ++k) {
-      auto [x, y] = batch(s * passes + k, rank);
-      ::torch::mse_loss(net->forward(x), y).backward();
-    }
-    opt.step();
-  }
+  zero_test::train(net, opt, rank, steps, passes, batch);
 }
 
-// The state entries of one parameter (SGD: momentum; Adam: moments, step).
-std::vector<::torch::Tensor> stateOf(::torch::optim::Optimizer& opt,
-                                     const ::torch::Tensor& p, bool adam) {
-  auto& entry = *opt.state().at(optimizerStateKey(opt, p));
-  if (adam) {
-    auto& s = static_cast<::torch::optim::AdamParamState&>(entry);
-    return {s.exp_avg().reshape({-1}), s.exp_avg_sq().reshape({-1}),
-            ::torch::tensor({static_cast<double>(s.step())})};
-  }
-  return {
-      static_cast<::torch::optim::SGDParamState&>(entry).momentum_buffer().reshape({-1})};
-}
+using zero_test::stateOf;
 
 zero::Options stage3(std::shared_ptr<zero::ShardedModel> sharded, int passes = 1) {
   zero::Options o;

@@ -10,9 +10,11 @@ namespace {
 constexpr size_t kMaxDims = 8;
 constexpr size_t kFixed = 5 + kMaxDims;
 
-SendOptions sendOptions(const void* data, size_t count, DataType dtype, int peer, int tag,
-                        uint32_t channel) {
-  SendOptions o;
+// A point-to-point message's options (SendOptions or RecvOptions).
+template <class Options, class Buffer>
+Options messageOptions(Buffer data, size_t count, DataType dtype, int peer, int tag,
+                       uint32_t channel) {
+  Options o;
   o.buffer = data;
   o.count = count;
   o.dtype = dtype;
@@ -22,16 +24,14 @@ SendOptions sendOptions(const void* data, size_t count, DataType dtype, int peer
   return o;
 }
 
+SendOptions sendOptions(const void* data, size_t count, DataType dtype, int peer, int tag,
+                        uint32_t channel) {
+  return messageOptions<SendOptions>(data, count, dtype, peer, tag, channel);
+}
+
 RecvOptions recvOptions(void* data, size_t count, DataType dtype, int peer, int tag,
                         uint32_t channel) {
-  RecvOptions o;
-  o.buffer = data;
-  o.count = count;
-  o.dtype = dtype;
-  o.peer = peer;
-  o.tag = tag;
-  o.channel = channel;
-  return o;
+  return messageOptions<RecvOptions>(data, count, dtype, peer, tag, channel);
 }
 
 }  // namespace

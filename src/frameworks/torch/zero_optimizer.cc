@@ -346,15 +346,6 @@ void DistributedOptimizer::installGradients(Bucket& b) {
 }
 
 void DistributedOptimizer::step() {
-  if (options_.stage == 3) {
-    synchronize();
-    optimizer_.step();
-    std::lock_guard<std::mutex> lock(mu_);
-    synchronized_ = false;
-    for (Bucket& b : buckets_) b.block = ::torch::Tensor();
-    for (Piece& piece : pieces_) piece.view.mutable_grad() = ::torch::Tensor();
-    return;  // the shards are the parameters: the next forward gathers them
-  }
   synchronize();
   optimizer_.step();
   {
@@ -363,6 +354,8 @@ void DistributedOptimizer::step() {
     for (Bucket& b : buckets_) b.block = ::torch::Tensor();
     for (Piece& piece : pieces_) piece.view.mutable_grad() = ::torch::Tensor();
   }
+  // Stage 3: the shards are the parameters; the next forward gathers them.
+  if (options_.stage == 3) return;
   allgatherParameters();
 }
 

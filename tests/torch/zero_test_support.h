@@ -1,0 +1,63 @@
+// What the libtorch zero tests share (zero_optimizer_test.cc,
+// zero_stage3_test.cc): ranks as threads, each with a kolo::torch::Context
+// over its communicator; the training loop both the reference and the
+// sharded optimizer run; the optimizer state entries of one parameter.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "frameworks/torch/context.h"
+#include "frameworks/torch/torch_versions.h"
+#include "support/comm_world.h"
+
+namespace kolo::torch::zero_test {
+
+// Runs fn on n rank threads, each with a Context over its communicator
+// (cycle 0.5 ms, no stall warnings). `deterministic`:
+// RuntimeOptions::deterministic, i.e. KOLO_DETERMINISTIC=1.
+inline void withContexts(int n, bool deterministic,
+                         const std::function<void(std::shared_ptr<Context>)>& fn) {
+  ::torch::set_num_threads(1);
+  kolo::test::withCommunicators(n, kolo::test::testSettings(), [&](Communicator& c) {
+    runtime::RuntimeOptions o;
+    o.cycleTimeMs = 0.5;
+    o.stallWarningSeconds = 0;
+    o.deterministic = deterministic;
+    auto ctx =
+        Context::create(std::shared_ptr<Communicator>(&c, [](Communicator*) {}), o);
+    fn(std::shared_ptr<Context>(ctx.get(), [](Context*) {}));
+  });
+}
+
+// `steps` optimizer steps of `passes` backward passes each, on the batches
+// batchOf(pass index, rank) gives (input, target), mean squared error.
+template <class Net, class Opt, class BatchOf>
+void train(Net& net, Opt& opt, int rank, int steps, int passes, BatchOf batchOf) {
+  for (int s = 0; s < steps; ++s) {
+    opt.zeroGrad();
+    for (int k = 0; k < passes; ++k) {
+      auto [x, y] = batchOf(s * passes + k, rank);
+      ::torch::mse_loss(net->forward(x), y).backward();
+    }
+    opt.step();
+  }
+}
+
+// The state entries of one parameter (SGD: momentum; Adam: moments, step).
+inline std::vector<::torch::Tensor> stateOf(::torch::optim::Optimizer& opt,
+                                            const ::torch::Tensor& p, bool adam) {
+  auto& entry = *opt.state().at(optimizerStateKey(opt, p));
+  if (adam) {
+    auto& s = static_cast<::torch::optim::AdamParamState&>(entry);
+    return {s.exp_avg().reshape({-1}), s.exp_avg_sq().reshape({-1}),
+            ::torch::tensor({static_cast<double>(s.step())})};
+  }
+  return {
+      static_cast<::torch::optim::SGDParamState&>(entry).momentum_buffer().reshape({-1})};
+}
+
+}  // namespace kolo::torch::zero_test
