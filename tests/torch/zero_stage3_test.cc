@@ -131,20 +131,8 @@ TEST_P(Stage3ExactTest, EqualsDistributedOptimizerBitForBit) {
     EXPECT_GT(sharded->prefetches(), 0);
 
     auto refParams = ref->named_parameters();
-    int64_t owned = 0;
-    for (const auto& piece : opt.pieces()) {
-      owned += piece.end - piece.begin;
-      auto mine = stateOf(*inner, piece.view, adam);
-      auto full = stateOf(*refInner, refParams[piece.name], adam);
-      for (size_t i = 0; i < mine.size(); ++i) {
-        auto expect = full[i].numel() == 1 && mine[i].numel() == 1
-                          ? full[i]
-                          : full[i].narrow(0, piece.begin, piece.end - piece.begin);
-        EXPECT_TRUE(::torch::equal(mine[i], expect))
-            << "rank " << rank << ": state " << i << " of " << piece.name << " ["
-            << piece.begin << ", " << piece.end << ")";
-      }
-    }
+    int64_t owned = zero_test::expectShardedState(opt, *inner, *refInner, refParams, adam,
+                                                  "rank " + std::to_string(rank));
     EXPECT_LE(owned, shardBytes / 8);
     EXPECT_GT(owned, 0);
     {

@@ -6,8 +6,10 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include "frameworks/torch/context.h"
@@ -58,6 +60,31 @@ inline std::vector<::torch::Tensor> stateOf(::torch::optim::Optimizer& opt,
   }
   return {
       static_cast<::torch::optim::SGDParamState&>(entry).momentum_buffer().reshape({-1})};
+}
+
+// Checks that each piece of the zero optimizer `opt` holds exactly its
+// range of the reference optimizer's state (scalars such as Adam's step
+// whole); `where` prefixes the failure messages. Returns the elements
+// this rank owns.
+template <class ZeroOptimizer, class Params>
+int64_t expectShardedState(const ZeroOptimizer& opt, ::torch::optim::Optimizer& inner,
+                           ::torch::optim::Optimizer& refInner, Params& refParams,
+                           bool adam, const std::string& where) {
+  int64_t owned = 0;
+  for (const auto& piece : opt.pieces()) {
+    owned += piece.end - piece.begin;
+    auto mine = stateOf(inner, piece.view, adam);
+    auto full = stateOf(refInner, refParams[piece.name], adam);
+    for (size_t i = 0; i < mine.size(); ++i) {
+      auto expect = full[i].numel() == 1 && mine[i].numel() == 1
+                        ? full[i]
+                        : full[i].narrow(0, piece.begin, piece.end - piece.begin);
+      EXPECT_TRUE(::torch::equal(mine[i], expect))
+          << where << ": state " << i << " of " << piece.name << " [" << piece.begin
+          << ", " << piece.end << ")";
+    }
+  }
+  return owned;
 }
 
 }  // namespace kolo::torch::zero_test
