@@ -77,11 +77,16 @@ x, y = torch.randn(BATCH, WIDTH, generator=g), torch.rand(BATCH, WIDTH, generato
 pairs = kolo.add_process_set([0, 1]), kolo.add_process_set([2, 3])
 pair = pairs[me // 2]
 
-# Warm-up outside the cap: kolo's buffers, torch's first autograd step.
+# Warm-up outside the cap: kolo's buffers, torch's first autograd step and
+# its first optimizer (torch 2.x imports torch._dynamo, tens of MiB of
+# Python, when the first optimizer is built).
 small = [torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Linear(4, 4), torch.nn.Tanh()]
 for ps in (None, pair):
     Pipeline(small, balance=[2, 2] if ps else [1] * 4, chunks=2, process_set=ps).train_step(
         torch.zeros(2, 4), loss_fn, torch.zeros(2, 4))
+warm_opt = torch.optim.SGD(small[0].parameters(), lr=0.05)
+warm_opt.step()
+del warm_opt
 kolo.barrier()
 gc.collect()
 base = vm_data()
