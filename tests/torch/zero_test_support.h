@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include "frameworks/torch/context.h"
+#include "frameworks/torch/distributed_optimizer.h"
 #include "frameworks/torch/torch_versions.h"
 #include "support/comm_world.h"
 
@@ -85,6 +86,24 @@ int64_t expectShardedState(const ZeroOptimizer& opt, ::torch::optim::Optimizer& 
     }
   }
   return owned;
+}
+
+// One backward of (x, y) through the reference and the sharded network,
+// then global-norm clipping to max_norm and a step on each: the zero
+// optimizer's norm must be torch's clip_grad_norm_ of the reference's
+// averaged gradients.
+template <class Net, class ZeroOptimizer>
+void expectClipsLikeTorch(Net& ref, DistributedOptimizer& refOpt, Net& net,
+                          ZeroOptimizer& opt, const ::torch::Tensor& x,
+                          const ::torch::Tensor& y, double maxNorm) {
+  ::torch::mse_loss(ref->forward(x), y).backward();
+  ::torch::mse_loss(net->forward(x), y).backward();
+  refOpt.synchronize();
+  const double refNorm = ::torch::nn::utils::clip_grad_norm_(ref->parameters(), maxNorm);
+  refOpt.step();
+  const double norm = opt.clipGradNorm(maxNorm);
+  opt.step();
+  EXPECT_NEAR(norm, refNorm, 1e-12 * refNorm);
 }
 
 }  // namespace kolo::torch::zero_test
