@@ -21,9 +21,10 @@ build=${1:?usage: launcher_env_test.sh BUILD_DIR}
 bench="$build/bin/kolo-bench"
 work=$(mktemp -d)
 pids=()
+stores=() # the file stores the emulated launchers' ranks make under /tmp
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$work"
+  rm -rf "$work" "${stores[@]}"
 }
 trap cleanup EXIT
 
@@ -105,6 +106,10 @@ run_case() {
 # Slurm's store port is 20000 + (16 * job + step) % 20000: a job id whose
 # ports for steps 0 and 1 are free.
 job=$((($(free_ports 16) - 20000) / 16))
+# An earlier run with the same job id may have left its stores (signed with
+# another job secret): start without them, and remove ours at exit.
+stores=(/tmp/kolo-$job.0 /tmp/kolo-$job.1 /tmp/kolo-jsm-test-$job)
+rm -rf "${stores[@]}"
 
 srun_one_node() {
   echo SLURM_JOB_ID=$job SLURM_STEP_ID=0 SLURM_PROCID=$1 SLURM_NTASKS=3 \
