@@ -301,6 +301,9 @@ def main(argv=None):
     ap.add_argument("--train", default=None, help="training step CSV (train_step.sh)")
     ap.add_argument("--predict", default="build/bin/kolo-predict")
     ap.add_argument("--calib-hosts", type=int, default=2)
+    ap.add_argument("--calibrate-with", action="append", default=[],
+                    help="another measurement CSV whose rows of at most --calib-hosts "
+                    "hosts join the calibration set (never validated; repeatable)")
     ap.add_argument("--latency", default="0us", help="--latency passed for shaped links")
     ap.add_argument("--out", default=".")
     ap.add_argument("--calibrate-args", default="",
@@ -319,6 +322,12 @@ def main(argv=None):
         print("report.py: %s" % e, file=sys.stderr)
         return 2
     calib, valid = split(rows, a.calib_hosts)
+    try:
+        for path in a.calibrate_with:
+            calib += split(measurements.read_rows(path), a.calib_hosts)[0]
+    except (OSError, ValueError) as e:
+        print("report.py: %s" % e, file=sys.stderr)
+        return 2
     if not calib or not valid:
         print("report.py: %d calibration and %d validation rows (--calib-hosts %d): "
               "need both" % (len(calib), len(valid), a.calib_hosts), file=sys.stderr)

@@ -14,11 +14,18 @@
 // bytes. It costs
 //     latency + max(wire, work) + tail
 // latency: c*alpha of the slower kind of pair (inside a host or across),
-//     plus L when some pair crosses hosts;
-// wire: m*s*8/R when some pair crosses a shaped link, where s is the
+//     plus L when some pair crosses hosts; with more ranks sharing the
+//     cores than cores, plus the wait for a core: `wake` of the path when
+//     the ranks have host-mates (their transports yield instead of
+//     sleeping, so the waiting ranks stay runnable), else the spin
+//     (JobShape::spinSeconds) of the rank still polling on the core
+//     (see excess waits below: oversubscribed(), yielding());
+// wire: m*s*8/R' when some pair crosses a shaped link, where s is the
 //     contention: the number of ranks of one host that send across the
 //     host's link in this step (the most loaded host counts; they share
-//     its R);
+//     its R), and R' the payload's share of R (headers: payloadBps());
+//     with a token bucket (JobShape::linkBurst) the bytes of each link
+//     direction beyond what its bucket holds (bucketWire, refill);
 // work: the transport's own work, which runs while the link drains:
 //     m*beta + (g-1)*message of the pair's path, plus for a pipelined step
 //     (the ring's chunks) the reduction of all chunks but the last;
@@ -90,6 +97,9 @@ struct Pairs {
   int intraRanks = 0;  // ranks whose partner is on their host
   int interRanks = 0;  // ranks whose partner is on another host
   int flows = 0;       // the most ranks of one host sending off it (0: none)
+  // Per host, the ranks sending off it and receiving from off it (the
+  // flows through its link's two directions).
+  std::vector<int> out, in;
   // The oversubscription of the cores by the ranks that send or receive
   // in this step (>= 1): the cores' share each working rank gets.
   double workCpu = 1;
@@ -113,7 +123,15 @@ const LinearCost& larger(const LinearCost& a, const LinearCost& b, const Constan
 struct Model {
   const JobShape& shape;
   const Constants& c;
-  double cpu;  // oversubscription factor c >= 1
+  double cpu;   // oversubscription factor c >= 1
+  double wake;  // 1: steps pay the wake term (oversubscribed, yielding ranks)
+  double spin;  // seconds a step waits for a polling rank's core (or 0)
+  // The links' token buckets (bytes), when the shape has a burst: each
+  // host's up and down direction, carried from step to step.
+  struct Buckets {
+    std::vector<double> up, down;
+  };
+  Buckets* buckets = nullptr;
 
   int hostOf(int r) const {
     return shape.hostOf.empty() ? r / std::max(1, shape.ranksPerHost) : shape.hostOf[r];
@@ -135,8 +153,11 @@ struct Model {
       } else {
         ++out.interRanks;
         out.flows = std::max(out.flows, ++flows[hostOf(r)]);
+        if (out.in.empty()) out.in.assign(flows.size(), 0);
+        ++out.in[hostOf(q)];
       }
     }
+    out.out = flows;
     std::vector<int> working(static_cast<size_t>(shape.hosts()), 0);
     for (int r = 0; r < n; ++r) {
       if (active[r]) ++working[shape.hostsShareCores ? 0 : hostOf(r)];
@@ -147,9 +168,9 @@ struct Model {
 
   // The oversubscription when `working` ranks share the cores (of a host,
   // or of the machine when the hosts share it).
-  double workCpuOf(int working) const {
+  double workCpuOf(double working) const {
     if (shape.coresPerHost <= 0) return 1;
-    return std::max(1.0, static_cast<double>(working) / shape.coresPerHost);
+    return std::max(1.0, working / shape.coresPerHost);
   }
 
   // The CPU work of a step whose ranks do `intra` or `inter` work each:
@@ -178,10 +199,16 @@ struct Model {
     const double g = std::max(0.0, messages - 1);
     const double overlapped = pipelined && messages > 1 ? reduced * g / messages : 0;
     LinearCost latency, moveIntra, moveInter, tailIntra, tailInter;
-    if (pairs.intra()) latency.add(shape.intra, Term::kAlpha, cpu);
+    if (pairs.intra()) {
+      latency.add(shape.intra, Term::kAlpha, cpu);
+      latency.add(shape.intra, Term::kWake, wake);
+      latency.fixed += spin;
+    }
     if (pairs.flows > 0) {
       LinearCost cross;
       cross.add(shape.inter, Term::kAlpha, cpu);
+      cross.add(shape.inter, Term::kWake, wake);
+      cross.fixed += spin;
       cross.fixed += shape.linkLatency;
       latency = larger(cross, latency, c);
     }
@@ -195,12 +222,44 @@ struct Model {
     LinearCost body = work(pairs, moveIntra, moveInter);
     if (pairs.flows > 0 && shape.linkBps > 0) {
       LinearCost wire;
-      wire.fixed = m * pairs.flows * 8.0 / shape.linkBps;
+      wire.fixed = buckets ? bucketWire(pairs, m) : m * pairs.flows * 8.0 / payloadBps();
       body = larger(wire, body, c);
     }
-    out += latency;
-    out += body;
-    out += work(pairs, tailIntra, tailInter);
+    LinearCost total = latency;
+    total += body;
+    total += work(pairs, tailIntra, tailInter);
+    if (buckets) refill(pairs, m, total.seconds(c));
+    out += total;
+  }
+
+  // The wire time of a step through token buckets (tc tbf): each link
+  // direction passes what its bucket holds at once and the rest at the
+  // link's rate; the step lasts as long as its slowest direction.
+  double bucketWire(const Pairs& pairs, double m) const {
+    double bytes = 0;
+    for (size_t h = 0; h < pairs.out.size(); ++h) {
+      bytes = std::max(bytes, pairs.out[h] * m - buckets->up[h]);
+      if (!pairs.in.empty()) bytes = std::max(bytes, pairs.in[h] * m - buckets->down[h]);
+    }
+    return bytes * 8.0 / payloadBps();
+  }
+
+  // The link's rate of payload bytes (JobShape::linkMtu).
+  double payloadBps() const {
+    if (shape.linkMtu <= 52) return shape.linkBps;
+    return shape.linkBps * (shape.linkMtu - 52.0) / (shape.linkMtu + 14.0);
+  }
+
+  // After a step of `seconds`: every bucket loses what went through it and
+  // gains rate x seconds, up to the burst (idle links refill).
+  void refill(const Pairs& pairs, double m, double seconds) const {
+    const double gain = seconds * payloadBps() / 8.0;
+    for (size_t h = 0; h < buckets->up.size(); ++h) {
+      const double up = h < pairs.out.size() ? pairs.out[h] * m : 0;
+      const double down = h < pairs.in.size() ? pairs.in[h] * m : 0;
+      buckets->up[h] = std::clamp(buckets->up[h] - up + gain, 0.0, shape.linkBurst);
+      buckets->down[h] = std::clamp(buckets->down[h] - down + gain, 0.0, shape.linkBurst);
+    }
   }
 
   // ---- the fold (partition.h) ------------------------------------------------
@@ -272,6 +331,11 @@ struct Model {
     const double m = std::ceil(std::ceil(b / kElementBytes) / n) * kElementBytes;
     const double messages = std::max(1.0, std::ceil(m / kRingChunkBytes));
     const Pairs pairs = pairsOf(n, [n](int r) { return (r + 1) % n; });
+    if (buckets) {  // every step drains and refills the buckets
+      for (int s = 0; s < n - 1; ++s) step(out, pairs, m, messages, m, true);
+      for (int s = 0; s < n - 1; ++s) step(out, pairs, m, messages, 0, true);
+      return out;
+    }
     LinearCost one, reducing;
     step(reducing, pairs, m, messages, m, true);
     step(one, pairs, m, messages, 0, true);
@@ -294,18 +358,30 @@ struct Model {
     LinearCost out;
     const int k = std::max(1, shape.ranksPerHost);
     const int hosts = shape.hosts();
-    // (1) reduce inside the host (the intra path only: pairs within host 0).
-    // Every host reduces at once: all ranks work.
-    Pairs local;
-    local.intraRanks = k;
-    local.workCpu = cpu;
+    // The hosts whose local phases share one host's cores (all of them on
+    // one machine), and a local step of `transfers` per host on them.
+    const double sharing = shape.hostsShareCores ? hosts : 1;
+    auto local = [&](double transfers) {
+      Pairs p;
+      p.intraRanks = k;
+      p.workCpu = workCpuOf(sharing * transfers);
+      return p;
+    };
+    // (1) reduce inside the host (the intra path only), every host at
+    // once: a binomial tree (ranks r with r % 2mask == mask send to
+    // r - mask), or a ring reduce-scatter (k transfers a step) and a
+    // gather that local rank 0 receives, (k-1) transfers in a row.
     if (k > 1 && b <= kLocalTreeBytes) {
-      for (int mask = 1; mask < k; mask <<= 1) step(out, local, b, 1, b);
+      for (int mask = 1; mask < k; mask <<= 1) {
+        const double senders =
+            (k - 1 - mask) / (2 * mask) + 1;  // r = mask, 3 mask, .. < k
+        step(out, local(senders), b, 1, b);
+      }
     } else if (k > 1) {
       const double m = std::ceil(std::ceil(b / kElementBytes) / k) * kElementBytes;
       const double messages = std::max(1.0, std::ceil(m / kRingChunkBytes));
-      for (int s = 0; s < k - 1; ++s) step(out, local, m, messages, m, true);
-      step(out, local, (k - 1) * m, k - 1, 0);  // the gather into local rank 0
+      for (int s = 0; s < k - 1; ++s) step(out, local(k), m, messages, m, true);
+      step(out, local(1), (k - 1) * m, k - 1, 0);  // the gather: rank 0's copies
     }
     // (2) across hosts, one rank each, with the selection's flat algorithm.
     if (hosts > 1) {
@@ -314,20 +390,30 @@ struct Model {
       cross.ranksPerHost = 1;
       cross.hostOf.clear();
       cross.shmArena = false;
-      const Model crossModel{cross, c, cpu};
+      const Model crossModel{cross, c, cpu, wake, spin, buckets};
       const Algorithm a =
           selectAllreduce(static_cast<size_t>(b), cross, c);  // never hier: k = 1
       out += crossModel.flat(a, hosts, b);
     }
-    // (3) pipelined binomial broadcast inside the host.
+    // (3) pipelined binomial broadcast inside the host: the last chunk
+    // takes depth hops after the root sent b to each of its depth
+    // children; on shared cores the k-1 receptions of b of every sharing
+    // host, over the cores, when that is longer.
     if (k > 1) {
       const double depth = std::ceil(std::log2(static_cast<double>(k)));
       const double chunk = std::min(b, kBroadcastChunkBytes);
       const double chunks = std::max(1.0, std::ceil(b / kBroadcastChunkBytes));
+      const double path = depth * b + (depth - 1) * chunk;
+      const double shared =
+          shape.coresPerHost > 0 ? sharing * (k - 1) * b / shape.coresPerHost : 0;
+      const double bytes = std::max(path, shared);
       LinearCost bcast;
       bcast.add(shape.intra, Term::kAlpha, depth * cpu);
-      bcast.add(shape.intra, Term::kBeta, (depth * b + (depth - 1) * chunk) * cpu);
-      bcast.add(shape.intra, Term::kMessage, std::max(0.0, depth * chunks - 1) * cpu);
+      bcast.add(shape.intra, Term::kWake, depth * wake);
+      bcast.fixed += depth * spin;
+      bcast.add(shape.intra, Term::kBeta, bytes);
+      bcast.add(shape.intra, Term::kMessage,
+                std::max(0.0, depth * chunks - 1) * bytes / path);
       out += bcast;
     }
     return out;
@@ -339,6 +425,7 @@ struct Model {
     const Path a = Path::kShmArena;
     if (b <= kShmInlineBytes) {
       out.add(a, Term::kAlpha, cpu);
+      out.add(a, Term::kWake, wake);
       out.add(a, Term::kGamma, n * b * cpu);
       return out;
     }
@@ -348,10 +435,12 @@ struct Model {
       const double C = std::min(chunk, b - done);
       if (C <= kShmReduceAllBytes || n == 1) {
         out.add(a, Term::kAlpha, cpu);
+        out.add(a, Term::kWake, wake);
         out.add(a, Term::kBeta, C * cpu);
         out.add(a, Term::kGamma, (n - 1) * C * cpu);
       } else {
         out.add(a, Term::kAlpha, 2 * cpu);
+        out.add(a, Term::kWake, 2 * wake);
         out.add(a, Term::kBeta, (2.0 * (n - 1) / n + 1.0 / n) * C * cpu);
         out.add(a, Term::kGamma, (n - 1.0) / n * C * cpu);
       }
@@ -366,6 +455,7 @@ struct Model {
     if (n == 1) return out;
     if (shape.shmArena) {
       out.add(Path::kShmArena, Term::kAlpha, cpu);
+      out.add(Path::kShmArena, Term::kWake, wake);
       return out;
     }
     const Pairs pairs = pairsOf(n, [n](int r) { return (r + 1) % n; });
@@ -379,10 +469,31 @@ struct Model {
   }
 };
 
+// The ranks that share one host's cores (all of them when the hosts
+// share one machine).
+int sharingRanks(const JobShape& s) {
+  return s.hostsShareCores ? s.ranks : std::min(s.ranks, s.ranksPerHost);
+}
+
 double oversubscription(const JobShape& s) {
   if (s.coresPerHost <= 0) return 1;
-  const int sharing = s.hostsShareCores ? s.ranks : std::min(s.ranks, s.ranksPerHost);
-  return std::max(1.0, static_cast<double>(sharing) / s.coresPerHost);
+  return std::max(1.0, static_cast<double>(sharingRanks(s)) / s.coresPerHost);
+}
+
+// What a step waits for a core when the ranks sharing the cores outnumber
+// them. A rank with a host-mate waits on the shared-memory (or router)
+// transport, which cannot block in the kernel: it polls for KOLO_SPIN_US,
+// then calls sched_yield for 2 ms before it sleeps (transport.cc), so the
+// waiting ranks stay runnable and a rank whose data arrived waits its turn
+// among them: the fitted `wake` per step. A rank alone on its host waits
+// in poll() on its sockets after its spin and is woken when data arrives;
+// the woken rank then waits for a core held by a rank still polling, at
+// most one spin: spinSeconds per step.
+bool oversubscribed(const JobShape& s) {
+  return s.coresPerHost > 0 && sharingRanks(s) > s.coresPerHost;
+}
+bool yielding(const JobShape& s) {
+  return s.ranksPerHost > 1 && s.intra == Path::kShm;
 }
 
 }  // namespace
@@ -430,20 +541,49 @@ bool usable(Algorithm a, const JobShape& shape) {
 
 LinearCost allreduceCost(Algorithm a, size_t bytes, const JobShape& shape,
                          const Constants& c, const CostOptions& options) {
-  const Model m{shape, c, oversubscription(shape)};
+  const bool over = oversubscribed(shape);
+  Model m{shape, c, oversubscription(shape), over && yielding(shape) ? 1.0 : 0.0,
+          over && !yielding(shape) ? shape.spinSeconds : 0.0};
   LinearCost out;
   const int n = std::max(1, shape.ranks);
   if (n == 1 || bytes == 0) return out;
   const double b = static_cast<double>(bytes);
-  switch (a) {
-    case Algorithm::kRing: out = m.ring(n, b); break;
-    case Algorithm::kRhd: out = m.rhd(n, b); break;
-    case Algorithm::kTree: out = m.tree(n, b); break;
-    case Algorithm::kHier: out = m.hier(b); break;
-    case Algorithm::kShm: out = m.shm(b); break;
+  auto call = [&] {
+    LinearCost one;
+    if (options.agreement && a != Algorithm::kShm) one += m.agreement();
+    switch (a) {
+      case Algorithm::kRing: one += m.ring(n, b); break;
+      case Algorithm::kRhd: one += m.rhd(n, b); break;
+      case Algorithm::kTree: one += m.tree(n, b); break;
+      case Algorithm::kHier: one += m.hier(b); break;
+      case Algorithm::kShm: one += m.shm(b); break;
+    }
+    one.add(m.mainPath(a), Term::kCall, 1);
+    return one;
+  };
+  // Token buckets: calls follow each other (kolo-bench's loop, a training
+  // step's buffers), so a call starts with the buckets the previous one
+  // left: the steady state, found by running calls from full buckets until
+  // the buckets at the start of a call repeat (a call that moves more than
+  // the rate refills drains them to that level).
+  Model::Buckets buckets;
+  if (shape.linkBurst > 0 && shape.linkBps > 0 && shape.hosts() > 1) {
+    const auto hosts = static_cast<size_t>(shape.hosts());
+    buckets.up.assign(hosts, shape.linkBurst);
+    buckets.down.assign(hosts, shape.linkBurst);
+    m.buckets = &buckets;
+    for (int i = 0; i < 200; ++i) {
+      const Model::Buckets before = buckets;
+      call();
+      double moved = 0;
+      for (size_t h = 0; h < hosts; ++h) {
+        moved = std::max({moved, std::abs(buckets.up[h] - before.up[h]),
+                          std::abs(buckets.down[h] - before.down[h])});
+      }
+      if (moved < 1) break;
+    }
   }
-  out.add(m.mainPath(a), Term::kCall, 1);
-  if (options.agreement && a != Algorithm::kShm) out += m.agreement();
+  out = call();
   return out;
 }
 

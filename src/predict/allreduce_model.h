@@ -35,8 +35,18 @@ std::optional<Algorithm> algorithmFromName(std::string_view name);
 struct JobShape {
   int ranks = 1;
   int ranksPerHost = 1;
-  double linkBps = 0;       // each host's link, each direction; 0: not limited
-  double linkLatency = 0;   // seconds added to each step that crosses hosts
+  double linkBps = 0;      // each host's link, each direction; 0: not limited
+  double linkLatency = 0;  // seconds added to each step that crosses hosts
+  // The link's token-bucket depth in bytes (tc tbf's burst; 0: none): a
+  // link idle long enough to refill its bucket passes that many bytes at
+  // once, so a short message on a shaped link costs less than its wire
+  // time (allreduce_model.cc). Real links: 0.
+  double linkBurst = 0;
+  // The link's MTU: every segment of MTU - 52 payload bytes (TCP/IP
+  // headers with timestamps) takes MTU + 14 bytes (Ethernet header) of the
+  // link's rate, so the payload moves at (MTU - 52) / (MTU + 14) of it
+  // (1500: 95.6%). 0: the rate is the payload's.
+  int linkMtu = 1500;
   Path intra = Path::kShm;  // between ranks of one host (KOLO_TRANSPORT=tcp: kTcp)
   Path inter = Path::kTcp;  // between hosts (kMpi under the MPI engine)
   // Every rank on one host with a shared-memory arena: the shm algorithm
@@ -46,7 +56,13 @@ struct JobShape {
   // cores than ranks, every term that is work of a rank (all but the
   // link's wire time and latency) grows by ranks/cores.
   int coresPerHost = 0;
-  bool hostsShareCores = false;       // all hosts on one machine (netns emulation)
+  bool hostsShareCores = false;  // all hosts on one machine (netns emulation)
+  // KOLO_SPIN_US in seconds: how long a waiting rank polls before it gives
+  // up its core. With more ranks than cores, a step whose ranks wait in the
+  // kernel (one rank per host, sockets only) waits this long for a core
+  // held by a polling rank; ranks with a host-mate keep yielding and pay
+  // the fitted `wake` instead (constants.h).
+  double spinSeconds = 100e-6;
   size_t shmChunkBytes = 128 * 1024;  // KOLO_SHM_CHUNK_BYTES
   // The host of each rank when the placement is not in blocks (kolo's
   // selection passes the job's real one); empty: blocks of ranksPerHost.

@@ -10,8 +10,8 @@ namespace kolo::predict {
 namespace {
 
 constexpr std::string_view kPathNames[kPaths] = {"shm", "tcp", "mpi", "shm-arena"};
-constexpr std::string_view kTermNames[kTerms] = {"alpha", "beta", "gamma", "message",
-                                                 "call"};
+constexpr std::string_view kTermNames[kTerms] = {"alpha",   "beta", "gamma",
+                                                 "message", "call", "wake"};
 
 std::string validPaths() {
   std::string s;

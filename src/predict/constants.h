@@ -13,11 +13,16 @@
 //   message  seconds per message sent beyond the first of a step (the
 //            pipelined ring's 128 KiB chunks)
 //   call     seconds per allreduce call: the communicator's bookkeeping
+//   wake     seconds per step and per rank beyond the cores when the ranks
+//            sharing the cores outnumber them: a rank whose message has
+//            arrived waits for the core, held by the ranks ahead of it in
+//            the scheduler's queue (each for its spin, KOLO_SPIN_US, or a
+//            time slice); 0 with a core per rank
 //
 // The constants file (JSON, written by `kolo-predict calibrate`):
 //   {"kolo_predict_constants": 1, "source": "...",
 //    "paths": {"tcp": {"alpha": 2.1e-05, "beta": 1.2e-10, "gamma": 3e-10,
-//                      "message": 1e-06, "call": 5e-06}, ...}}
+//                      "message": 1e-06, "call": 5e-06, "wake": 0}, ...}}
 // Paths not in the file keep their built-in values; unknown paths or terms
 // are an error naming them.
 //
@@ -44,8 +49,8 @@ std::string_view toString(Path p);  // "shm", "tcp", "mpi", "shm-arena"
 // Throws ConstantsError naming `what` and the valid names.
 Path pathFromName(std::string_view what, std::string_view name);
 
-enum class Term { kAlpha, kBeta, kGamma, kMessage, kCall };
-inline constexpr int kTerms = 5;
+enum class Term { kAlpha, kBeta, kGamma, kMessage, kCall, kWake };
+inline constexpr int kTerms = 6;
 std::string_view toString(Term t);  // "alpha", "beta", ...
 
 struct PathConstants {

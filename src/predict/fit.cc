@@ -163,7 +163,8 @@ std::string measurementLine(const Measurement& m) {
   return os.str();
 }
 
-JobShape shapeOf(const Measurement& m, int cores, bool hostsShareCores) {
+JobShape shapeOf(const Measurement& m, int cores, bool hostsShareCores, double linkBurst,
+                 double spinSeconds) {
   JobShape s;
   s.ranks = m.hosts * m.ranksPerHost;
   s.ranksPerHost = m.ranksPerHost;
@@ -179,6 +180,8 @@ JobShape shapeOf(const Measurement& m, int cores, bool hostsShareCores) {
   s.shmArena = (m.transport == "shm" || m.transport == "auto") && m.hosts == 1;
   s.coresPerHost = cores;
   s.hostsShareCores = hostsShareCores;
+  s.linkBurst = linkBurst;
+  s.spinSeconds = spinSeconds;
   return s;
 }
 
@@ -189,7 +192,8 @@ FitResult fitConstants(const std::vector<Measurement>& data, const Constants& st
   costOptions.agreement = options.agreement;
   std::vector<JobShape> shapes;
   for (const auto& m : data)
-    shapes.push_back(shapeOf(m, options.cores, options.hostsShareCores));
+    shapes.push_back(shapeOf(m, options.cores, options.hostsShareCores, options.linkBurst,
+                             options.spinSeconds));
 
   FitResult result;
   Constants theta = start;
@@ -249,8 +253,18 @@ FitResult fitConstants(const std::vector<Measurement>& data, const Constants& st
           if (!isFitted[p * kTerms + q]) known += lc.coef[p][q] * theta.paths[p].value[q];
         }
       }
+      // Huber's weights: a row the model misses by more than a factor
+      // e^kHuber (the scheduler-bound small messages of an oversubscribed
+      // machine) counts as that much, so it cannot drag terms that the
+      // other rows determine.
+      const double miss =
+          predicted > 0 ? std::fabs(std::log(predicted / data[i].seconds)) : 0;
+      const double w = miss > options.huber && options.huber > 0
+                           ? std::sqrt(options.huber / miss)
+                           : 1.0;
+      for (double& x : row) x *= w;
       rows.push_back(std::move(row));
-      rhs.push_back((data[i].seconds - known) / t);
+      rhs.push_back(w * (data[i].seconds - known) / t);
     }
     // Active-set non-negative solve.
     std::vector<bool> pinned(nt, false);

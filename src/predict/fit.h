@@ -51,7 +51,10 @@ std::string measurementLine(const Measurement& m);
 // The shape of the run of a row (block placement, KOLO_TRANSPORT's paths;
 // all hosts on one machine when `hostsShareCores`, with `cores` cores, 0:
 // not limited).
-JobShape shapeOf(const Measurement& m, int cores = 0, bool hostsShareCores = false);
+// `linkBurst` and `spinSeconds` as JobShape's (0: no token bucket; the
+// KOLO_SPIN_US default).
+JobShape shapeOf(const Measurement& m, int cores = 0, bool hostsShareCores = false,
+                 double linkBurst = 0, double spinSeconds = 100e-6);
 
 struct FitOptions {
   // Pull towards the starting constants (relative units): keeps terms the
@@ -59,9 +62,15 @@ struct FitOptions {
   // always see in the same ratio) at their starting ratio instead of
   // letting them trade off. Small enough not to bias identifiable terms.
   double ridge = 1e-4;
+  // Robust fit (Huber): rows missed by more than this |log(predicted /
+  // measured)| are weighted down to count as missed by that much; 0: plain
+  // least squares.
+  double huber = 0;
   int maxIterations = 30;
   int cores = 0;                 // as shapeOf
   bool hostsShareCores = false;  // as shapeOf
+  double linkBurst = 0;          // as shapeOf
+  double spinSeconds = 100e-6;   // as shapeOf
   bool agreement = true;         // kolo-bench's calls pay the descriptor exchange
 };
 

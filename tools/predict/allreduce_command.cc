@@ -27,6 +27,9 @@ kolo's selection would run (marked *).
                         host, tcp between), tcp or mpi
   --cores C             cores per host (0: one per rank at least)
   --one-machine         all hosts share one machine's cores (network namespaces)
+  --link-burst SIZE     token bucket of each link (tc tbf burst, e.g. 256K; 0)
+  --spin TIME           KOLO_SPIN_US of the job (100us): with more ranks than
+                        cores, what a woken rank waits for a polling one's core
   --no-agreement        leave out Communicator::allreduce's descriptor exchange
                         (the runtime's negotiated calls skip it; kolo-bench pays it)
   --constants FILE      constants (default: KOLO_PREDICT_CONSTANTS, else built in)
@@ -67,6 +70,10 @@ int runAllreduce(Args& args, std::ostream& out) {
     if (auto v = args.value("--cores")) {
       shape.coresPerHost = static_cast<int>(parseWhole("--cores", *v, 0, 1 << 20));
     }
+    if (auto v = args.value("--link-burst")) {
+      shape.linkBurst = static_cast<double>(parseBytes("--link-burst", *v));
+    }
+    if (auto v = args.value("--spin")) shape.spinSeconds = parseDuration("--spin", *v);
   } catch (const UnitError& e) {
     throw UsageError(e.what());
   }

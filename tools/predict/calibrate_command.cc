@@ -41,6 +41,8 @@ With --from CSV, only fits (a file of the same columns, e.g. from bench/scale/).
                      built in); paths the data do not touch keep them
   --cores C          cores per host of the measured machine (0: not limited)
   --one-machine      the measured hosts shared one machine's cores
+  --link-burst SIZE  token bucket of the measured links (tc tbf burst; 0)
+  --spin TIME        KOLO_SPIN_US of the measured runs (100us)
   --launcher-arg A   one more argument for kolorun (repeatable, e.g.
                      --launcher-arg=--ssh-command=kolo-local-rsh)
   --bin-dir DIR      where kolorun and kolo-bench are (beside kolo-predict)
@@ -229,6 +231,14 @@ int runCalibrate(Args& args, std::ostream& out) {
   options.cores = static_cast<int>(
       parseWhole("--cores", args.value("--cores").value_or("0"), 0, 1 << 20));
   options.hostsShareCores = args.flag("--one-machine");
+  try {
+    if (auto v = args.value("--link-burst")) {
+      options.linkBurst = static_cast<double>(parseBytes("--link-burst", *v));
+    }
+    if (auto v = args.value("--spin")) options.spinSeconds = parseDuration("--spin", *v);
+  } catch (const UnitError& e) {
+    throw UsageError(e.what());
+  }
   const std::vector<std::string> launcherArgs = args.values("--launcher-arg");
   const std::string binDir = args.value("--bin-dir").value_or(selfDir());
   const Constants start = constantsFor(args);
