@@ -116,6 +116,7 @@ TEST(AllreduceModel, ContentionOnTheHostLink) {
   s.ranks = 4;
   s.ranksPerHost = 2;
   s.linkBps = 1e9;
+  s.linkMtu = 0;  // the rate is the payload's (HeadersShareTheLink)
   s.linkLatency = 5 * kUs;
   EXPECT_NEAR(us(Algorithm::kTree, 1000, s, roundConstants()), 1.6 + 31.5 + 3, 1e-9);
   // The ring crosses each host link with one flow: steps cost
@@ -136,6 +137,7 @@ TEST(AllreduceModel, Hierarchical) {
   s.ranks = 4;
   s.ranksPerHost = 2;
   s.linkBps = 1e9;
+  s.linkMtu = 0;  // the rate is the payload's (HeadersShareTheLink)
   s.linkLatency = 5 * kUs;
   EXPECT_NEAR(us(Algorithm::kHier, 1000, s, roundConstants()), 1.6 + 23.5 + 1.1 + 3,
               1e-9);
@@ -158,16 +160,21 @@ TEST(AllreduceModel, SharedMemoryArena) {
 
 TEST(AllreduceModel, OversubscribedCoresScaleTheRanksWork) {
   JobShape s = oneHostTcp(4);
-  s.coresPerHost = 2;  // 4 ranks on 2 cores: work x 2, the call once
-  EXPECT_NEAR(us(Algorithm::kTree, 1000, s, roundConstants()), 2 * 23.0 + 3, 1e-9);
+  s.coresPerHost = 2;  // 4 ranks on 2 cores: work x 2, the call once,
+  // and each of the 2 steps waits one spin (100 us) for a polling rank's
+  // core (tcp ranks sleep in poll: WaitsForACore).
+  EXPECT_NEAR(us(Algorithm::kTree, 1000, s, roundConstants()), 2 * 23.0 + 3 + 2 * 100,
+              1e-9);
 }
 
-// Hosts of one rank each on 1 Gbit/s links (8 ns/B on the wire).
+// Hosts of one rank each on 1 Gbit/s links (8 ns/B on the wire, headers
+// not counted).
 JobShape hostsOfOne(int n) {
   JobShape s;
   s.ranks = n;
   s.ranksPerHost = 1;
   s.linkBps = 1e9;
+  s.linkMtu = 0;
   return s;
 }
 
@@ -208,12 +215,13 @@ TEST(AllreduceModel, SharedCoresCarryTheMeanRanksWork) {
 
 TEST(AllreduceModel, IdleRanksLeaveTheCoresToTheWorkingOnes) {
   // 3 ranks on 1 core: the latency of every step is 3 x alpha (a waiting
-  // rank spins before it yields), but each step has 2 working ranks, so
-  // its bytes cost 2 x: fold-in 30 + 2 + 1, step 30 + 2 + 1, fold-back
-  // 30 + 2, call 3.
+  // rank spins before it yields) plus one spin (100 us), but each step has
+  // 2 working ranks, so its bytes cost 2 x: fold-in 30 + 2 + 1, step 30 +
+  // 2 + 1, fold-back 30 + 2, call 3.
   JobShape s = oneHostTcp(3);
   s.coresPerHost = 1;
-  EXPECT_NEAR(us(Algorithm::kTree, 1000, s, roundConstants()), 33 + 33 + 32 + 3, 1e-9);
+  EXPECT_NEAR(us(Algorithm::kTree, 1000, s, roundConstants()), 33 + 33 + 32 + 3 + 3 * 100,
+              1e-9);
 }
 
 TEST(AllreduceModel, FoldedScheduleAcrossHosts) {
@@ -236,6 +244,72 @@ TEST(AllreduceModel, FoldedScheduleAcrossHosts) {
   // rhd, 3 ranks (p = 2): fold-in, 500000 B halved and doubled, fold-back.
   EXPECT_NEAR(us(Algorithm::kRhd, 1000000, hostsOfOne(3), c),
               8510 + 4260 + 4010 + 8010 + 3, 1e-6);
+}
+
+TEST(AllreduceModel, WaitsForACore) {
+  Constants c = roundConstants();
+  c[Path::kShm][Term::kWake] = 300 * kUs;
+  c[Path::kTcp][Term::kWake] = 200 * kUs;
+  // 2 hosts x 2 ranks on one machine's 2 cores: the ranks have host-mates
+  // (shm transport: they yield instead of sleeping), so each step pays
+  // the wake of its slower pair's path: tree step 1 (shm) 300, step 2
+  // (tcp) 200 on top of the same shape without the term.
+  JobShape s;
+  s.ranks = 4;
+  s.ranksPerHost = 2;
+  s.coresPerHost = 2;
+  s.hostsShareCores = true;
+  EXPECT_NEAR(
+      us(Algorithm::kTree, 1000, s, c) - us(Algorithm::kTree, 1000, s, roundConstants()),
+      300 + 200, 1e-9);
+  // Not oversubscribed (4 cores): no wait.
+  s.coresPerHost = 4;
+  EXPECT_NEAR(us(Algorithm::kTree, 1000, s, c),
+              us(Algorithm::kTree, 1000, s, roundConstants()), 1e-9);
+  // 3 hosts of one rank on 2 cores: tcp only, the ranks sleep in poll; a
+  // step waits the spin (here 50 us), not the wake: tree's 3 steps.
+  JobShape one = hostsOfOne(3);
+  one.coresPerHost = 2;
+  one.hostsShareCores = true;
+  one.spinSeconds = 50 * kUs;
+  JobShape unshared = one;
+  unshared.hostsShareCores = false;  // one rank on each host's 2 cores
+  const double extra =
+      us(Algorithm::kTree, 1000, one, c) - us(Algorithm::kTree, 1000, unshared, c);
+  // The shared cores also scale alpha and the work by 3/2 (10 x 0.5 a
+  // step in latency; the working ranks of a step are 2 of 3: no more).
+  EXPECT_NEAR(extra, 3 * 50 + 3 * 5, 1e-9);
+}
+
+TEST(AllreduceModel, HeadersShareTheLink) {
+  // MTU 1500: a segment carries 1448 bytes and takes 1514 of the rate.
+  JobShape s = hostsOfOne(2);
+  const Constants c = roundConstants();
+  const double bare = us(Algorithm::kTree, 1000000, s, c);  // 10 + 8000 + 500 + 3
+  s.linkMtu = 1500;
+  EXPECT_NEAR(us(Algorithm::kTree, 1000000, s, c) - bare, 8000 * (1514.0 / 1448 - 1),
+              1e-6);
+}
+
+TEST(AllreduceModel, TokenBucketPassesShortMessages) {
+  // tc tbf's burst: 3 hosts of one rank, 64 KiB tree, no transport cost
+  // (every constant 0) and no agreement: without a bucket the 3 steps
+  // (fold-in, exchange, fold-back) each take 64 KiB of wire time; with a
+  // 256 KiB bucket the calls settle where the busiest link, host 1's (it
+  // sends the exchange and the fold-back, 128 KiB a call), runs at its
+  // rate and the other links' buckets cover their bursts.
+  const Constants zero;
+  JobShape s = hostsOfOne(3);
+  const double step = 65536 * 8e-3;
+  EXPECT_NEAR(us(Algorithm::kTree, 65536, s, zero), 3 * step, 1e-6);
+  s.linkBurst = 256 * 1024;
+  EXPECT_NEAR(us(Algorithm::kTree, 65536, s, zero), 2 * step, 1.0);
+  // Large messages: the bucket is a small share of the bytes.
+  const double big = us(Algorithm::kTree, 64 << 20, s, zero);
+  EXPECT_GT(big, 3 * (64 << 20) * 8e-3 * 0.99);
+  // A real link (no burst) is priced as before.
+  s.linkBurst = 0;
+  EXPECT_NEAR(us(Algorithm::kTree, 64 << 20, s, zero), 3 * (64 << 20) * 8e-3, 1e-3);
 }
 
 TEST(AllreduceModel, DescriptorExchange) {
