@@ -64,16 +64,17 @@ def test_csv_round_trip_and_bad_header(tmp_path):
 
 FAKE_PREDICT = textwrap.dedent("""\
     #!%s
-    # A stand-in for kolo-predict: calibrate records the host counts it was
-    # fitted on; allreduce predicts 1.1 x bytes / (link bytes/s) for ring and
+    # A stand-in for kolo-predict: calibrate records the host counts and
+    # the number of rows it was fitted on; allreduce predicts 1.1 x bytes / (link bytes/s) for ring and
     # 2 x that for tree, and fails for 'bad'.
     import csv, json, sys
     a = sys.argv[1:]
     opt = lambda k: a[a.index(k) + 1] if k in a else None
     if a[0] == "calibrate":
         with open(opt("--from")) as f:
-            hosts = sorted({int(r["hosts"]) for r in csv.DictReader(f)})
-        json.dump({"fitted_on_hosts": hosts}, open(opt("--out"), "w"))
+            rows = list(csv.DictReader(f))
+        hosts = sorted({int(r["hosts"]) for r in rows})
+        json.dump({"fitted_on_hosts": hosts, "rows": len(rows)}, open(opt("--out"), "w"))
     elif a[0] == "allreduce":
         alg, b = opt("--algorithm"), int(opt("--bytes"))
         if alg == "bad":
@@ -107,8 +108,18 @@ def test_report_splits_calibrates_and_scores(tmp_path):
     out = tmp_path / "out"
     assert report.main(["--measurements", m, "--train", str(train), "--predict", str(fake),
                         "--out", str(out)]) == 0
-    assert json.load(open(out / "constants.json")) == {"fitted_on_hosts": [1, 2]}
+    assert json.load(open(out / "constants.json")) == {"fitted_on_hosts": [1, 2], "rows": 2}
     assert {r["hosts"] for r in measurements.read_rows(str(out / "valid.csv"))} == {3, 4}
+    # --calibrate-with: another file's calibration rows join the fit; its
+    # other rows are neither fitted nor validated.
+    other = str(tmp_path / "other.csv")
+    measurements.write_rows(other, [dict(base, hosts=2, algorithm="tree", seconds=2.0),
+                                    dict(base, hosts=6, algorithm="ring", seconds=1.0)])
+    out2 = tmp_path / "out2"
+    assert report.main(["--measurements", m, "--calibrate-with", other, "--predict",
+                        str(fake), "--out", str(out2)]) == 0
+    assert json.load(open(out2 / "constants.json")) == {"fitted_on_hosts": [1, 2], "rows": 3}
+    assert {r["hosts"] for r in measurements.read_rows(str(out2 / "valid.csv"))} == {3, 4}
     data = json.load(open(out / "validation.json"))
     errs = {r["algorithm"]: r["error"] for r in data["allreduce"]}
     assert errs["ring"] == pytest.approx(0.1)
