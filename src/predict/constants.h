@@ -13,11 +13,11 @@
 //   message  seconds per message sent beyond the first of a step (the
 //            pipelined ring's 128 KiB chunks)
 //   call     seconds per allreduce call: the communicator's bookkeeping
-//   wake     seconds per step and per rank beyond the cores when the ranks
-//            sharing the cores outnumber them: a rank whose message has
-//            arrived waits for the core, held by the ranks ahead of it in
-//            the scheduler's queue (each for its spin, KOLO_SPIN_US, or a
-//            time slice); 0 with a core per rank
+//   wake     seconds per step when the ranks sharing the cores outnumber
+//            them and keep polling or yielding while they wait (ranks with
+//            a host-mate, on the shared-memory transport): a rank whose
+//            message has arrived waits its turn for a core among them
+//            (allreduce_model.cc); never paid with a core per rank
 //
 // The constants file (JSON, written by `kolo-predict calibrate`):
 //   {"kolo_predict_constants": 1, "source": "...",

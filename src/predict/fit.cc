@@ -253,18 +253,8 @@ FitResult fitConstants(const std::vector<Measurement>& data, const Constants& st
           if (!isFitted[p * kTerms + q]) known += lc.coef[p][q] * theta.paths[p].value[q];
         }
       }
-      // Huber's weights: a row the model misses by more than a factor
-      // e^kHuber (the scheduler-bound small messages of an oversubscribed
-      // machine) counts as that much, so it cannot drag terms that the
-      // other rows determine.
-      const double miss =
-          predicted > 0 ? std::fabs(std::log(predicted / data[i].seconds)) : 0;
-      const double w = miss > options.huber && options.huber > 0
-                           ? std::sqrt(options.huber / miss)
-                           : 1.0;
-      for (double& x : row) x *= w;
       rows.push_back(std::move(row));
-      rhs.push_back(w * (data[i].seconds - known) / t);
+      rhs.push_back((data[i].seconds - known) / t);
     }
     // Active-set non-negative solve.
     std::vector<bool> pinned(nt, false);

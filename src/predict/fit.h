@@ -62,10 +62,6 @@ struct FitOptions {
   // always see in the same ratio) at their starting ratio instead of
   // letting them trade off. Small enough not to bias identifiable terms.
   double ridge = 1e-4;
-  // Robust fit (Huber): rows missed by more than this |log(predicted /
-  // measured)| are weighted down to count as missed by that much; 0: plain
-  // least squares.
-  double huber = 0;
   int maxIterations = 30;
   int cores = 0;                 // as shapeOf
   bool hostsShareCores = false;  // as shapeOf
