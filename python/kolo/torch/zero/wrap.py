@@ -233,6 +233,9 @@ def full_parameters(model, write_back=False):
     """Inside, every parameter of the wrapped ``model`` holds its full value
     (collective: each unit is allgathered). With ``write_back``, changes
     made inside are kept (each rank takes its own elements)."""
+    from kolo.torch.zero.overlap import live
+    for opt in list(live):
+        opt.wait_params()  # stages 1 and 2 with overlap_params
     state = getattr(model, "_kolo_zero", None)
     if state is None:
         yield model
