@@ -357,7 +357,14 @@ class _ZeroMixin:
         return hook
 
     def _flat_grad(self, b):
-        """The bucket's gradients, flattened and padded (zeros where none)."""
+        """The bucket's gradients, flattened and padded (zeros where none).
+        Stage 3: the unit's gradient vector itself when backward wrote
+        every gradient into it (Unit.prepare_grads)."""
+        unit = getattr(b, "unit", None)
+        if unit is not None:
+            flat = unit.take_grad_flat()
+            if flat is not None:
+                return flat
         parts = []
         for p, n in zip(b.params, b.numels):
             g = p.grad
