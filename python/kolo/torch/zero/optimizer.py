@@ -6,10 +6,11 @@ wrapped optimizer's state for those elements only: the wrapped optimizer's
 param groups hold *pieces*, 1-d views of the owned elements, with the
 groups' own hyperparameters, so LR schedulers keep working.
 
-- Stage 1: backward fills ``p.grad`` as usual. A hook on each parameter's
-  gradient accumulator counts the bucket's parameters; when backward has
-  produced the last of them, the bucket's gradients are flattened and its
-  reduce-scatter (comm.py) starts while backward goes on. ``synchronize()``
+- Stage 1: backward fills ``p.grad``, which are views of one padded flat
+  vector per bucket (from the first step on: _grad_views). A hook on each
+  parameter's gradient accumulator counts the bucket's parameters; when
+  backward has produced the last of them, the bucket's reduce-scatter
+  (comm.py) of that vector starts while backward goes on. ``synchronize()``
   (called by ``step()``) writes each averaged block into the owned slice of
   ``p.grad`` (so no memory beyond the full gradients); the step updates the
   pieces and each bucket's updated elements are allgathered into every
@@ -117,6 +118,30 @@ def _flatten(b):
             flat[off:off + n].copy_(p.data.reshape(-1))
             p.data = flat[off:off + n].view(p.shape)
     b.flat = flat
+
+
+def _grad_views(b):
+    """Stage 1: the bucket's gradients as views of one padded flat vector
+    ``b.grad_flat`` (zeros where none), which is reduce-scattered as it is.
+    Gradients that are not views of it yet (the first backward, or after
+    ``zero_grad(set_to_none=True)``) are copied in once and replaced by the
+    views; autograd then accumulates into the views in place."""
+    flat = getattr(b, "grad_flat", None)
+    if flat is None or flat.numel() != b.padded:
+        flat = b.grad_flat = torch.zeros(b.padded, dtype=b.dtype, device=b.flat.device)
+    base, size = flat.data_ptr(), flat.element_size()
+    for p, off, n in zip(b.params, b.offsets, b.numels):
+        g = p.grad
+        if g is not None and not g.is_sparse and g.data_ptr() == base + off * size \
+                and g.is_contiguous():
+            continue
+        view = flat[off:off + n]
+        if g is None:
+            view.zero_()
+        else:
+            view.copy_((g.to_dense() if g.is_sparse else g).reshape(-1))
+        p.grad = view.view(p.shape)
+    return flat
 
 
 class _ZeroMixin:
@@ -365,6 +390,8 @@ class _ZeroMixin:
             flat = unit.take_grad_flat()
             if flat is not None:
                 return flat
+        if self.stage == 1:
+            return _grad_views(b)
         parts = []
         for p, n in zip(b.params, b.numels):
             g = p.grad
