@@ -25,7 +25,8 @@ What is measured on each rank, after two training steps:
 - peak RSS over the start-up RSS (before the warm-up), which adds that
   fixed process baseline (about 14 MB here) to the figure above;
 - "not tensors": at the end, the RSS growth over the warmed baseline that
-  is neither a live tensor nor an idle block of kolo's output cache (what
+  is neither a live tensor made since then nor an idle block of kolo's
+  output cache (what
   the warm-up did not page in: near 0 when the baseline is right).
 Formulas (bytes): plain 16Ψ; stage 1: 4Ψ + 4Ψ + 8Ψ/N; stage 2: 4Ψ + 12Ψ/N;
 stage 3: 16Ψ/N plus the gathered units (the largest and the prefetched next).
@@ -79,13 +80,16 @@ def build(torch, hvd, zero, stage, bucket_mb, layers):
 
 def warm_up(torch, hvd, zero, stage, bucket_mb):
     """Two steps of a 2-layer model through the same code paths; returns
-    the warmed baseline RSS (module docstring)."""
+    the warmed baseline RSS, the live tensor bytes then, and whether the
+    warm-up model was freed (module docstring)."""
+    import weakref
     from kolo.torch import output_cache
     model, opt = build(torch, hvd, zero, stage, bucket_mb, 2)
     for _ in range(2):
         opt.zero_grad()
         model(torch.randn(BATCH, WIDTH)).pow(2).mean().backward()
         opt.step()
+    gone = weakref.ref(model)
     del model, opt
     gc.collect()
     cache = output_cache.cache()
@@ -93,8 +97,9 @@ def warm_up(torch, hvd, zero, stage, bucket_mb):
         cache._idle.clear()
         cache._idle_bytes = 0
     gc.collect()
+    live = live_tensor_bytes(torch)
     reset_peak()
-    return rss_bytes()
+    return rss_bytes(), live, gone() is None
 
 
 def storage_bytes(tensors):
@@ -171,7 +176,7 @@ def measure(stage, bucket_mb, probe=False):
     hvd.init()
     torch.set_num_threads(1)
     startup = rss_bytes()
-    base = warm_up(torch, hvd, zero, stage, bucket_mb)
+    base, live_base, freed = warm_up(torch, hvd, zero, stage, bucket_mb)
     probe = Probe(torch, base) if probe else None
     model, opt = build(torch, hvd, zero, stage, bucket_mb, LAYERS)
     psi = sum(p.numel() for p in model.parameters())
@@ -212,7 +217,7 @@ def measure(stage, bucket_mb, probe=False):
     from kolo.torch import output_cache
     gc.collect()
     idle = output_cache.cache().idle_bytes()
-    other = rss_bytes() - base - live_tensor_bytes(torch) - idle
+    other = rss_bytes() - base - (live_tensor_bytes(torch) - live_base) - idle
     n = hvd.size()
     formula = {0: 16 * psi, 1: 8 * psi + 8 * psi / n, 2: 4 * psi + 12 * psi / n,
                3: 16 * psi / n}[stage]
@@ -221,7 +226,8 @@ def measure(stage, bucket_mb, probe=False):
            "formula_mb": formula / 2 ** 20, "window_mb": window / 2 ** 20,
            "state_mb": state / 2 ** 20, "peak_rss_mb": (peak_bytes() - base) / 2 ** 20,
            "peak_over_startup_mb": (peak_bytes() - startup) / 2 ** 20,
-           "other_mb": other / 2 ** 20, "idle_cache_mb": idle / 2 ** 20}
+           "other_mb": other / 2 ** 20, "idle_cache_mb": idle / 2 ** 20,
+           "warmup_freed": freed, "warmup_live_mb": live_base / 2 ** 20}
     print("ZERO_MEMORY " + json.dumps(out), flush=True)
 
 
@@ -230,7 +236,7 @@ def driver(args):
     kolorun = os.path.join(args.build, "bin", "kolorun")
     rows = []
     for n in (2, 4):
-        for stage in (0, 1, 2, 3):
+        for stage in [int(s) for s in args.stages.split(",")]:
             cmd = [kolorun, "-np", str(n), sys.executable, os.path.join(here, "zero_memory.py"),
                    "--stage", str(stage), "--bucket-mb", str(args.bucket_mb)]
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
@@ -259,6 +265,7 @@ def main():
     ap.add_argument("--stage", type=int, default=1)
     ap.add_argument("--bucket-mb", type=float, default=25)
     ap.add_argument("--driver", action="store_true")
+    ap.add_argument("--stages", default="0,1,2,3", help="--driver: the stages to run")
     ap.add_argument("--build", default="build")
     ap.add_argument("--probe", action="store_true",
                     help="print what is alive at the largest RSS samples of the second "

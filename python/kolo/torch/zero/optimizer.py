@@ -43,6 +43,7 @@ joins their re-shard (kolo.torch.elastic.TorchState's first sync).
 import collections
 import contextlib
 import math
+import weakref
 
 import torch
 
@@ -286,6 +287,7 @@ class _ZeroMixin:
             unit.bucket.index = i
             unit.name = "zero%d.unit.%d" % (self._id, i)
             unit.bucket.params_grad = [q for q in unit.bucket.params if q.requires_grad]
+            unit.before_grads = weakref.WeakMethod(self._make_room)
             buckets.append(unit.bucket)
         return buckets
 
@@ -421,6 +423,13 @@ class _ZeroMixin:
         self._handles[b.index] = comm.start_reduce_scatter(
             flat, "zero%d.grad.%d" % (self._id, b.index), self._size,
             self.process_set, self._compression)
+
+    def _make_room(self):
+        """Stage 3, before a unit's gradient vector is allocated: at most
+        _WINDOW - 1 reduce-scatters stay in flight, so with the new vector
+        no more than _WINDOW gradient vectors are alive."""
+        while len(self._handles) >= _WINDOW:
+            self._finish_oldest()
 
     def _finish_oldest(self):
         index = next(iter(self._handles))

@@ -71,6 +71,10 @@ class Unit:
                 p._kolo_zero_unit = self
         self.shard_buf = self.flat[b.begin:b.begin + b.shard].clone()
         self.grad_flat = None
+        # Set by the stage-3 optimizer: makes room for one more gradient
+        # vector (finishes the oldest reduce-scatter when two are in flight);
+        # a weakref.WeakMethod, so the unit does not keep the optimizer alive.
+        self.before_grads = None
         self.gathered = True
         self.pending = None
         self.pinned = False
@@ -128,6 +132,9 @@ class Unit:
         trainable = [(p, off) for p, off in zip(b.params, b.offsets) if p.requires_grad]
         if any(p.grad is not None for p, _ in trainable):
             return
+        make_room = self.before_grads() if self.before_grads is not None else None
+        if make_room is not None:
+            make_room()
         self.grad_flat = torch.zeros(b.padded, dtype=b.dtype, device=self.flat.device)
         for p, off in trainable:
             p.grad = self.grad_flat[off:off + p.numel()].view(self.shapes[p])
