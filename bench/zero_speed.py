@@ -3,9 +3,17 @@ against kolo.torch.DistributedOptimizer and PyTorch's
 ZeroRedundancyOptimizer (torch.distributed over gloo, gradients averaged
 by DistributedDataParallel), in one job, interleaved: each round runs every
 variant for --steps steps, the order rotating from round to round, so load
-from elsewhere on the machine hits all alike. Reports the median over
-rounds of samples/s per variant, the ratios, and the bytes each rank sends
-per step for kolo's variants (counted per operation: a ring allreduce sends
+from elsewhere on the machine hits all alike. Variants: ``kolo`` (plain),
+``zero1``/``zero2``/``zero3`` (stages, defaults), ``zero1o``/``zero2o``
+(stages 1 and 2 with ``overlap_params=True``), ``torch_zero``.
+
+Reports per variant the median over rounds of samples/s with its
+quartiles, and the ratios to kolo's plain optimizer and to torch's ZeRO as
+the median of the per-round ratios (each round's variants ran within
+seconds of each other, so a ratio per round cancels most of the load that
+moves the absolute rates) with their quartiles; the load average
+(/proc/loadavg) at start and end; and the bytes each rank sends per step
+for kolo's variants (counted per operation: a ring allreduce sends
 2(n-1)/n of the vector, a reduce-scatter and an allgather (n-1)/n each).
 
   build/bin/kolorun -np 2 /usr/bin/python3 bench/zero_speed.py
@@ -46,12 +54,13 @@ def build(kind, args):
         opt = hvd.DistributedOptimizer(adam(model.parameters()),
                                        named_parameters=model.named_parameters())
     elif kind.startswith("zero"):
-        stage = int(kind[-1])
+        stage = int(kind[4])
         if stage == 3:
             zero.wrap(model)
         opt = zero.DistributedOptimizer(adam(model.parameters()),
                                         named_parameters=model.named_parameters(),
-                                        stage=stage, bucket_mb=args.bucket_mb)
+                                        stage=stage, bucket_mb=args.bucket_mb,
+                                        overlap_params=kind.endswith("o"))
     elif kind == "torch_zero":
         from torch.distributed.optim import ZeroRedundancyOptimizer
         model = nn.parallel.DistributedDataParallel(model)
@@ -79,9 +88,10 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--bucket-mb", type=float, default=25)
-    ap.add_argument("--variants", default="kolo,zero1,zero2,zero3,torch_zero")
+    ap.add_argument("--variants", default="kolo,zero1,zero2,zero1o,zero2o,zero3,torch_zero")
     args = ap.parse_args()
     hvd.init()
+    load_start = open("/proc/loadavg").read().split()[:3]
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     variants = args.variants.split(",")
     if "torch_zero" in variants:
@@ -92,8 +102,9 @@ def main():
     psi = sum(p.numel() for p in make_model(args.width, args.layers).parameters())
     rates = {k: [] for k in variants}
     sent = {}
-    for k in variants:  # warm-up, and the bytes of one step
-        before = comm.sent_bytes[0]
+    for k in variants:  # warm-up, then the bytes of one step in steady state
+        run_steps(*built[k], 1, args)  # (overlap_params: the second step's
+        before = comm.sent_bytes[0]    # forward starts the first's gathers)
         run_steps(*built[k], 1, args)
         sent[k] = comm.sent_bytes[0] - before
     for r in range(args.rounds):
@@ -105,26 +116,52 @@ def main():
             hvd.barrier()
             rates[k].append(args.steps * args.batch * hvd.size() / (time.perf_counter() - t0))
     if hvd.rank() == 0:
-        n = hvd.size()
-        med = {k: statistics.median(v) for k, v in rates.items()}
-        allreduce = 2 * (n - 1) / n * 4 * psi
-        theory = {"kolo": allreduce, "zero1": allreduce, "zero2": allreduce,
-                  "zero3": 1.5 * allreduce}
-        out = {"ranks": n, "psi": psi, "batch": args.batch, "samples_per_s": med,
-               "spread": {k: [min(v), max(v)] for k, v in rates.items()},
-               "sent_mb_per_step": {k: sent[k] / 2 ** 20 for k in sent if k != "kolo"
-                                    and k != "torch_zero"},
-               "theory_mb_per_step": {k: v / 2 ** 20 for k, v in theory.items()}}
-        print("ZERO_SPEED " + json.dumps(out), flush=True)
-        for k in variants:
-            line = "N=%d %-10s %8.1f samples/s  x%.3f of kolo" % (n, k, med[k],
-                                                                  med[k] / med["kolo"])
-            if "torch_zero" in med:
-                line += "  x%.3f of torch_zero" % (med[k] / med["torch_zero"])
-            if k in sent and k.startswith("zero"):
-                line += "  sent %.1f MB/step (theory %.1f)" % (sent[k] / 2 ** 20,
-                                                               theory[k] / 2 ** 20)
-            print(line, flush=True)
+        report(args, variants, rates, sent, psi, load_start)
+
+
+def quartiles(v):
+    """(first quartile, median, third quartile) of the values."""
+    if len(v) < 2:
+        return v[0], v[0], v[0]
+    q = statistics.quantiles(v, n=4, method="inclusive")
+    return q[0], q[1], q[2]
+
+
+def report(args, variants, rates, sent, psi, load_start):
+    n = hvd.size()
+    load_end = open("/proc/loadavg").read().split()[:3]
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    ratio = {}
+    for base in ("kolo", "torch_zero"):
+        if base in rates:
+            ratio[base] = {k: quartiles([a / b for a, b in zip(rates[k], rates[base])])
+                           for k in variants}
+    allreduce = 2 * (n - 1) / n * 4 * psi
+    theory = {"kolo": allreduce, "zero1": allreduce, "zero2": allreduce,
+              "zero1o": allreduce, "zero2o": allreduce, "zero3": 1.5 * allreduce}
+    out = {"ranks": n, "psi": psi, "batch": args.batch, "rounds": args.rounds,
+           "steps": args.steps, "bucket_mb": args.bucket_mb,
+           "load_start": load_start, "load_end": load_end,
+           "samples_per_s": med,
+           "quartiles": {k: quartiles(v) for k, v in rates.items()},
+           "spread": {k: [min(v), max(v)] for k, v in rates.items()},
+           "ratio_quartiles": ratio,
+           "sent_mb_per_step": {k: sent[k] / 2 ** 20 for k in sent if k.startswith("zero")},
+           "theory_mb_per_step": {k: v / 2 ** 20 for k, v in theory.items()}}
+    print("ZERO_SPEED " + json.dumps(out), flush=True)
+    print("N=%d load average %s at start, %s at end; %d rounds x %d steps" %
+          (n, " ".join(load_start), " ".join(load_end), args.rounds, args.steps), flush=True)
+    for k in variants:
+        q = out["quartiles"][k]
+        line = "N=%d %-10s %7.1f samples/s (quartiles %.1f-%.1f)" % (n, k, med[k], q[0], q[2])
+        for base in ("kolo", "torch_zero"):
+            if base in ratio:
+                r = ratio[base][k]
+                line += "  x%.3f of %s (%.3f-%.3f)" % (r[1], base, r[0], r[2])
+        if k in sent and k.startswith("zero"):
+            line += "  sent %.1f MB/step (theory %.1f)" % (sent[k] / 2 ** 20,
+                                                           theory[k] / 2 ** 20)
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -95,15 +95,19 @@ def reference(kind, steps=STEPS, passes=1, clip=None):
     return losses, params, state
 
 
-def sharded(kind, stage, steps=STEPS, passes=1, clip=None, bucket_mb=TINY_MB):
+def sharded(kind, stage, steps=STEPS, passes=1, clip=None, bucket_mb=TINY_MB,
+            overlap=False, after=None):
     model = make_net()
     if stage == 3:
         zero.wrap(model)
     opt = zero.DistributedOptimizer(OPTIMIZERS[kind](model.parameters()),
                                     named_parameters=model.named_parameters(),
                                     stage=stage, bucket_mb=bucket_mb,
-                                    backward_passes_per_step=passes)
+                                    backward_passes_per_step=passes,
+                                    overlap_params=overlap)
     losses = train(model, opt, steps, passes, clip)
+    if after is not None:
+        after(model, opt)
     with zero.full_parameters(model):
         params = {n: p.detach().clone() for n, p in model.named_parameters()}
     return losses, params, opt.gathered_state(), model, opt
@@ -136,6 +140,33 @@ def test_exact(kind, stage):
     assert sorted(state) == sorted(r_state)
     for name, entry in r_state.items():
         assert sorted(state[name]) == sorted(entry), name
+        for key, value in entry.items():
+            assert_bits(torch.as_tensor(state[name][key]), torch.as_tensor(value),
+                        "state %s of %s" % (key, name))
+
+
+@pytest.mark.parametrize("stage", [1, 2])
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_overlap_params(kind, stage):
+    """overlap_params: step() leaves the parameters' allgathers to the next
+    forward's module hooks (the unused module's bucket to the model's own
+    hook); the training is still bit for bit the reference's, and
+    model.state_dict() straight after step() holds the updated values."""
+    r_losses, r_params, r_state = ref(kind)
+    seen = {}
+
+    def after(model, opt):
+        seen["enabled"] = opt._gathers.enabled
+        seen["pending"] = len(opt._gathers.running) + len(opt._gathers.queued)
+        seen["state_dict"] = {k: v.clone() for k, v in model.state_dict().items()}
+
+    losses, params, state, _, _ = sharded(kind, stage, overlap=True, after=after)
+    assert seen["enabled"] and seen["pending"] > 0, seen
+    assert losses == r_losses
+    for name, value in r_params.items():
+        assert_bits(seen["state_dict"][name], value, "state_dict() entry %s" % name)
+        assert_bits(params[name], value, "parameter %s" % name)
+    for name, entry in r_state.items():
         for key, value in entry.items():
             assert_bits(torch.as_tensor(state[name][key]), torch.as_tensor(value),
                         "state %s of %s" % (key, name))

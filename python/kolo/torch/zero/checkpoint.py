@@ -68,6 +68,7 @@ def _extras(model, opt):
 def save(path, model, opt):
     """Writes the checkpoint of ``model`` and its zero ``opt`` into the
     directory ``path``. Collective (every rank of the optimizer's set)."""
+    opt.wait_params()
     ps = opt.process_set
     size, rank = ps.size(), ps.rank()
     records = []
@@ -168,6 +169,7 @@ def _compare(index, opt, path):
 def load(path, model, opt):
     """Restores ``model`` and its zero ``opt`` from the directory ``path``,
     re-sharding when the world size differs. Collective."""
+    opt.wait_params()
     ps = opt.process_set
     index, error = None, None
     try:

@@ -109,6 +109,7 @@ class Snapshot:
             self.__dict__.update(pending.__dict__)
 
     def _pack(self, opt):
+        opt.wait_params()
         ps = opt.process_set
         mine_keys, mine_names = {}, {}
         for b, pc, t in opt._pieces:
@@ -189,6 +190,8 @@ class Snapshot:
     def restore(self, opt):
         """The committed own block back into the pieces (the world of the
         commit; local)."""
+        if opt._gathers is not None:
+            opt._gathers.drop()  # the commit's parameters replace what was in flight
         opt.state.clear()
         for b in opt._buckets:
             self._fill_bucket(opt, b, lambda key: self._block(self.own, b.index, key),

@@ -6,10 +6,11 @@ wrapped optimizer's state for those elements only: the wrapped optimizer's
 param groups hold *pieces*, 1-d views of the owned elements, with the
 groups' own hyperparameters, so LR schedulers keep working.
 
-- Stage 1: backward fills ``p.grad`` as usual. A hook on each parameter's
-  gradient accumulator counts the bucket's parameters; when backward has
-  produced the last of them, the bucket's gradients are flattened and its
-  reduce-scatter (comm.py) starts while backward goes on. ``synchronize()``
+- Stage 1: backward fills ``p.grad``, which are views of one padded flat
+  vector per bucket (from the first step on: _grad_views). A hook on each
+  parameter's gradient accumulator counts the bucket's parameters; when
+  backward has produced the last of them, the bucket's reduce-scatter
+  (comm.py) of that vector starts while backward goes on. ``synchronize()``
   (called by ``step()``) writes each averaged block into the owned slice of
   ``p.grad`` (so no memory beyond the full gradients); the step updates the
   pieces and each bucket's updated elements are allgathered into every
@@ -42,6 +43,7 @@ joins their re-shard (kolo.torch.elastic.TorchState's first sync).
 import collections
 import contextlib
 import math
+import weakref
 
 import torch
 
@@ -104,13 +106,52 @@ def _named(param_groups, named_parameters):
     return names, trainable
 
 
+def _flatten(b):
+    """Stages 1 and 2: bucket ``b``'s parameters become views of one padded
+    flat vector ``b.flat`` (their values copied in, the padding zero), so
+    this rank's block is a slice of it and the allgather after the step
+    writes into it directly. Called again when elastic training changes
+    the world (the padding depends on the size)."""
+    p0 = b.params[0]
+    flat = torch.zeros(b.padded, dtype=b.dtype, device=p0.device)
+    with torch.no_grad():
+        for p, off, n in zip(b.params, b.offsets, b.numels):
+            flat[off:off + n].copy_(p.data.reshape(-1))
+            p.data = flat[off:off + n].view(p.shape)
+    b.flat = flat
+
+
+def _grad_views(b):
+    """Stage 1: the bucket's gradients as views of one padded flat vector
+    ``b.grad_flat`` (zeros where none), which is reduce-scattered as it is.
+    Gradients that are not views of it yet (the first backward, or after
+    ``zero_grad(set_to_none=True)``) are copied in once and replaced by the
+    views; autograd then accumulates into the views in place."""
+    flat = getattr(b, "grad_flat", None)
+    if flat is None or flat.numel() != b.padded:
+        flat = b.grad_flat = torch.zeros(b.padded, dtype=b.dtype, device=b.flat.device)
+    base, size = flat.data_ptr(), flat.element_size()
+    for p, off, n in zip(b.params, b.offsets, b.numels):
+        g = p.grad
+        if g is not None and not g.is_sparse and g.data_ptr() == base + off * size \
+                and g.is_contiguous():
+            continue
+        view = flat[off:off + n]
+        if g is None:
+            view.zero_()
+        else:
+            view.copy_((g.to_dense() if g.is_sparse else g).reshape(-1))
+        p.grad = view.view(p.shape)
+    return flat
+
+
 class _ZeroMixin:
     """Methods put in front of the wrapped optimizer's class."""
 
     # --- construction -------------------------------------------------------
 
     def _zero_setup(self, named_parameters, stage, bucket_mb, process_set,
-                    compression, backward_passes_per_step):
+                    compression, backward_passes_per_step, overlap_params=False):
         if stage not in (1, 2, 3):
             raise errors.invalid_argument("%s: stage must be 1, 2 or 3, got %r" % (_WHAT, stage))
         if not bucket_mb > 0:
@@ -148,6 +189,12 @@ class _ZeroMixin:
         else:
             self._buckets = split_buckets([(n, p) for n, p, _ in trainable],
                                           int(bucket_mb * 2 ** 20), self._size, self._rank)
+            for b in self._buckets:
+                _flatten(b)
+        self._gathers = None
+        if overlap_params and stage < 3:
+            from kolo.torch.zero.overlap import ParamGathers
+            self._gathers = ParamGathers(self, _WINDOW)
         self._install_pieces(trainable)
         # Bucket index -> handle of its reduce-scatter, in launch order; the
         # buckets finished this step.
@@ -240,6 +287,7 @@ class _ZeroMixin:
             unit.bucket.index = i
             unit.name = "zero%d.unit.%d" % (self._id, i)
             unit.bucket.params_grad = [q for q in unit.bucket.params if q.requires_grad]
+            unit.before_grads = weakref.WeakMethod(self._make_room)
             buckets.append(unit.bucket)
         return buckets
 
@@ -279,6 +327,9 @@ class _ZeroMixin:
                 unit.place(self._size, self._rank)
             else:
                 b.place(self._size, self._rank)
+                _flatten(b)
+        if self._gathers is not None:
+            self._gathers.relayout(self)
         self._install_pieces([(None, p, gi) for p, gi in self._group_of.items()])
         self._handles = collections.OrderedDict()
         self._done = set()
@@ -313,6 +364,8 @@ class _ZeroMixin:
 
     def _make_hook(self, p, b):
         def hook(*_):
+            if self._gathers is not None and not self._gathers.learned:
+                self._gathers.end_learning()
             if self._delay[p] <= 0:
                 raise AssertionError(
                     "Gradients were computed more than backward_passes_per_step (%d) "
@@ -331,7 +384,16 @@ class _ZeroMixin:
         return hook
 
     def _flat_grad(self, b):
-        """The bucket's gradients, flattened and padded (zeros where none)."""
+        """The bucket's gradients, flattened and padded (zeros where none).
+        Stage 3: the unit's gradient vector itself when backward wrote
+        every gradient into it (Unit.prepare_grads)."""
+        unit = getattr(b, "unit", None)
+        if unit is not None:
+            flat = unit.take_grad_flat()
+            if flat is not None:
+                return flat
+        if self.stage == 1:
+            return _grad_views(b)
         parts = []
         for p, n in zip(b.params, b.numels):
             g = p.grad
@@ -361,6 +423,13 @@ class _ZeroMixin:
         self._handles[b.index] = comm.start_reduce_scatter(
             flat, "zero%d.grad.%d" % (self._id, b.index), self._size,
             self.process_set, self._compression)
+
+    def _make_room(self):
+        """Stage 3, before a unit's gradient vector is allocated: at most
+        _WINDOW - 1 reduce-scatters stay in flight, so with the new vector
+        no more than _WINDOW gradient vectors are alive."""
+        while len(self._handles) >= _WINDOW:
+            self._finish_oldest()
 
     def _finish_oldest(self):
         index = next(iter(self._handles))
@@ -393,6 +462,7 @@ class _ZeroMixin:
         """Finishes this step's gradient reduction (starting the buckets whose
         hooks did not run); the pieces' ``grad`` then hold the averaged
         gradient of the owned elements."""
+        self.wait_params()
         first_error = None
         for b in self._buckets:
             if b.index in self._handles or b.index in self._done:
@@ -454,34 +524,43 @@ class _ZeroMixin:
     def step(self, closure=None):
         if not self._synchronized:
             self.synchronize()
+        self.wait_params()
         self._synchronized = False
         result = super().step(closure)
         for _, _, t in self._pieces:
             t.grad = None
         if self.stage < 3:
-            self._allgather_params()
+            if self._gathers is not None and self._gathers.enabled:
+                # Finished by the next forward's hooks (overlap.py).
+                self._gathers.start(list(reversed(self._buckets)))
+            else:
+                self._allgather_params()
         return result
 
+    def wait_params(self):
+        """With ``overlap_params``: waits until the allgathers started by
+        the last ``step()`` have written every parameter (needed before
+        reading or changing parameters outside the model's forward);
+        otherwise nothing to do."""
+        if self._gathers is not None:
+            if not self._gathers.learned:
+                self._gathers.end_learning()
+            self._gathers.wait_all()
+
     def _allgather_params(self):
-        """Every rank's updated elements into every rank's parameters."""
+        """Every rank's updated elements into every rank's parameters: each
+        bucket's block of its flat vector (the parameters' storage,
+        _flatten) is allgathered straight into that vector, so nothing is
+        concatenated or copied out here."""
         pending = []
         for b in self._buckets:
-            parts = [pc.param.data.view(-1)[pc.begin:pc.end] for pc in b.pieces]
-            if b.owned < b.shard:
-                parts.append(torch.zeros(b.shard - b.owned, dtype=b.dtype))
-            shard = torch.cat(parts) if parts else torch.zeros(0, dtype=b.dtype)
-            pending.append((b, comm.start_allgather(
-                shard, "zero%d.params.%d" % (self._id, b.index), self.process_set)))
+            block = b.flat[b.rank * b.shard:(b.rank + 1) * b.shard]
+            pending.append(comm.start_allgather_into(
+                block, b.flat, "zero%d.params.%d" % (self._id, b.index), self.process_set))
             if len(pending) >= _WINDOW:
-                self._scatter_params(*pending.pop(0))
-        for item in pending:
-            self._scatter_params(*item)
-
-    @staticmethod
-    def _scatter_params(b, handle):
-        flat = handle.wait()
-        for p, off, n in zip(b.params, b.offsets, b.numels):
-            p.data.view(-1).copy_(flat[off:off + n])
+                pending.pop(0).wait()
+        for handle in pending:
+            handle.wait()
 
     def zero_grad(self, set_to_none=False):
         if self._handles:
@@ -515,16 +594,23 @@ class _ZeroMixin:
         """The wrapped optimizer's per-parameter state as it would be on whole
         parameters: {name: {key: tensor of the parameter's shape, or the
         scalar}}. Collective; every rank gets all of it."""
+        self.wait_params()
         from kolo.torch.zero import state as zstate
         return zstate.gather_state(self)
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, stage=1, bucket_mb=25,
                          process_set=None, compression=Compression.none,
-                         backward_passes_per_step=1):
+                         backward_passes_per_step=1, overlap_params=False):
     """Wraps ``optimizer`` for sharded data parallelism (module docstring).
     The result is an instance of a subclass of the optimizer's class whose
-    param groups hold this rank's pieces. Collective."""
+    param groups hold this rank's pieces. Collective.
+
+    ``overlap_params`` (stages 1 and 2; stage 3 always overlaps): step()
+    starts the parameters' allgather and returns; the next forward's
+    module hooks wait for each bucket just before its parameters are used
+    (overlap.py). Reading or changing parameters in place outside the
+    model's forward after step() then needs ``wait_params()`` first."""
     if process_set is None:
         process_set = global_process_set
     if not process_set.included():
@@ -535,5 +621,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, stage=1, bucket_mb=25
     dist = cls.__new__(cls)
     dist.__dict__.update(optimizer.__dict__)
     dist._zero_setup(named_parameters, stage, bucket_mb, process_set, compression,
-                     backward_passes_per_step)
+                     backward_passes_per_step, overlap_params)
     return dist

@@ -14,8 +14,9 @@ The hooks:
   in flight), then start the allgather of the next unit in forward order
   (the order of the previous forward), overlapped with this one's compute;
 - forward hook: register a hook on the outputs' gradients, then release;
-- output-gradient hook (runs just before the unit's backward): gather the
-  unit again, prefetch the previous unit in forward order, and queue one
+- output-gradient hook (runs just before the unit's backward): make the
+  parameters' gradients views of one zeroed flat vector that the optimizer
+  reduce-scatters as it is (Unit.prepare_grads), gather the unit again, prefetch the previous unit in forward order, and queue one
   callback for the end of backward that releases whatever is still
   gathered;
 - the optimizer (stage 3) releases a unit once backward has produced the
@@ -69,6 +70,11 @@ class Unit:
                 p.data = self.flat[off:off + n].view(self.shapes[p])
                 p._kolo_zero_unit = self
         self.shard_buf = self.flat[b.begin:b.begin + b.shard].clone()
+        self.grad_flat = None
+        # Set by the stage-3 optimizer: makes room for one more gradient
+        # vector (finishes the oldest reduce-scatter when two are in flight);
+        # a weakref.WeakMethod, so the unit does not keep the optimizer alive.
+        self.before_grads = None
         self.gathered = True
         self.pending = None
         self.pinned = False
@@ -85,6 +91,7 @@ class Unit:
         resize_storage(self.flat, b.padded)
         self.flat = self.flat.as_strided((b.padded,), (1,), 0)
         self.shard_buf = torch.zeros(b.shard, dtype=b.dtype)
+        self.grad_flat = None
         self.gathered = True
         self.release()
 
@@ -114,6 +121,37 @@ class Unit:
             self.pending = None
         resize_storage(self.flat, 0)
         self.gathered = False
+
+    def prepare_grads(self):
+        """Before the unit's backward: if none of its parameters has a
+        gradient yet, their ``grad`` become views of one zeroed padded flat
+        vector ``grad_flat``, which autograd accumulates into in place, so
+        the optimizer reduce-scatters it without flattening a copy (one
+        buffer of the unit's size fewer alive in backward)."""
+        b = self.bucket
+        trainable = [(p, off) for p, off in zip(b.params, b.offsets) if p.requires_grad]
+        if any(p.grad is not None for p, _ in trainable):
+            return
+        make_room = self.before_grads() if self.before_grads is not None else None
+        if make_room is not None:
+            make_room()
+        self.grad_flat = torch.zeros(b.padded, dtype=b.dtype, device=self.flat.device)
+        for p, off in trainable:
+            p.grad = self.grad_flat[off:off + p.numel()].view(self.shapes[p])
+
+    def take_grad_flat(self):
+        """``grad_flat`` if every trainable parameter's gradient is still
+        its view (the optimizer then owns it), else None."""
+        flat, self.grad_flat = self.grad_flat, None
+        if flat is None:
+            return None
+        b = self.bucket
+        base, size = flat.data_ptr(), flat.element_size()
+        for p, off in zip(b.params, b.offsets):
+            if p.requires_grad and (p.grad is None or p.grad.data_ptr() != base + off * size
+                                    or p.grad.is_sparse):
+                return None
+        return flat
 
     def write_back(self):
         """The gathered parameters' owned elements into the shard."""
@@ -163,6 +201,7 @@ class _Sharded:
         if not self.callback_queued:
             torch.autograd.Variable._execution_engine.queue_callback(self.end_backward)
             self.callback_queued = True
+        unit.prepare_grads()
         unit.gather()
         prev = self._neighbour(unit, -1)
         if prev is not None:
@@ -233,6 +272,9 @@ def full_parameters(model, write_back=False):
     """Inside, every parameter of the wrapped ``model`` holds its full value
     (collective: each unit is allgathered). With ``write_back``, changes
     made inside are kept (each rank takes its own elements)."""
+    from kolo.torch.zero.overlap import live
+    for opt in list(live):
+        opt.wait_params()  # stages 1 and 2 with overlap_params
     state = getattr(model, "_kolo_zero", None)
     if state is None:
         yield model
