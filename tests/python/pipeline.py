@@ -18,7 +18,8 @@ import tempfile
 import torch
 
 import kolo.torch as kolo
-from kolo.torch.pipeline import Mesh, Pipeline
+from kolo.torch.pipeline import Mesh, Pipeline, bubble_fraction
+from kolo.torch.pipeline.schedules import SCHEDULES, replay
 
 kolo.init()
 me, n = kolo.rank(), kolo.size()
@@ -198,6 +199,10 @@ assert [name for name, m, _, _ in spans if m == -1] == ["SEND_WAIT"], spans
 assert [(k, m) for k, m, _, _ in pipe.events] == [
     ({"FORWARD": "forward", "BACKWARD": "backward", "SEND": "send", "RECV": "recv",
       "SEND_WAIT": "send_wait"}[name], m) for name, m, _, _ in spans]
+# Each event's CPU time: one per event, never more than its wall time.
+assert len(pipe.trace.cpu) == len(pipe.events) and all(
+    0 <= c <= (e - s) + 0.002 for c, (_, _, s, e) in zip(pipe.trace.cpu, pipe.events)), \
+    list(zip(pipe.trace.cpu, pipe.events))
 
 # Activation memory, measured in bytes: a micro-batch's activations are the
 # same on every micro-batch, GPipe holds all M of them at once, 1F1B at
@@ -219,5 +224,18 @@ assert f1b <= n / M8 * gpipe + one, (me, f1b, gpipe, one)
 if me == 0:
     print("activation bytes, stage 0, P %d M %d: one micro-batch %d, GPipe %d, 1F1B %d"
           % (n, M8, one, gpipe, f1b), flush=True)
+# The schedules replayed on given costs (bench/pipeline_schedule.py's
+# "replay"): equal costs give the bubble, (P-1)/(M+P-1), on every stage;
+# a slower last stage idles the others by its extra time.
+for schedule in SCHEDULES:
+    for P, M in ((2, 1), (2, 8), (3, 5), (4, 8)):
+        step, idle = replay(schedule, [[1.0] * M] * P, [[2.0] * M] * P)
+        assert step == 3.0 * (M + P - 1), (schedule, P, M, step)
+        assert all(abs(i - bubble_fraction(P, M)) < 1e-12 for i in idle), idle
+    step, idle = replay(schedule, [[1.0, 1.0], [1.0, 1.0]], [[2.0, 2.0], [3.0, 3.0]])
+    assert step == 11.0 and abs(idle[0] - 5 / 11) < 1e-12 and \
+        abs(idle[1] - 3 / 11) < 1e-12, (schedule, step, idle)
+expect(ValueError, "2 lists of 3 costs", lambda: replay("gpipe", [[1] * 3] * 2,
+                                                         [[1] * 3, [1] * 2]))
 kolo.barrier()
 print("pipeline ok", flush=True)
