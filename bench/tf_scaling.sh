@@ -159,7 +159,8 @@ else
     echo "rounds: $ROUNDS; models: $MODELS; keras: $KERAS; cnn steps $CNN_STEPS (batch 64);" \
       "resnet50 steps $RESNET_STEPS (batch $RESNET_BATCH, ${RESNET_IMAGE}x$RESNET_IMAGE); allreduce iters $ITERS"
     echo "threads: 1 intra-op, TensorFlow's default inter-op pool, per process (every system)"
-    echo "KOLO_* in the environment: $(env | grep '^KOLO_' | sort | tr '\n' ' ')"
+    kolo_env="$(env | grep '^KOLO_' | sort | tr '\n' ' ' || true)"
+    echo "KOLO_* in the environment: ${kolo_env:-none, so kolo.tensorflow sets its runtime settings}"
     echo "command: bench/tf_scaling.sh --rounds $ROUNDS --models \"$MODELS\" --keras \"$KERAS\"" \
       "--cnn-steps $CNN_STEPS --resnet-steps $RESNET_STEPS --resnet-image $RESNET_IMAGE" \
       "--resnet-batch $RESNET_BATCH --iters $ITERS$([[ $ALLREDUCE == 1 ]] || echo ' --no-allreduce')"
