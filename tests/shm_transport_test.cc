@@ -610,9 +610,8 @@ TEST_F(ShmTransportTest, AGroupWithAnotherChunkSizeIsRefused) {
     return o;
   };
   // Local rank 0 makes the segment, then waits (in vain) for rank 1.
-  std::thread first([&] {
-    EXPECT_THROW(shm::ShmGroup::create(options(0, 4096), *store0), Error);
-  });
+  std::thread first(
+      [&] { EXPECT_THROW(shm::ShmGroup::create(options(0, 4096), *store0), Error); });
   try {
     shm::ShmGroup::create(options(1, 8192), *store1);
     ADD_FAILURE() << "local rank 1 attached with another staging slot size";
