@@ -20,7 +20,11 @@
 # --resnet-image x --resnet-image images (64 by default: 224 would take
 # minutes a step on 2 cores), batch --resnet-batch per rank, SGD. Each run:
 # one model.fit of 5 warm-up steps (3 for resnet50) and the timed steps; 1
-# intra-op and 1 inter-op TensorFlow thread per process.
+# intra-op TensorFlow thread per process and TensorFlow's default inter-op
+# pool, alike for every system. kolo's ranks run with kolo.tensorflow's
+# runtime settings (docs/tensorflow.md, "Runtime settings for TensorFlow
+# ranks") unless the environment sets them; meta.txt lists the KOLO_*
+# variables the run had.
 #
 # Keras: "2" is tf_keras (TF_USE_LEGACY_KERAS=1), where all three systems
 # run (MWMS's model.fit fails under Keras 3, keras-team/keras#20585); "3"
@@ -154,6 +158,9 @@ else
     echo "host: $(getconf _NPROCESSORS_ONLN) cores; uptime before: $(uptime)"
     echo "rounds: $ROUNDS; models: $MODELS; keras: $KERAS; cnn steps $CNN_STEPS (batch 64);" \
       "resnet50 steps $RESNET_STEPS (batch $RESNET_BATCH, ${RESNET_IMAGE}x$RESNET_IMAGE); allreduce iters $ITERS"
+    echo "threads: 1 intra-op, TensorFlow's default inter-op pool, per process (every system)"
+    kolo_env="$(env | grep '^KOLO_' | sort | tr '\n' ' ' || true)"
+    echo "KOLO_* in the environment: ${kolo_env:-none, so kolo.tensorflow sets its runtime settings}"
     echo "command: bench/tf_scaling.sh --rounds $ROUNDS --models \"$MODELS\" --keras \"$KERAS\"" \
       "--cnn-steps $CNN_STEPS --resnet-steps $RESNET_STEPS --resnet-image $RESNET_IMAGE" \
       "--resnet-batch $RESNET_BATCH --iters $ITERS$([[ $ALLREDUCE == 1 ]] || echo ' --no-allreduce')"

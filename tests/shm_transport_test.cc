@@ -592,6 +592,39 @@ TEST_F(ShmTransportTest, AGroupSegmentOthersMayWriteIsRefusedByName) {
   shm_unlink(segment.c_str());
 }
 
+// Local ranks whose staging slots differ (KOLO_SHM_CHUNK_BYTES set apart)
+// would index each other's areas wrongly: the one that attaches refuses,
+// naming both sizes and the setting.
+TEST_F(ShmTransportTest, AGroupWithAnotherChunkSizeIsRefused) {
+  server_ = TcpStoreServer::start("127.0.0.1", 0);
+  auto store0 = TcpStore::connect("127.0.0.1", server_->port(), 10s);
+  auto store1 = TcpStore::connect("127.0.0.1", server_->port(), 10s);
+  auto options = [&](int localRank, size_t slotBytes) {
+    shm::ShmGroup::Options o;
+    o.localRank = localRank;
+    o.localSize = 2;
+    o.globalRanks = {0, 1};
+    o.slotBytes = slotBytes;
+    o.timeout = 2s;
+    o.name = "chunks-" + job_;
+    return o;
+  };
+  // Local rank 0 makes the segment, then waits (in vain) for rank 1.
+  std::thread first(
+      [&] { EXPECT_THROW(shm::ShmGroup::create(options(0, 4096), *store0), Error); });
+  try {
+    shm::ShmGroup::create(options(1, 8192), *store1);
+    ADD_FAILURE() << "local rank 1 attached with another staging slot size";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kMismatch) << what;
+    EXPECT_NE(what.find("4096"), std::string::npos) << what;
+    EXPECT_NE(what.find("8192"), std::string::npos) << what;
+    EXPECT_NE(what.find("KOLO_SHM_CHUNK_BYTES"), std::string::npos) << what;
+  }
+  first.join();
+}
+
 class ShmTransportProcessTest : public ShmTransportTest {
  protected:
   void SetUp() override {

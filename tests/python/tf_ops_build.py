@@ -46,3 +46,17 @@ def test_a_build_without_tensorflow_says_so(tmp_path):
 def test_the_matching_build_loads(tmp_path):
     r = import_copy(tmp_path, lambda d: None)
     assert r.returncode == 0, r.stderr
+
+
+
+def test_import_sets_the_runtime_defaults_for_tensorflow_unless_set():
+    """kolo.tensorflow's runtime settings (runtime_defaults): set on import
+    when absent (this process imported it; its launcher set neither), a
+    value already in the environment kept."""
+    import kolo.tensorflow  # noqa: F401
+    from kolo.tensorflow import runtime_defaults
+    assert os.environ["KOLO_RUNTIME_SPIN_US"] == "0"
+    assert os.environ["KOLO_SHM_CHUNK_BYTES"] == str(1 << 20)
+    env = {"KOLO_SHM_CHUNK_BYTES": "65536"}
+    assert runtime_defaults.apply(env) == ["KOLO_RUNTIME_SPIN_US"]
+    assert env == {"KOLO_SHM_CHUNK_BYTES": "65536", "KOLO_RUNTIME_SPIN_US": "0"}

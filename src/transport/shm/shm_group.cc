@@ -148,6 +148,13 @@ std::unique_ptr<ShmGroup> ShmGroup::create(const Options& options,
                                          << segment << " has local size "
                                          << header->localSize << ", this rank expects "
                                          << options.localSize);
+  } else if (header->slotBytes != slotBytes) {
+    KOLO_THROW(ErrorCode::kMismatch, "shared memory segment "
+                                         << segment << " has staging slots of "
+                                         << header->slotBytes << " bytes (local rank 0's "
+                                         << "KOLO_SHM_CHUNK_BYTES), local rank "
+                                         << options.localRank << " expects " << slotBytes
+                                         << ": set the same value on every rank");
   }
   pids[options.localRank].store(getpid(), std::memory_order_release);
 

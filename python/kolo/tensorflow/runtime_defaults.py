@@ -1,0 +1,42 @@
+"""kolo's runtime settings for a TensorFlow process, applied when
+kolo.tensorflow is imported (before ``init`` reads the environment).
+
+A TensorFlow rank keeps its cores busy with its own compute threads (its
+intra-op pool), so the runtime's background thread, which exchanges the
+gradients while the backward pass goes on, competes with them for every
+cycle it spends. Two of kolo's general defaults suit a rank whose cores are
+otherwise idle while it communicates, and cost a TensorFlow rank compute:
+
+- ``KOLO_RUNTIME_SPIN_US`` (50): the background thread busy-polls that long
+  in every wait for another rank before it sleeps on the peer's doorbell.
+  Here it is 0: the thread sleeps at once and the core goes to TensorFlow.
+- ``KOLO_SHM_CHUNK_BYTES`` (128 KiB): the shared-memory allreduce
+  synchronises the local ranks twice per chunk. Here it is 1 MiB: a
+  gradient of a few MiB takes a few steps instead of dozens, each a wake-up
+  of the peer's thread that has to win a core from TensorFlow.
+
+Measured on the 2-core bench host (Keras CNN of bench/tf_scaling.sh, 2
+ranks, docs/tensorflow.md "Performance"): the background thread's CPU time
+per step fell from about 3 ms to about 1.7 ms. A value already in the
+environment (the user's, or kolorun's ``-x``) is kept; every rank of a
+host must use the same chunk size (the ranks check it when they attach).
+"""
+
+import os
+
+DEFAULTS = {
+    "KOLO_RUNTIME_SPIN_US": "0",
+    "KOLO_SHM_CHUNK_BYTES": str(1 << 20),
+}
+
+
+def apply(environ=None):
+    """Sets each of DEFAULTS in ``environ`` (os.environ) that is not set;
+    returns the names it set."""
+    environ = os.environ if environ is None else environ
+    applied = []
+    for name, value in DEFAULTS.items():
+        if name not in environ:
+            environ[name] = value
+            applied.append(name)
+    return applied
