@@ -56,7 +56,7 @@ def test_import_sets_the_runtime_defaults_for_tensorflow_unless_set():
     import kolo.tensorflow  # noqa: F401
     from kolo.tensorflow import runtime_defaults
     assert os.environ["KOLO_RUNTIME_SPIN_US"] == "0"
-    assert os.environ["KOLO_SHM_CHUNK_BYTES"] == str(1 << 20)
-    env = {"KOLO_SHM_CHUNK_BYTES": "65536"}
+    assert runtime_defaults.apply({"KOLO_RUNTIME_SPIN_US": "20"}) == []
+    env = {}
     assert runtime_defaults.apply(env) == ["KOLO_RUNTIME_SPIN_US"]
-    assert env == {"KOLO_SHM_CHUNK_BYTES": "65536", "KOLO_RUNTIME_SPIN_US": "0"}
+    assert env == {"KOLO_RUNTIME_SPIN_US": "0"}
