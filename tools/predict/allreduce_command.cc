@@ -70,13 +70,10 @@ int runAllreduce(Args& args, std::ostream& out) {
     if (auto v = args.value("--cores")) {
       shape.coresPerHost = static_cast<int>(parseWhole("--cores", *v, 0, 1 << 20));
     }
-    if (auto v = args.value("--link-burst")) {
-      shape.linkBurst = static_cast<double>(parseBytes("--link-burst", *v));
-    }
-    if (auto v = args.value("--spin")) shape.spinSeconds = parseDuration("--spin", *v);
   } catch (const UnitError& e) {
     throw UsageError(e.what());
   }
+  readLinkTiming(args, shape.linkBurst, shape.spinSeconds);
   shape.hostsShareCores = args.flag("--one-machine");
   if (auto v = args.value("--transport")) transport = *v;
   if (transport == "shm" || transport == "auto") {

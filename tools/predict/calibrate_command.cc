@@ -231,14 +231,7 @@ int runCalibrate(Args& args, std::ostream& out) {
   options.cores = static_cast<int>(
       parseWhole("--cores", args.value("--cores").value_or("0"), 0, 1 << 20));
   options.hostsShareCores = args.flag("--one-machine");
-  try {
-    if (auto v = args.value("--link-burst")) {
-      options.linkBurst = static_cast<double>(parseBytes("--link-burst", *v));
-    }
-    if (auto v = args.value("--spin")) options.spinSeconds = parseDuration("--spin", *v);
-  } catch (const UnitError& e) {
-    throw UsageError(e.what());
-  }
+  readLinkTiming(args, options.linkBurst, options.spinSeconds);
   const std::vector<std::string> launcherArgs = args.values("--launcher-arg");
   const std::string binDir = args.value("--bin-dir").value_or(selfDir());
   const Constants start = constantsFor(args);

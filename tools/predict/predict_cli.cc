@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "common/settings.h"
+#include "predict/units.h"
 
 namespace kolo::predict::cli {
 
@@ -76,6 +77,17 @@ long parseWhole(std::string_view flag, std::string_view text, long lo, long hi) 
                      std::to_string(lo) + " to " + std::to_string(hi));
   }
   return v;
+}
+
+void readLinkTiming(Args& args, double& linkBurst, double& spinSeconds) {
+  try {
+    if (auto v = args.value("--link-burst")) {
+      linkBurst = static_cast<double>(parseBytes("--link-burst", *v));
+    }
+    if (auto v = args.value("--spin")) spinSeconds = parseDuration("--spin", *v);
+  } catch (const UnitError& e) {
+    throw UsageError(e.what());
+  }
 }
 
 Constants constantsFor(Args& args) {

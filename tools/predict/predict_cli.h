@@ -53,6 +53,11 @@ class Args {
 // A whole number flag in [lo, hi]; UsageError naming the flag and value.
 long parseWhole(std::string_view flag, std::string_view text, long lo, long hi);
 
+// --link-burst SIZE and --spin TIME (the links' tc tbf burst, the job's
+// KOLO_SPIN_US) into `linkBurst` and `spinSeconds` when given; UsageError
+// naming the flag on a bad value.
+void readLinkTiming(Args& args, double& linkBurst, double& spinSeconds);
+
 // The constants a subcommand works with: --constants F, else the file
 // KOLO_PREDICT_CONSTANTS names, else the built-in ones.
 Constants constantsFor(Args& args);

@@ -18,8 +18,8 @@ broadcast and gather), gradients (the gradient reduction shared by the tape,
 the optimizer and kolo.keras), tape (DistributedGradientTape), optimizer
 (DistributedOptimizer for tf.compat.v1 optimizers), sync_batch_norm and
 elastic. Process sets are kolo.process_sets' (shared with kolo.torch).
-See docs/tensorflow.md. Importing it sets two of kolo's runtime settings for
-TensorFlow ranks unless the environment has them (runtime_defaults).
+See docs/tensorflow.md. Importing it sets kolo's runtime setting for TensorFlow
+ranks unless the environment has it (runtime_defaults).
 """
 
 from kolo.tensorflow import runtime_defaults as _runtime_defaults

@@ -128,3 +128,11 @@ def resize_storage(tensor, numel):
         untyped().resize_(numel * tensor.element_size())
     else:
         tensor.storage().resize_(numel)
+
+
+def is_view_at(t, flat, offset):
+    """Whether ``t`` is a dense, contiguous tensor whose data starts at
+    element ``offset`` of ``flat`` (a gradient that is still a view of its
+    bucket's flat vector)."""
+    return (t is not None and not t.is_sparse and t.is_contiguous()
+            and t.data_ptr() == flat.data_ptr() + offset * flat.element_size())

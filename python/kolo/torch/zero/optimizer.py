@@ -54,7 +54,7 @@ from kolo.torch.functions import allgather_object
 from kolo.torch.process_sets import global_process_set
 from kolo.torch.zero import comm
 from kolo.torch.zero.elastic import joining
-from kolo.torch.zero.layout import check_flat, resize_storage, split_buckets
+from kolo.torch.zero.layout import check_flat, is_view_at, resize_storage, split_buckets
 
 # Buckets whose flat copies may be in flight at once where nothing else
 # bounds them (stage 1's reduce-scatters, every stage's allgathers).
@@ -130,11 +130,9 @@ def _grad_views(b):
     flat = getattr(b, "grad_flat", None)
     if flat is None or flat.numel() != b.padded:
         flat = b.grad_flat = torch.zeros(b.padded, dtype=b.dtype, device=b.flat.device)
-    base, size = flat.data_ptr(), flat.element_size()
     for p, off, n in zip(b.params, b.offsets, b.numels):
         g = p.grad
-        if g is not None and not g.is_sparse and g.data_ptr() == base + off * size \
-                and g.is_contiguous():
+        if is_view_at(g, flat, off):
             continue
         view = flat[off:off + n]
         if g is None:
@@ -554,13 +552,18 @@ class _ZeroMixin:
         concatenated or copied out here."""
         pending = []
         for b in self._buckets:
-            block = b.flat[b.rank * b.shard:(b.rank + 1) * b.shard]
-            pending.append(comm.start_allgather_into(
-                block, b.flat, "zero%d.params.%d" % (self._id, b.index), self.process_set))
+            pending.append(self._start_param_gather(b))
             if len(pending) >= _WINDOW:
                 pending.pop(0).wait()
         for handle in pending:
             handle.wait()
+
+    def _start_param_gather(self, b):
+        """Starts the allgather of this rank's block of bucket ``b``'s flat
+        vector into the whole vector (stages 1 and 2)."""
+        block = b.flat[b.rank * b.shard:(b.rank + 1) * b.shard]
+        return comm.start_allgather_into(
+            block, b.flat, "zero%d.params.%d" % (self._id, b.index), self.process_set)
 
     def zero_grad(self, set_to_none=False):
         if self._handles:

@@ -35,7 +35,6 @@ import weakref
 
 from torch.nn.modules.module import register_module_forward_pre_hook
 
-from kolo.torch.zero import comm
 
 # Optimizers with overlap_params (kolo.torch.zero.full_parameters waits for
 # each).
@@ -118,10 +117,7 @@ class ParamGathers:
         self._top_up()
 
     def _start(self, b):
-        opt = self._opt()
-        block = b.flat[b.rank * b.shard:(b.rank + 1) * b.shard]
-        self.running[b.index] = comm.start_allgather_into(
-            block, b.flat, "zero%d.params.%d" % (opt._id, b.index), opt.process_set)
+        self.running[b.index] = self._opt()._start_param_gather(b)
 
     def _top_up(self):
         while self.queued and len(self.running) < self.window:

@@ -16,9 +16,9 @@ The hooks:
 - forward hook: register a hook on the outputs' gradients, then release;
 - output-gradient hook (runs just before the unit's backward): make the
   parameters' gradients views of one zeroed flat vector that the optimizer
-  reduce-scatters as it is (Unit.prepare_grads), gather the unit again, prefetch the previous unit in forward order, and queue one
-  callback for the end of backward that releases whatever is still
-  gathered;
+  reduce-scatters as it is (Unit.prepare_grads), gather the unit again,
+  prefetch the previous unit in forward order, and queue one callback
+  for the end of backward that releases whatever is still gathered;
 - the optimizer (stage 3) releases a unit once backward has produced the
   gradients of all its trainable parameters and starts their
   reduce-scatter.
@@ -35,7 +35,7 @@ import torch
 from kolo.torch import errors
 from kolo.torch.process_sets import global_process_set
 from kolo.torch.zero import comm
-from kolo.torch.zero.layout import Bucket, check_flat, resize_storage
+from kolo.torch.zero.layout import Bucket, check_flat, is_view_at, resize_storage
 
 _units_made = [0]
 
@@ -146,10 +146,8 @@ class Unit:
         if flat is None:
             return None
         b = self.bucket
-        base, size = flat.data_ptr(), flat.element_size()
         for p, off in zip(b.params, b.offsets):
-            if p.requires_grad and (p.grad is None or p.grad.data_ptr() != base + off * size
-                                    or p.grad.is_sparse):
+            if p.requires_grad and not is_view_at(p.grad, flat, off):
                 return None
         return flat
 
