@@ -42,6 +42,7 @@
 #include "runtime/handle.h"
 #include "runtime/negotiator.h"
 #include "runtime/op_spec.h"
+#include "runtime/set_rank_names.h"
 #include "runtime/stall_inspector.h"
 #include "runtime/straggler_tracker.h"
 #include "runtime/submission_queue.h"  // OpRequest
@@ -69,6 +70,9 @@ struct RuntimeOptions {
   // left out of the others' operations (docs/runtime.md, "Join").
   enum class JoinMode { kHorovod, kAbsent };
   JoinMode joinMode = JoinMode::kHorovod;
+  // The process set this runtime serves: errors of a lost or silent peer
+  // name global ranks (set_rank_names.h). Default: set 0, every rank.
+  SetRankNames rankNames;
 
   static RuntimeOptions fromSettings(const Settings& settings);
 };
