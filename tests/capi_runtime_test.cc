@@ -4,7 +4,8 @@
 // kind of operation with its results, groups, a mismatch returned by
 // kolo_wait, process sets (ids agreed, a non-member, destroy failing what is
 // pending), join with uneven steps, the synchronous calls interleaved with
-// the runtime's, the straggler report and the timeline file.
+// the runtime's, the straggler report and the timeline file; and a process
+// set's silent member named by its global rank.
 #include <gtest/gtest.h>
 #include <kolo/kolo.h>
 #include <kolo/runtime.h>
@@ -587,6 +588,61 @@ TEST(CApiRuntime, EarlyFinalizeFailsTheOthersAtOnce) {
   }
   EXPECT_TRUE(contains(outcomes[1].output, "kolo_finalize returned 0"))
       << outcomes[1].output;
+}
+
+// A member of a process set that goes silent (SIGSTOP) inside the set: the
+// member waiting on it fails after KOLO_TIMEOUT with an error that names
+// both ranks by their global rank, with their index in the set ("rank 2
+// (rank 1 of process set 1)"), not by the index alone.
+TEST(CApiRuntime, ProcessSetErrorsNameGlobalRanks) {
+  const int n = 3;
+  kolo::test::ProcessRanks ranks(n, [&](int rank, const std::string& address) {
+    clearLauncherEnv();
+    setenv("KOLO_RANK", std::to_string(rank).c_str(), 1);
+    setenv("KOLO_SIZE", std::to_string(n).c_str(), 1);
+    setenv("KOLO_RENDEZVOUS", address.c_str(), 1);
+    setenv("KOLO_TIMEOUT", "2", 1);
+    if (kolo_init() != KOLO_OK) {
+      std::printf("rank %d: kolo_init: %s\n", rank, kolo_last_error());
+      return 1;
+    }
+    int id = -1;
+    const int members[2] = {1, 2};  // set ranks 0 and 1
+    if (rank > 0 && kolo_process_set_create(members, 2, &id) != KOLO_OK) {
+      std::printf("rank %d: kolo_process_set_create: %s\n", rank, kolo_last_error());
+      return 1;
+    }
+    kolo::test::sayRank(rank, "ready");  // the test stops rank 2 now
+    if (rank != 1) {
+      pause();  // the test ends it
+      return 0;
+    }
+    float x[4] = {1, 1, 1, 1};
+    const int64_t shape[1] = {4};
+    kolo_handle h = 0;
+    int rc = kolo_allreduce_async("x", x, x, 1, shape, KOLO_FLOAT32, KOLO_SUM, 1.0, 1.0,
+                                  id, &h);
+    if (rc == KOLO_OK) rc = kolo_wait(h);
+    std::printf("rank 1: set %d allreduce returned %d: %s\n", id, rc,
+                rc == KOLO_OK ? "" : kolo_last_error());
+    std::fflush(stdout);
+    _exit(rc == KOLO_ERR_TIMEOUT ? 0 : 1);  // no goodbye: the set's peer is stopped
+  });
+  const bool ready = ranks.waitForOutput("ready", std::chrono::milliseconds(30000));
+  ranks.signal(2, SIGSTOP);
+  // Returns once rank 1 ended (it never says "finished"); then the others
+  // are killed.
+  ranks.waitForOutput("finished", std::chrono::milliseconds(30000));
+  ranks.signal(2, SIGKILL);
+  ranks.signal(0, SIGKILL);
+  const auto outcomes = ranks.waitAll(std::chrono::milliseconds(10000));
+  EXPECT_TRUE(ready);
+  const auto& o = outcomes[1];
+  EXPECT_EQ(o.exitCode, 0) << o.output;
+  EXPECT_TRUE(contains(o.output, "rank 1 (rank 0 of process set 1) timed out"))
+      << o.output;
+  EXPECT_TRUE(contains(o.output, "waiting for rank 2 (rank 1 of process set 1)"))
+      << o.output;
 }
 
 }  // namespace

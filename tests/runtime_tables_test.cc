@@ -1,7 +1,8 @@
 // The pieces the runtime's refactoring separated, each alone: the
 // ProcessSetTable (sets, ids, the handle table; closed and unknown ids)
 // on a one-rank world, the runtime's HandleTable statuses, the per-dtype
-// math of collectives/elementwise.h, and TimelineSpan.
+// math of collectives/elementwise.h, TimelineSpan, and how a process
+// set's errors name global ranks (set_rank_names.h).
 #include <gtest/gtest.h>
 #include <kolo/communicator.h>
 #include <kolo/error.h>
@@ -20,6 +21,7 @@
 #include "collectives/reduce.h"
 #include "runtime/handle_table.h"
 #include "runtime/process_set_table.h"
+#include "runtime/set_rank_names.h"
 #include "runtime/timeline.h"
 
 namespace kolo::runtime {
@@ -213,6 +215,54 @@ TEST(TimelineSpanTest, BeginAndEndAroundAScopeAlsoOnAnException) {
   EXPECT_EQ(count(text, "\"ph\":\"E\""), 2u) << text;
   EXPECT_EQ(count(text, "COLLECTIVE"), 1u) << text;
   EXPECT_EQ(count(text, "MEMCPY_IN_FUSION_BUFFER"), 1u) << text;
+}
+
+// Set 2 = global ranks {1, 3, 4}: every rank of the set is named by its
+// global rank, with its index in the set; what is not one is left alone.
+TEST(SetRankNamesTest, RanksOfTheSetAreNamedGlobally) {
+  const SetRankNames names{2, {1, 3, 4}};
+  EXPECT_EQ(globalRankText("rank 0 timed out after 5 s waiting for rank 1 to send 8 "
+                           "bytes (tag 7)",
+                           names),
+            "rank 1 (rank 0 of process set 2) timed out after 5 s waiting for rank 3 "
+            "(rank 1 of process set 2) to send 8 bytes (tag 7)");
+  EXPECT_EQ(globalRankText("lost rank 2 (pid 99) (reported by rank 1)", names),
+            "lost rank 4 (rank 2 of process set 2) (pid 99) (reported by rank 3 (rank "
+            "1 of process set 2))");
+  EXPECT_EQ(globalRankText("ranks 0,2 did not answer", names),
+            "ranks 1,4 (ranks 0,2 of process set 2) did not answer");
+  // Not ranks of the set (out of range, a local rank, a count, a tag).
+  EXPECT_EQ(globalRankText("rank 3; local rank 1; 3 ranks; ranks 0,7; tag 1", names),
+            "rank 3; local rank 1; 3 ranks; ranks 0,7; tag 1");
+  // A set numbered as the job (set 0) is left as it is.
+  EXPECT_EQ(globalRankText("rank 1 lost rank 2", {0, {0, 1, 2}}), "rank 1 lost rank 2");
+}
+
+TEST(SetRankNamesTest, OnlyLostOrSilentPeerErrorsAreRewritten) {
+  const SetRankNames names{5, {2, 6}};
+  auto rewritten = [&](ErrorCode code) {
+    auto e = inGlobalRanks(
+        std::make_exception_ptr(Error(code, "rank 0 waiting for rank 1", 1)), names);
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), code);
+      return std::make_pair(std::string(error.what()), error.peer());
+    }
+    return std::make_pair(std::string("not an Error"), -2);
+  };
+  for (ErrorCode code : {ErrorCode::kTimeout, ErrorCode::kPeerLost}) {
+    auto [text, peer] = rewritten(code);
+    EXPECT_EQ(text,
+              "rank 2 (rank 0 of process set 5) waiting for rank 6 (rank 1 of process "
+              "set 5)");
+    EXPECT_EQ(peer, 6);
+  }
+  auto [text, peer] = rewritten(ErrorCode::kMismatch);
+  EXPECT_EQ(text, "rank 0 waiting for rank 1");
+  EXPECT_EQ(peer, 1);
+  auto other = std::make_exception_ptr(std::runtime_error("rank 1"));
+  EXPECT_EQ(inGlobalRanks(other, names), other);
 }
 
 }  // namespace

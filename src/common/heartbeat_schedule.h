@@ -7,7 +7,9 @@
 // came from it for a given time; a wait on a peer times out only when the
 // peer has been silent for the timeout (deadline()).
 //
-// Used by the tcp and mpi transports. Not thread-safe: the owner calls it
+// Used by the tcp and mpi transports, and by the shm transport for its
+// pulses (a peer's pulse that moved counts as heard; no rounds are sent).
+// Not thread-safe: the owner calls it
 // under its own lock (or from its one progress thread). Time is passed in,
 // so tests drive it without sleeping.
 #pragma once

@@ -146,6 +146,7 @@ ProcessSetTable::Status ProcessSetTable::create(const std::vector<int>& ranks, i
   int64_t agreed = mine;
   for (int64_t v : all) agreed = std::max(agreed, v);
   set->id = static_cast<int>(agreed);
+  options.rankNames = {set->id, ranks};  // its errors name global ranks
   set->runtime = std::make_unique<Runtime>(set->comm, options);
   std::lock_guard<std::mutex> lock(mu_);
   if (!state_) return Status::kClosed;

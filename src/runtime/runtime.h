@@ -43,6 +43,7 @@
 #include "runtime/handle.h"
 #include "runtime/negotiator.h"
 #include "runtime/op_spec.h"
+#include "runtime/set_rank_names.h"
 #include "runtime/stall_inspector.h"
 #include "runtime/straggler_tracker.h"
 #include "runtime/submission_queue.h"  // OpRequest
@@ -73,6 +74,9 @@ struct RuntimeOptions {
   // Makes the stager of device operations (null: CUDA's, host staging
   // through pinned memory); tests pass a host double.
   std::function<std::unique_ptr<collectives::cuda::DeviceStager>()> makeStager;
+  // The process set this runtime serves: errors of a lost or silent peer
+  // name global ranks (set_rank_names.h). Default: set 0, every rank.
+  SetRankNames rankNames;
 
   static RuntimeOptions fromSettings(const Settings& settings);
 };

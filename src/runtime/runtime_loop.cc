@@ -172,8 +172,8 @@ void Runtime::loop() {
     }
   } catch (...) {
     // A transport failure, a lost peer, a timeout: every pending and later
-    // operation fails with it.
-    const auto error = std::current_exception();
+    // operation fails with it, naming global ranks.
+    const auto error = inGlobalRanks(std::current_exception(), options_.rankNames);
     std::string text = "?";
     try {
       std::rethrow_exception(error);

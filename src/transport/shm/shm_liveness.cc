@@ -1,6 +1,7 @@
 // ShmTransport's liveness and failures: a local peer whose process died
 // while we wait for it breaks the transport, or, with per-peer isolation
-// (transport.h), fails only what needs it.
+// (transport.h), fails only what needs it; and the pulses that tell a
+// silent peer from one that is itself waiting.
 #include "transport/shm/shm_transport.h"
 
 #include <signal.h>
@@ -99,6 +100,40 @@ void ShmTransport::dropPeer(int j, std::exception_ptr error) {
       ++it;
     }
   }
+}
+
+// Pulses: the shared-memory form of heartbeats. Each rank owns a counter
+// in its segment's header and bumps it (beat()) in idle(), which every wait
+// loop reaches within milliseconds of finding nothing to do, and whenever
+// progress() moves data. A peer reads the counter only when its own wait
+// found nothing to do (silentFor); a value that changed since its last
+// read counts as "heard now" in a HeartbeatSchedule, so a peer is silent
+// for d when its counter has not moved during the last d of watching. The
+// watcher can only under-estimate how long a peer has been silent (a
+// change it sees late counts as recent), so it never blames a peer early.
+void ShmTransport::startPulses(std::atomic<uint64_t>* own) {
+  pulse_ = own;
+  pulseSeen_.resize(peerPulses_.size());
+  for (size_t j = 0; j < peerPulses_.size(); ++j) {
+    pulseSeen_[j] = peerPulses_[j]->load(std::memory_order_relaxed);
+  }
+  heard_.emplace(options_.timeout, static_cast<int>(peerPulses_.size()));
+}
+
+std::optional<bool> ShmTransport::silentFor(int peer, std::chrono::milliseconds d) const {
+  const auto& local = options_.localRanks;
+  auto it = std::lower_bound(local.begin(), local.end(), peer);
+  if (peer == options_.rank || it == local.end() || *it != peer || !heard_) {
+    return std::nullopt;
+  }
+  const size_t j = static_cast<size_t>(it - local.begin());
+  const auto now = HeartbeatSchedule::Clock::now();
+  const uint64_t pulse = peerPulses_[j]->load(std::memory_order_relaxed);
+  if (pulse != pulseSeen_[j]) {
+    pulseSeen_[j] = pulse;
+    heard_->heard(static_cast<int>(j), now);
+  }
+  return heard_->silentFor(static_cast<int>(j), d, now);
 }
 
 RequestPtr ShmTransport::lostRequest(Request::Kind kind, const Peer& p, Tag tag,

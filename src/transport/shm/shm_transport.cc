@@ -40,7 +40,9 @@
 //   their abort notices: a rank that fails (abort()) writes its error into
 //   its own segment's header and rings every peer's doorbell, so a peer
 //   waiting on it fails with the same diagnosis instead of waiting for
-//   KOLO_TIMEOUT (the failing rank is alive, then gone for good).
+//   KOLO_TIMEOUT (the failing rank is alive, then gone for good). Each rank
+//   also keeps a pulse in its segment's header (shm_liveness.cc), so a wait
+//   times out only on a peer that is really silent.
 #include "transport/shm/shm_transport.h"
 
 #include <dirent.h>
@@ -99,9 +101,13 @@ struct SegmentHeader {
   uint32_t abortCode;
   int32_t abortBlamed;  // the rank the error names, -1 when none
   char abortMessage[476];
+  // The owner's pulse (shm_liveness.cc): bumped whenever it waits (idle())
+  // or its progress() moves data; on its own cache line, written only by
+  // the owner, read by the peers waiting on it.
+  alignas(128) std::atomic<uint64_t> pulse;
 };
 
-constexpr size_t kHeaderArea = 640;
+constexpr size_t kHeaderArea = 768;
 constexpr size_t kCtlBytes = 256;
 static_assert(sizeof(SegmentHeader) <= kHeaderArea);
 
@@ -309,6 +315,7 @@ std::unique_ptr<ShmTransport::Segment> ShmTransport::createOwnSegment() {
   hdr->ownerRank = options_.rank;
   hdr->doorbell.store(0);
   hdr->sleeping.store(0);
+  hdr->pulse.store(0);
   for (size_t i = 0; i < n; ++i) {
     auto* c = new (own->ctl(i)) RingCtl;
     c->head.store(0);
@@ -436,7 +443,9 @@ void ShmTransport::linkRings() {
     p.in = Ring{segments_[me_]->ctl(j), segments_[me_]->ring(j), ringBytes_ - 1};
     Segment& s = *segments_[j];
     p.out = Ring{s.ctl(me_), s.ring(me_), s.header()->ringBytes - 1};
+    peerPulses_.push_back(&s.header()->pulse);
   }
+  startPulses(&segments_[me_]->header()->pulse);
 }
 
 int ShmTransport::localIndex(int rank, const char* what) const {
@@ -752,6 +761,7 @@ bool ShmTransport::progress() {
       checkPeers();
     }
   }
+  if (moved) beat();
   return moved;
 }
 
@@ -766,6 +776,7 @@ bool ShmTransport::anythingReady() {
 }
 
 void ShmTransport::idle(std::chrono::microseconds max) {
+  beat();
   SegmentHeader* h = segments_[me_]->header();
   uint32_t seq = h->doorbell.load(std::memory_order_acquire);
   h->sleeping.store(1, std::memory_order_relaxed);

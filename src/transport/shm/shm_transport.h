@@ -38,7 +38,12 @@
 //   about 100 ms of waiting; so is a peer that aborted (abort(): its error,
 //   "(reported by rank R)"). After it the transport is broken and every
 //   pending and later request fails with that error. A silent but living
-//   peer is left to Transport::wait's timeout (Error(kTimeout)). With
+//   peer is left to Transport::wait's timeout (Error(kTimeout)), which
+//   silentFor() confines to peers that are really silent: every rank bumps
+//   a pulse in its own segment whenever it waits (idle(), also while it
+//   waits on another transport of a RouterTransport) or its progress()
+//   moves data, so a local peer that is itself blocked on a third rank is
+//   never blamed (HeartbeatSchedule's semantics, without messages). With
 //   per-peer isolation (transport.h) only what needs the dead peer fails;
 //   a send to a peer not yet known dead may still complete into its ring.
 // - Thread safety: one thread at a time per ShmTransport (Transport's rule).
@@ -52,11 +57,13 @@
 #include <deque>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <sys/types.h>
 
+#include "common/heartbeat_schedule.h"
 #include "transport/transport.h"
 
 namespace kolo::rendezvous {
@@ -100,6 +107,10 @@ class ShmTransport : public Transport {
   // Sleeps on this rank's doorbell (a futex that peers ring after giving it
   // data or ring space) for up to `max`.
   void idle(std::chrono::microseconds max) override;
+  // Whether local peer `peer`'s pulse has not moved for at least `d` (as
+  // far as this rank has watched it); nullopt for this rank itself and for
+  // ranks not on this host.
+  std::optional<bool> silentFor(int peer, std::chrono::milliseconds d) const override;
   void abort(const Error& cause) override;
   void setIsolatePeerFailures(bool on) override;
   bool isolatesPeerFailures() const override { return isolate_; }
@@ -194,6 +205,11 @@ class ShmTransport : public Transport {
   Buffer takeBuffer(size_t bytes);
   void giveBuffer(Buffer buffer);
   RequestPtr failedRequest(Request::Kind kind, int peer, Tag tag, size_t bytes);
+  // Pulses (shm_liveness.cc): start watching the peers' pulses (every peer
+  // heard now) with ours at `own`; beat() bumps ours (one relaxed store to
+  // a cache line of our own, no system call).
+  void startPulses(std::atomic<uint64_t>* own);
+  void beat() { pulse_->store(++pulses_, std::memory_order_relaxed); }
 
   Options options_;
   size_t ringBytes_ = 0;
@@ -209,6 +225,13 @@ class ShmTransport : public Transport {
   size_t pendingSends_ = 0;
   uint32_t progressCalls_ = 0;
   std::chrono::steady_clock::time_point lastLivenessCheck_;
+  std::atomic<uint64_t>* pulse_ = nullptr;                // ours, in our segment's header
+  uint64_t pulses_ = 0;                                   // our beats so far
+  std::vector<const std::atomic<uint64_t>*> peerPulses_;  // by local index
+  // Each peer's pulse as last read, and when it was last seen to move
+  // (updated by silentFor, hence mutable).
+  mutable std::vector<uint64_t> pulseSeen_;
+  mutable std::optional<HeartbeatSchedule> heard_;
 };
 
 }  // namespace kolo::transport
