@@ -340,6 +340,11 @@ def test_bad_arguments():
         handle.min_offload_bytes = -1
     with pytest.raises(kolo.InvalidArgumentError, match="torch.nn.Module"):
         lms.enable("model")
+    # A saved tensor on another device than the model's at enable().
+    meta = mlp()
+    lms.enable(meta, offload=("activations",))
+    with pytest.raises(kolo.InvalidArgumentError, match="after model.to.device."):
+        meta.to("meta")(torch.zeros(2, WIDTH, dtype=torch.float64, device="meta"))
 
 
 # --- data parallelism and the sharded optimizer -----------------------------------

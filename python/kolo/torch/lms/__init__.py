@@ -125,7 +125,7 @@ class Lms:
             else:
                 mover, meter = CpuMover(), None
             self._activations = ActivationOffload(
-                limit_bytes, prefetch, mover, meter, MIN_OFFLOAD_BYTES)
+                limit_bytes, prefetch, mover, meter, MIN_OFFLOAD_BYTES, self.device)
             self._install()
 
     # --- activations ----------------------------------------------------------
@@ -135,7 +135,15 @@ class Lms:
         had = "forward" in model.__dict__
         original = model.forward
 
+        device = self.device
+
         def forward(*args, **kwargs):
+            first = next(model.parameters(), None)
+            if first is not None and first.device != device:
+                raise errors.invalid_argument(
+                    "kolo.torch.lms: enable() saw the model on %s, its parameters are "
+                    "now on %s; call enable() after model.to(device)"
+                    % (device, first.device))
             with spans.span(COMPUTE_TRACK, "FORWARD"), acts.hooks():
                 return original(*args, **kwargs)
 

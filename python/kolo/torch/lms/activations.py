@@ -17,6 +17,9 @@ torch.autograd.graph.saved_tensors_hooks, placed by the planner.
 - A handle that dies (autograd frees a node's saved tensors after running
   it) is queued; the queue is drained under the lock at the next pack,
   unpack or query, and an entry whose handles are all gone is released.
+- The device is the model's at enable(): a model moved to a GPU after
+  enable() is refused at its first saved tensor; on a GPU, tensors saved
+  on the CPU (or another GPU) are left alone.
 - A storage is matched only while the planner holds it on the device (a
   freed storage's address can be reused by a new tensor).
 """
@@ -27,6 +30,7 @@ import weakref
 
 import torch
 
+from kolo.torch import errors
 from kolo.torch.lms.planner import OFFLOADED, Planner
 
 
@@ -79,8 +83,9 @@ class ActivationOffload:
     """The hooks of one kolo.torch.lms.enable(); ``hooks()`` is the context
     manager its model's forward runs under."""
 
-    def __init__(self, limit, prefetch, mover, meter, min_bytes):
+    def __init__(self, limit, prefetch, mover, meter, min_bytes, device):
         self.planner = Planner(limit, prefetch, mover, meter)
+        self.device = device
         self.mover = mover
         self.min_bytes = min_bytes
         self._lock = threading.Lock()
@@ -105,6 +110,13 @@ class ActivationOffload:
         base = t._base if t._base is not None else t
         if base.is_leaf and base.requires_grad:  # a parameter or a view of one
             return t
+        if t.device != self.device:
+            if self.device.type == "cpu":
+                raise errors.invalid_argument(
+                    "kolo.torch.lms: enable() saw the model on the CPU, but forward "
+                    "saved a tensor on %s; call enable() after model.to(device)"
+                    % t.device)
+            return t  # host (or another device's) memory: not this budget
         key = (_storage(t).data_ptr(), t.device, t.dtype)
         with self._lock:
             self._drain()
