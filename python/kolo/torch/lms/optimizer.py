@@ -11,9 +11,9 @@ reduces the gradients first and its ``super().step()`` lands here:
 
 1. GRAD_TO_HOST: each updated tensor ``p`` (parameter or piece) gets a host
    master ``h`` (created at its first step from p's values, in float32 for
-   half/bfloat16 parameters, pinned on a GPU; state the optimizer already
-   had for p moves to the host once); ``h.grad`` receives a copy of
-   ``p.grad``.
+   half/bfloat16 parameters, pinned on a GPU; state on the device - made
+   before the offload, or loaded since - moves to the host); ``h.grad``
+   receives a copy of ``p.grad``.
 2. HOST_STEP: the param groups are pointed at the masters and the state is
    keyed by them, the torch optimizer's own step runs (on the CPU, as the
    masters are host tensors), then groups and state keys are put back:
@@ -64,12 +64,17 @@ class HostState:
         dtype = torch.float32 if p.dtype in _LOW_PRECISION else p.dtype
         h = _to_host(p.detach(), dtype, pin)
         self.masters[id(p)] = (p, h)
+        return h
+
+    @staticmethod
+    def state_to_host(opt, p):
+        """State made before the offload, or loaded since (load_state_dict
+        casts it to the parameter's device), moves to the host."""
         state = opt.state.get(p)
-        if state:  # state made before the offload moves to the host once
+        if state:
             for k, v in list(state.items()):
                 if isinstance(v, torch.Tensor) and v.device.type != "cpu":
                     state[k] = _to_host(v)
-        return h
 
     def prune(self, live):
         for key in [k for k in self.masters if k not in live]:
@@ -95,6 +100,7 @@ class _HostStep:
                 hl = []
                 for p in params:
                     h = host.master_of(self, p)
+                    host.state_to_host(self, p)
                     if p.grad is None:
                         h.grad = None
                     elif h.grad is not None and h.grad.shape == p.grad.shape:
