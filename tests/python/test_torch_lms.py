@@ -258,6 +258,20 @@ def test_small_storages_stay():
     assert st["offloaded"] == 0 and st["over_budget"] > 0
 
 
+def test_limit_below_one_storage():
+    # Every storage goes to the host as it is saved, once (the ReLU output
+    # saved again by the next Linear is the same entry), and each use is
+    # over the budget (it must come back whole).
+    model = mlp()
+    handle = lms.enable(model, limit_bytes=ACT // 2, offload=("activations",))
+    handle.min_offload_bytes = 4096
+    plain = grads_of(mlp())
+    assert all(torch.equal(a, b) for a, b in zip(plain, grads_of(model)))
+    st = handle.stats()
+    assert st["saved"] == DEPTH + 1 and st["offloaded"] == DEPTH + 1, st
+    assert st["over_budget"] == DEPTH + 1 and st["fetched"] == DEPTH + 1, st
+
+
 def test_disable_restores_forward():
     model = mlp()
     handle = lms.enable(model, limit_bytes=ACT, offload=("activations",))

@@ -20,8 +20,10 @@ torch.autograd.graph.saved_tensors_hooks, placed by the planner.
 - The device is the model's at enable(): a model moved to a GPU after
   enable() is refused at its first saved tensor; on a GPU, tensors saved
   on the CPU (or another GPU) are left alone.
-- A storage is matched only while the planner holds it on the device (a
-  freed storage's address can be reused by a new tensor).
+- A storage is matched while the planner holds it on the device, or,
+  once it left, only for the very tensor object first saved (a freed
+  storage's address can be reused by a new tensor; a live tensor's
+  storage cannot be freed).
 """
 
 import collections
@@ -59,11 +61,20 @@ class Storage:
     """A planner entry's payload: the device storage (``base``) or its host
     copy (``host``), and the live handle count."""
 
-    __slots__ = ("key", "base", "host", "event", "handles", "entry", "__weakref__")
+    __slots__ = ("key", "base", "host", "event", "handles", "entry", "origin",
+                 "__weakref__")
 
-    def __init__(self, key, base):
+    def __init__(self, key, base, origin):
         self.key, self.base, self.host, self.event = key, base, None, None
-        self.handles, self.entry = 0, None
+        self.handles, self.entry, self.origin = 0, None, origin
+
+    def holds(self, t, key):
+        """Whether saving ``t`` (storage ``key``) is saving this storage
+        again: it is on the device at that address, or it left and ``t`` is
+        the very tensor first saved (alive, so its storage was not freed)."""
+        if self.base is not None:
+            return _storage(self.base).data_ptr() == key[0]
+        return self.origin() is t
 
 
 class Saved:
@@ -121,14 +132,12 @@ class ActivationOffload:
         with self._lock:
             self._drain()
             s = self._live.get(key)
-            if s is None or s.base is None or _storage(s.base).data_ptr() != key[0]:
-                s = Storage(key, _whole(t))
+            if s is None or not s.holds(t, key):
+                s = Storage(key, _whole(t), weakref.ref(t))
                 self._all.add(s)
                 nbytes = s.base.numel() * s.base.element_size()
                 self._live[key] = s
                 s.entry = self.planner.save(nbytes, nbytes >= self.min_bytes, s)
-                if s.entry.state == OFFLOADED:
-                    del self._live[key]
             s.handles += 1
             return Saved(s, t, self)
 
