@@ -22,7 +22,7 @@ import torch.nn as nn
 import kolo
 import kolo.torch as hvd
 from kolo.torch import lms, zero
-from kolo.torch.lms.planner import OFFLOADED, Planner
+from kolo.torch.lms.planner import Planner
 
 WIDTH, DEPTH, BATCH = 128, 6, 64
 ACT = BATCH * WIDTH * 8  # one activation's bytes (float64): 64 KiB
@@ -150,11 +150,9 @@ def data(step, dtype=torch.float64):
             torch.randn(BATCH, 3, generator=g, dtype=dtype))
 
 
-def grads_of(model, handle=None, check=None):
+def grads_of(model):
     x, y = data(0)
     loss = nn.functional.mse_loss(model(x), y)
-    if check is not None:
-        check()
     loss.backward()
     return [p.grad.clone() for p in model.parameters()]
 
@@ -282,7 +280,7 @@ def test_disable_restores_forward():
 
 # --- optimizer offload ----------------------------------------------------------
 
-def train(model, opt, steps=3, handle=None):
+def train(model, opt, steps=3):
     losses = []
     for step in range(steps):
         x, y = data(step)
@@ -392,10 +390,11 @@ def dp_run(kind, with_lms, steps=4):
 @pytest.mark.parametrize("kind", ["plain", "stage1", "stage2", "stage3"])
 def test_data_parallel_losses_equal(kind):
     want, _ = dp_run(kind, False)
-    got, model = dp_run(kind, True)
+    got, _ = dp_run(kind, True)
     assert got == want, (kind, got, want)
     theirs = hvd.allgather_object(want, name="lms.%s" % kind)
-    assert theirs[0] != theirs[1]  # the ranks' data differ, the check means something
+    if hvd.size() > 1:  # the ranks' data differ: the equality means something
+        assert theirs[0] != theirs[1]
 
 
 # --- timeline -------------------------------------------------------------------
