@@ -36,7 +36,12 @@ None, 1000 classes, synthetic --image-size images, fixed per process).
 
 Each process writes PREFIX.rank<R>.json: system, model, keras, rank, size,
 batch_size, steps, seconds, images_per_second (this process's: batch x steps
-/ seconds) and, for allreduce, mib, iters, ms_per_call. Throughput of a job
+/ seconds), threads, inter_op and, for training, step_ms (the timed steps'
+median, 10th and 90th percentile, each step timed from the end of the one
+before: the spread that a synchronous job pays as waits and independent
+runs do not) and cpu_seconds (CPU time of the timed steps per thread name,
+from /proc/self/task: TensorFlow's tf_Compute pool, kolo's kolo-runtime
+thread, python); for allreduce, mib, iters, ms_per_call. Throughput of a job
 is the bench's business: size x batch x steps / the slowest rank's seconds.
 """
 
@@ -44,6 +49,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -228,6 +234,38 @@ def dataset(args, tf, system):
     return ds.with_options(options)
 
 
+def thread_cpu():
+    """{thread id: (name, CPU seconds)} of this process (Linux /proc)."""
+    out, tick = {}, os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/stat" % tid) as f:
+                stat = f.read()
+        except OSError:  # the thread ended
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[tid] = (name, (int(fields[11]) + int(fields[12])) / tick)  # utime + stime
+    return out
+
+
+def cpu_by_name(before, after):
+    """CPU seconds per thread name between two thread_cpu() readings."""
+    out = {}
+    for tid, (name, seconds) in after.items():
+        out[name] = out.get(name, 0.0) + seconds - before.get(tid, (name, 0.0))[1]
+    return {name: round(s, 3) for name, s in sorted(out.items()) if s > 0}
+
+
+def step_summary(ends):
+    """Median, 10th and 90th percentile (ms) of the steps between ends."""
+    steps = sorted(1e3 * (b - a) for a, b in zip(ends, ends[1:]))
+    if not steps:
+        return {}
+    pick = lambda q: round(steps[min(len(steps) - 1, int(q * len(steps)))], 2)  # noqa: E731
+    return {"median": round(statistics.median(steps), 2), "p10": pick(0.1), "p90": pick(0.9)}
+
+
 def train(args, tf, system):
     keras, flavor = import_keras()
     with system.scope():
@@ -244,13 +282,21 @@ def train(args, tf, system):
     together = Together(args.together, args.together_count)
     last = args.warmup + args.steps - 1
 
+    ends, cpu = [], {}
+
     class Clock(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             if batch == args.warmup - 1:
                 together.arrive("start")
+                cpu["start"] = thread_cpu()
                 marks["start"] = time.perf_counter()
+                ends.append(marks["start"])
+            elif args.warmup <= batch < last:
+                ends.append(time.perf_counter())
             elif batch == last:
                 marks["end"] = time.perf_counter()
+                ends.append(marks["end"])
+                cpu["end"] = thread_cpu()
                 together.arrive("end", wait=False)
             if batch >= last and together.all("end"):
                 self.model.stop_training = True
@@ -267,6 +313,8 @@ def train(args, tf, system):
             "image_size": args.image_size if args.model == "resnet50" else 28,
             "seconds": seconds,
             "images_per_second": args.batch_size * args.steps / seconds,
+            "step_ms": step_summary(ends),
+            "cpu_seconds": cpu_by_name(cpu["start"], cpu["end"]),
             "loss": float(history.history["loss"][-1])}
 
 
@@ -317,7 +365,8 @@ def main(argv=None):
     system = System(args, tf)
     result = train(args, tf, system) if args.what == "train" else allreduce(args, tf, system)
     result.update(system=args.system, what=args.what, rank=system.rank, size=system.size,
-                  batch_size=args.batch_size, tensorflow=tf.__version__)
+                  batch_size=args.batch_size, tensorflow=tf.__version__,
+                  threads=args.threads, inter_op=args.inter_op)
     with open("%s.rank%d.json" % (args.json, system.rank), "w") as f:
         json.dump(result, f, indent=1)
     if system.rank == 0:

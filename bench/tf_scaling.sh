@@ -12,16 +12,18 @@
 #   bench/tf_scaling.sh [--build-dir build] [--python .venv/bin/python] [--rounds 3]
 #                       [--models "cnn resnet50"] [--keras "2 3"] [--no-allreduce]
 #                       [--cnn-steps 150] [--resnet-steps 12] [--resnet-image 64]
-#                       [--resnet-batch 16] [--iters 20] [--out DIR] [--from DIR]
+#                       [--resnet-batch 16] [--iters 20] [--threads 1] [--inter-op 0]
+#                       [--out DIR] [--from DIR]
 #
 # Models (bench/tf_scaling.py): cnn, Horovod's TensorFlow 2 MNIST CNN on
 # Debian's Fashion-MNIST, batch 64 per rank, Adam; resnet50,
 # keras.applications.ResNet50 (weights None, 1000 classes) on synthetic
 # --resnet-image x --resnet-image images (64 by default: 224 would take
 # minutes a step on 2 cores), batch --resnet-batch per rank, SGD. Each run:
-# one model.fit of 5 warm-up steps (3 for resnet50) and the timed steps; 1
-# intra-op TensorFlow thread per process and TensorFlow's default inter-op
-# pool, alike for every system. kolo's ranks run with kolo.tensorflow's
+# one model.fit of 5 warm-up steps (3 for resnet50) and the timed steps;
+# --threads intra-op TensorFlow threads per process (1 by default; 0 is
+# TensorFlow's default, one per core) and --inter-op inter-op threads (0,
+# TensorFlow's default), alike for every system. kolo's ranks run with kolo.tensorflow's
 # runtime settings (docs/tensorflow.md, "Runtime settings for TensorFlow
 # ranks") unless the environment sets them; meta.txt lists the KOLO_*
 # variables the run had.
@@ -53,6 +55,8 @@ RESNET_STEPS=12
 RESNET_IMAGE=64
 RESNET_BATCH=16
 ITERS=20
+THREADS=1
+INTER_OP=0
 OUT_DIR=""
 FROM=""
 RUN_TIMEOUT=900
@@ -74,6 +78,8 @@ while [[ $# -gt 0 ]]; do
     --resnet-image) RESNET_IMAGE="$2"; shift 2 ;;
     --resnet-batch) RESNET_BATCH="$2"; shift 2 ;;
     --iters) ITERS="$2"; shift 2 ;;
+    --threads) THREADS="$2"; shift 2 ;;
+    --inter-op) INTER_OP="$2"; shift 2 ;;
     --out) OUT_DIR="$2"; shift 2 ;;
     --from) FROM="$2"; shift 2 ;;
     -h | --help) usage; exit 0 ;;
@@ -82,6 +88,9 @@ while [[ $# -gt 0 ]]; do
 done
 for m in $MODELS; do
   case "$m" in cnn | resnet50) ;; *) echo "tf_scaling.sh: --models takes cnn and resnet50, not $m" >&2; exit 2 ;; esac
+done
+for v in "$THREADS" "$INTER_OP"; do
+  [[ "$v" =~ ^[0-9]+$ ]] || { echo "tf_scaling.sh: --threads and --inter-op take a count >= 0, not $v" >&2; exit 2; }
 done
 for k in $KERAS; do
   case "$k" in 2 | 3) ;; *) echo "tf_scaling.sh: --keras takes 2 and 3, not $k" >&2; exit 2 ;; esac
@@ -117,6 +126,7 @@ else
       cnn) echo "--model cnn --batch-size 64 --warmup 5 --steps $CNN_STEPS" ;;
       resnet50) echo "--model resnet50 --batch-size $RESNET_BATCH --image-size $RESNET_IMAGE --warmup 3 --steps $RESNET_STEPS" ;;
     esac
+    echo "--threads $THREADS --inter-op $INTER_OP"
   }
   # one SYSTEM MODEL KERAS ROUND: one job of that system.
   one() {
@@ -158,12 +168,12 @@ else
     echo "host: $(getconf _NPROCESSORS_ONLN) cores; uptime before: $(uptime)"
     echo "rounds: $ROUNDS; models: $MODELS; keras: $KERAS; cnn steps $CNN_STEPS (batch 64);" \
       "resnet50 steps $RESNET_STEPS (batch $RESNET_BATCH, ${RESNET_IMAGE}x$RESNET_IMAGE); allreduce iters $ITERS"
-    echo "threads: 1 intra-op, TensorFlow's default inter-op pool, per process (every system)"
+    echo "threads: $THREADS intra-op, $INTER_OP inter-op (0: TensorFlow's default), per process (every system)"
     kolo_env="$(env | grep '^KOLO_' | sort | tr '\n' ' ' || true)"
     echo "KOLO_* in the environment: ${kolo_env:-none, so kolo.tensorflow sets its runtime settings}"
     echo "command: bench/tf_scaling.sh --rounds $ROUNDS --models \"$MODELS\" --keras \"$KERAS\"" \
       "--cnn-steps $CNN_STEPS --resnet-steps $RESNET_STEPS --resnet-image $RESNET_IMAGE" \
-      "--resnet-batch $RESNET_BATCH --iters $ITERS$([[ $ALLREDUCE == 1 ]] || echo ' --no-allreduce')"
+      "--resnet-batch $RESNET_BATCH --iters $ITERS --threads $THREADS --inter-op $INTER_OP$([[ $ALLREDUCE == 1 ]] || echo ' --no-allreduce')"
   } >>"$OUT_DIR/meta.txt"
   for ((r = 1; r <= ROUNDS; ++r)); do
     for model in $MODELS; do

@@ -11,7 +11,12 @@ A job's images/s: ranks x batch x steps / its slowest rank's seconds; the
 ceiling's: the two runs' images/s added up; an allreduce's time: the slowest
 rank's ms per call. Ratios are taken within a round (kolo / ceiling, kolo /
 MWMS, MWMS ms / kolo ms) and the table gives their median over the rounds
-with the range. Writes OUT_DIR/results.json and prints the markdown table;
+with the range. A second table, from the runs' step_ms and cpu_seconds
+(runs of tf_scaling.py that have them), says per system where the time goes:
+the median step and its spread (90th minus 10th percentile: a synchronous
+job waits for its slowest rank every step, independent runs do not), and a
+process's CPU seconds over the timed steps, all of it and kolo's runtime
+thread's (medians over the rounds and ranks). Writes OUT_DIR/results.json and prints the markdown tables;
 with --plot, a PNG (needs matplotlib: Debian's python3-matplotlib). Needs no
 TensorFlow.
 """
@@ -61,6 +66,32 @@ def load(out):
         for rnd in [r for r, v in rounds.items() if v.get("parts", 2) != 2]:
             del rounds[rnd]
     return jobs
+
+
+def where_time_goes(out):
+    """[(model, keras, system, {step, spread, cpu, runtime_cpu})]: medians
+    over the rounds and ranks of the train runs that report step_ms."""
+    found = {}
+    for path in sorted(glob.glob(os.path.join(out, "*.rank*.json"))):
+        m = _NAME.match(os.path.basename(path))
+        if not m or m.group("arsystem"):
+            continue
+        with open(path) as f:
+            run = json.load(f)
+        steps, cpu = run.get("step_ms"), run.get("cpu_seconds")
+        if not steps or cpu is None:
+            continue
+        key = (m.group("model"), m.group("keras"), m.group("system"))
+        found.setdefault(key, []).append((steps["median"], steps["p90"] - steps["p10"],
+                                          sum(cpu.values()), cpu.get("kolo-runtime", 0.0)))
+    order = {"kolo": 0, "mwms": 1, "ceil": 2}
+    rows = []
+    for key in sorted(found, key=lambda k: (k[0] != "cnn", k[1], order[k[2]])):
+        columns = list(zip(*found[key]))
+        rows.append(key + ({name: statistics.median(c) for name, c in
+                            zip(("step", "spread", "cpu", "runtime_cpu"), columns)},
+                           len(found[key])))
+    return rows
 
 
 def summary(values):
@@ -138,6 +169,16 @@ def table(result):
                       max(len(ar["ms"]["kolo"]), len(ar["ms"]["mwms"])))]
     lines += ["", "Images/s and ms: medians over the rounds; ratios: the median of the per-round "
               "ratios (range in brackets)."]
+    spread = result.get("where_time_goes")
+    if spread:
+        names = {"kolo": "kolo.keras (a rank)", "mwms": "MWMS (a worker)", "ceil": "ceiling (a run)"}
+        lines += ["", "| model | Keras | system | step ms | step spread ms (p90 - p10) "
+                  "| CPU s, timed steps | of it kolo-runtime | runs |",
+                  "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+        for model, keras, system, v, n in spread:
+            lines.append("| %s | %s | %s | %.1f | %.1f | %.2f | %s | %d |" % (
+                model, keras, names[system], v["step"], v["spread"], v["cpu"],
+                "%.2f" % v["runtime_cpu"] if system == "kolo" else "-", n))
     return "\n".join(lines)
 
 
@@ -183,6 +224,7 @@ def main(argv=None):
     p.add_argument("--plot", default=None)
     args = p.parse_args(argv)
     result = analyse(load(args.out))
+    result["where_time_goes"] = where_time_goes(args.out)
     if not result["train"] and not result["allreduce"]:
         print("tf_scaling_report.py: no runs in %s" % args.out, file=sys.stderr)
         return 1
