@@ -726,6 +726,50 @@ TEST(Selection, BadLinkRateOnRankZeroFailsEveryRankNamingIt) {
   }
 }
 
+TEST(Selection, EveryRankUsesRankZerosCores) {
+  // Three hosts of one rank on one machine's single core (rank 0's
+  // KOLO_HOST_CORES=1, KOLO_HOSTS_SHARE_CORES=1): every step waits a spin
+  // for the core (allreduce_model.cc), so at 8 bytes the tree's 3 steps
+  // beat the ring's 4, which the bytes-only constants pick otherwise.
+  const std::string bytes = writeTemp("bytes_cores.json", constantsToJson(bytesOnly()));
+  for (bool told : {false, true}) {
+    std::vector<std::string> choices(3);
+    test::withCommunicators(
+        3,
+        [&](int r) {
+          Settings s = test::testSettings("tcp");
+          s.predictConstants = bytes;
+          if (r == 0 && told) {
+            s.hostCores = 1;
+            s.hostsShareCores = 1;
+            s.spinMicros = 100;
+          }
+          return s;
+        },
+        [&](Communicator& c) { choices[c.rank()] = c.allreduceAlgorithm(8); },
+        [](int r) { return "host" + std::to_string(r); });
+    EXPECT_EQ(choices[0], told ? "tree" : "ring") << "told the cores: " << told;
+    EXPECT_EQ(choices[1], choices[0]);
+    EXPECT_EQ(choices[2], choices[0]);
+  }
+  std::remove(bytes.c_str());
+  try {
+    test::withCommunicators(
+        2,
+        [](int r) {
+          Settings s = test::testSettings("tcp");
+          if (r == 0) s.hostCores = -2;
+          return s;
+        },
+        [](Communicator&) {});
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& e) {
+    const std::string text = e.what();
+    EXPECT_TRUE(test::contains(text, "rank 1: KOLO_PREDICT_CONSTANTS")) << text;
+    EXPECT_TRUE(test::contains(text, "KOLO_HOST_CORES=-2")) << text;
+  }
+}
+
 TEST(Selection, SameChoiceOnEveryRankAcrossHosts) {
   // Pretend hosts of 3 and 2 ranks (local sizes differ) with the built-in
   // constants: every rank's choice for every size class is the same.
