@@ -14,6 +14,7 @@
 #include "collectives/selection.h"
 #include "predict/allreduce_model.h"
 #include "predict/constants.h"
+#include "predict/eager_schedule.h"
 #include "predict/fit.h"
 #include "predict/json.h"
 #include "predict/units.h"
@@ -227,23 +228,86 @@ TEST(AllreduceModel, IdleRanksLeaveTheCoresToTheWorkingOnes) {
 TEST(AllreduceModel, FoldedScheduleAcrossHosts) {
   // Traced against allreduce_tree.cc / allreduce_rhd.cc / partition.h, 1 MB
   // on hosts of one rank, 1 Gbit/s: every step's bytes cross a link at
-  // 8 ns/B (above the transport's 1 ns/B).
+  // 8 ns/B (above the transport's 1 ns/B). Ranks that sit out the fold-in
+  // send their first step at once (eager sends, eager_schedule.h): those
+  // bytes share the folded rank's link with the fold-in.
   const Constants c = roundConstants();
-  // tree, 3 ranks: fold-in 0 -> 1 (10 + 8000 + reduce 500), the step
-  // 1 <-> 2 (8510), fold-back 1 -> 0 (8010), call 3.
-  EXPECT_NEAR(us(Algorithm::kTree, 1000000, hostsOfOne(3), c), 8510 + 8510 + 8010 + 3,
-              1e-6);
+  // tree, 3 ranks: fold-in 0 -> 1 (10 + 8000 + reduce 500) while rank 2
+  // sends its step to rank 1 too (+8000: rank 1's link carries 2 MB), the
+  // step 1 <-> 2 (8510: rank 1's half), fold-back 1 -> 0 (8010), call 3.
+  EXPECT_NEAR(us(Algorithm::kTree, 1000000, hostsOfOne(3), c),
+              8510 + 8000 + 8510 + 8010 + 3, 1e-6);
   // tree, 5 ranks: fold-in 0 -> 1, steps 1<->2, 3<->4 then 1<->3, 2<->4,
-  // fold-back: 3 x 8510 + 8010 + 3.
-  EXPECT_NEAR(us(Algorithm::kTree, 1000000, hostsOfOne(5), c), 3 * 8510 + 8010 + 3, 1e-6);
+  // fold-back: 3 x 8510 + 8010 + 3 step by step. Eager (units of 8000 us):
+  // 0->1, 2->1 share rank 1's link; 3<->4 end at 1, then 3 -> 1 joins them
+  // (a third each): 0->1 and 2->1 end at 2.5, 3->1 at 3; rank 1 sends to 2
+  // (3.5), to 3 (4.5), back to 0 (5.5): 1.5 more than the 4 of the walk.
+  EXPECT_NEAR(us(Algorithm::kTree, 1000000, hostsOfOne(5), c),
+              3 * 8510 + 8010 + 3 + 1.5 * 8000, 1e-6);
   // rhd, 6 ranks (p = 4, 2 folded: 0 -> 1, 2 -> 3): fold-in 8510; halving
   // 500000 B (10 + 4000 + 250) and 250000 B (10 + 2000 + 125); doubling
-  // 250000 B (2010) and 500000 B (4010); fold-back 8010; call 3.
+  // 250000 B (2010) and 500000 B (4010); fold-back 8010; call 3. Eager:
+  // ranks 4 and 5 send their first halves (500000 B) to 1 and 3 during
+  // the fold-in: +4000.
   EXPECT_NEAR(us(Algorithm::kRhd, 1000000, hostsOfOne(6), c),
-              8510 + 4260 + 2135 + 2010 + 4010 + 8010 + 3, 1e-6);
-  // rhd, 3 ranks (p = 2): fold-in, 500000 B halved and doubled, fold-back.
+              8510 + 4260 + 2135 + 2010 + 4010 + 8010 + 3 + 4000, 1e-6);
+  // rhd, 3 ranks (p = 2): fold-in, 500000 B halved and doubled, fold-back;
+  // rank 2's first half shares the fold-in's link: +4000.
   EXPECT_NEAR(us(Algorithm::kRhd, 1000000, hostsOfOne(3), c),
-              8510 + 4260 + 4010 + 8010 + 3, 1e-6);
+              8510 + 4260 + 4010 + 8010 + 3 + 4000, 1e-6);
+  // Powers of two have no fold and no early sends: the walk's time.
+  EXPECT_NEAR(us(Algorithm::kTree, 1000000, hostsOfOne(4), c), 2 * 8510 + 3, 1e-6);
+}
+
+TEST(EagerSchedule, EarlySendsShareTheFoldedRanksLink) {
+  // tree on 3 hosts of one rank, 1 byte/s links, b = 10: step 0 the
+  // fold-in, 1 the exchange, 2 the fold-back.
+  const double b = 10;
+  predict::EagerProgram tree3(3);
+  tree3[0] = {{0, 1, b, -1, 0}, {2, -1, 0, 1, b}};
+  tree3[1] = {{0, -1, 0, 0, b}, {1, 2, b, 2, b}, {2, 0, b, -1, 0}};
+  tree3[2] = {{1, 1, b, 1, b}};
+  // Rank 2's send and the fold-in share rank 1's link down: the fold-in
+  // ends at 2b (its own wire time b: extra b); rank 1's half of the
+  // exchange then takes b (as its own wire time), the fold-back b.
+  auto extra = predict::eagerStepExtra(tree3, 3, {0, 1, 2}, 1.0);
+  ASSERT_EQ(extra.size(), 3u);
+  EXPECT_NEAR(extra[0], b, 1e-9);
+  EXPECT_NEAR(extra[1], 0, 1e-9);
+  EXPECT_NEAR(extra[2], 0, 1e-9);
+  // The same ranks on two hosts (0 and 1 share one): the fold-in does not
+  // cross a link, rank 2's send is alone on rank 1's link: no delay.
+  extra = predict::eagerStepExtra(tree3, 3, {0, 0, 1}, 1.0);
+  EXPECT_NEAR(extra[0] + extra[1] + extra[2], 0, 1e-9);
+  // A symmetric exchange (2 hosts): each direction its own capacity.
+  predict::EagerProgram two(2);
+  two[0] = {{0, 1, b, 1, b}};
+  two[1] = {{0, 0, b, 0, b}};
+  EXPECT_NEAR(predict::eagerStepExtra(two, 1, {0, 1}, 1.0)[0], 0, 1e-9);
+  // Two senders into one receiver in the same step: the step's own wire
+  // time (2b on the receiver's link) already counts them.
+  predict::EagerProgram gather(3);
+  gather[0] = {{0, 2, b, -1, 0}};
+  gather[1] = {{0, 2, b, -1, 0}};
+  gather[2] = {{0, -1, 0, 0, b}, {0, -1, 0, 1, b}};
+  EXPECT_NEAR(predict::eagerStepExtra(gather, 1, {0, 1, 2}, 1.0)[0], 0, 1e-9);
+  // Copies inside a host take intraSecondsPerByte: rank 1 (host 0) gets
+  // rank 0's vector in 2b seconds, then sends it to rank 2 (host 1) while
+  // rank 3 (host 2) sent its own at once; rank 3's is through by 2b, so
+  // rank 1's is alone on the link (b): no delay, and the copy is the
+  // step's own time, not a delay.
+  predict::EagerProgram local(4);
+  local[0] = {{0, 1, b, -1, 0}};
+  local[1] = {{0, -1, 0, 0, b}, {1, 2, b, -1, 0}};
+  local[2] = {{1, -1, 0, 3, b}, {1, -1, 0, 1, b}};
+  local[3] = {{1, 2, b, -1, 0}};
+  extra = predict::eagerStepExtra(local, 2, {0, 0, 1, 2}, 1.0, 2.0);
+  EXPECT_NEAR(extra[0], 0, 1e-9);
+  EXPECT_NEAR(extra[1], 0, 1e-9);
+  // Without the copy's time both sends share host 1's link from the
+  // start, which the step's own wire time (2b) counts too.
+  extra = predict::eagerStepExtra(local, 2, {0, 0, 1, 2}, 1.0, 0.0);
+  EXPECT_NEAR(extra[0] + extra[1], 0, 1e-9);
 }
 
 TEST(AllreduceModel, WaitsForACore) {
@@ -301,15 +365,17 @@ TEST(AllreduceModel, TokenBucketPassesShortMessages) {
   const Constants zero;
   JobShape s = hostsOfOne(3);
   const double step = 65536 * 8e-3;
-  EXPECT_NEAR(us(Algorithm::kTree, 65536, s, zero), 3 * step, 1e-6);
+  // (+1 step: rank 2's early send shares the fold-in's link, see
+  // FoldedScheduleAcrossHosts.)
+  EXPECT_NEAR(us(Algorithm::kTree, 65536, s, zero), 4 * step, 1e-6);
   s.linkBurst = 256 * 1024;
   EXPECT_NEAR(us(Algorithm::kTree, 65536, s, zero), 2 * step, 1.0);
   // Large messages: the bucket is a small share of the bytes.
   const double big = us(Algorithm::kTree, 64 << 20, s, zero);
-  EXPECT_GT(big, 3 * (64 << 20) * 8e-3 * 0.99);
+  EXPECT_GT(big, 4 * (64 << 20) * 8e-3 * 0.99);
   // A real link (no burst) is priced as before.
   s.linkBurst = 0;
-  EXPECT_NEAR(us(Algorithm::kTree, 64 << 20, s, zero), 3 * (64 << 20) * 8e-3, 1e-3);
+  EXPECT_NEAR(us(Algorithm::kTree, 64 << 20, s, zero), 4 * (64 << 20) * 8e-3, 1e-3);
 }
 
 TEST(AllreduceModel, DescriptorExchange) {
@@ -657,6 +723,50 @@ TEST(Selection, BadLinkRateOnRankZeroFailsEveryRankNamingIt) {
     EXPECT_TRUE(test::contains(text, "rank 1: KOLO_PREDICT_CONSTANTS / KOLO_LINK_RATE"))
         << text;
     EXPECT_TRUE(test::contains(text, "fast")) << text;
+  }
+}
+
+TEST(Selection, EveryRankUsesRankZerosCores) {
+  // Three hosts of one rank on one machine's single core (rank 0's
+  // KOLO_HOST_CORES=1, KOLO_HOSTS_SHARE_CORES=1): every step waits a spin
+  // for the core (allreduce_model.cc), so at 8 bytes the tree's 3 steps
+  // beat the ring's 4, which the bytes-only constants pick otherwise.
+  const std::string bytes = writeTemp("bytes_cores.json", constantsToJson(bytesOnly()));
+  for (bool told : {false, true}) {
+    std::vector<std::string> choices(3);
+    test::withCommunicators(
+        3,
+        [&](int r) {
+          Settings s = test::testSettings("tcp");
+          s.predictConstants = bytes;
+          if (r == 0 && told) {
+            s.hostCores = 1;
+            s.hostsShareCores = 1;
+            s.spinMicros = 100;
+          }
+          return s;
+        },
+        [&](Communicator& c) { choices[c.rank()] = c.allreduceAlgorithm(8); },
+        [](int r) { return "host" + std::to_string(r); });
+    EXPECT_EQ(choices[0], told ? "tree" : "ring") << "told the cores: " << told;
+    EXPECT_EQ(choices[1], choices[0]);
+    EXPECT_EQ(choices[2], choices[0]);
+  }
+  std::remove(bytes.c_str());
+  try {
+    test::withCommunicators(
+        2,
+        [](int r) {
+          Settings s = test::testSettings("tcp");
+          if (r == 0) s.hostCores = -2;
+          return s;
+        },
+        [](Communicator&) {});
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception& e) {
+    const std::string text = e.what();
+    EXPECT_TRUE(test::contains(text, "rank 1: KOLO_PREDICT_CONSTANTS")) << text;
+    EXPECT_TRUE(test::contains(text, "KOLO_HOST_CORES=-2")) << text;
   }
 }
 

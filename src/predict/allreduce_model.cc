@@ -25,7 +25,11 @@
 //     host's link in this step (the most loaded host counts; they share
 //     its R), and R' the payload's share of R (headers: payloadBps());
 //     with a token bucket (JobShape::linkBurst) the bytes of each link
-//     direction beyond what its bucket holds (bucketWire, refill);
+//     direction beyond what its bucket holds (bucketWire, refill); in
+//     the folded schedules of tree and rhd, plus the queueing behind
+//     bytes sent early (eagerExtra, eager_schedule.h: the ranks that sit
+//     out the fold-in send their first steps at once, into the links of
+//     the ranks still receiving the fold-in);
 // work: the transport's own work, which runs while the link drains:
 //     m*beta + (g-1)*message of the pair's path, plus for a pipelined step
 //     (the ring's chunks) the reduction of all chunks but the last;
@@ -76,8 +80,11 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <map>
 #include <tuple>
 #include <vector>
+
+#include "predict/eager_schedule.h"
 
 namespace kolo::predict {
 namespace {
@@ -89,6 +96,7 @@ constexpr size_t kLocalTreeBytes = 64 * 1024;        // allreduce_hier.cc
 constexpr double kShmInlineBytes = 24;               // 56-byte line - 32-byte descriptor
 constexpr double kShmReduceAllBytes = 16 * 1024;     // allreduce_shm.cc
 constexpr double kDescriptorBytes = 32;              // sizeof(OpDescriptor)
+constexpr int kEagerReplayRanks = 64;  // most ranks replayed (eager_schedule.h)
 
 constexpr std::string_view kNames[kAlgorithms] = {"ring", "rhd", "tree", "hier", "shm"};
 
@@ -132,6 +140,10 @@ struct Model {
     std::vector<double> up, down;
   };
   Buckets* buckets = nullptr;
+  // eagerExtra()'s replays by (ranks, bytes, step bytes): a call is priced
+  // many times over while the token buckets settle.
+  using EagerKey = std::tuple<int, double, std::vector<double>, double>;
+  std::map<EagerKey, std::vector<double>>* eagerCache = nullptr;
 
   int hostOf(int r) const {
     return shape.hostOf.empty() ? r / std::max(1, shape.ranksPerHost) : shape.hostOf[r];
@@ -194,7 +206,7 @@ struct Model {
   // follows the last byte. A pipelined step (the ring's chunks) overlaps
   // the reduction of every chunk but the last with the transfer too.
   void step(LinearCost& out, const Pairs& pairs, double m, double messages,
-            double reduced, bool pipelined = false) const {
+            double reduced, bool pipelined = false, double eagerWire = 0) const {
     if (!pairs.intra() && pairs.flows == 0) return;
     const double g = std::max(0.0, messages - 1);
     const double overlapped = pipelined && messages > 1 ? reduced * g / messages : 0;
@@ -223,6 +235,7 @@ struct Model {
     if (pairs.flows > 0 && shape.linkBps > 0) {
       LinearCost wire;
       wire.fixed = buckets ? bucketWire(pairs, m) : m * pairs.flows * 8.0 / payloadBps();
+      wire.fixed += eagerWire;
       body = larger(wire, body, c);
     }
     LinearCost total = latency;
@@ -294,12 +307,58 @@ struct Model {
   }
 
   // ---- the algorithms ------------------------------------------------------------
+  // The folded schedule's delay from eager sends (eager_schedule.h): per
+  // step (0 the fold-in, 1.. the exchanges of `masks` moving `bytes`, then
+  // the fold-back) the seconds its end moves beyond its own wire time.
+  // Without a fold, a shaped link or with more than kEagerReplayRanks
+  // ranks: none (the schedule is then symmetric, or too long to replay).
+  std::vector<double> eagerExtra(int n, const Fold& f, double b,
+                                 const std::vector<int>& masks,
+                                 const std::vector<double>& bytes) const {
+    const int steps = static_cast<int>(masks.size()) + 2;
+    if (f.extra == 0 || shape.linkBps <= 0 || n > kEagerReplayRanks ||
+        shape.hosts() < 2) {
+      return std::vector<double>(static_cast<size_t>(steps), 0.0);
+    }
+    // A copy inside a host: the transport's beta on the shared cores.
+    const double intra = c[shape.intra][Term::kBeta] * cpu;
+    const auto key = std::tuple{n, b, bytes, intra};
+    if (auto it = eagerCache->find(key); it != eagerCache->end()) return it->second;
+    EagerProgram program(static_cast<size_t>(n));
+    std::vector<int> host(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+      host[r] = hostOf(r);
+      auto& ops = program[r];
+      const bool folded = r < 2 * f.extra;
+      if (folded && r % 2 == 0) {  // sends its vector, waits for the result
+        ops.push_back({0, r + 1, b, -1, 0});
+        ops.push_back({steps - 1, -1, 0, r + 1, b});
+        continue;
+      }
+      if (folded) ops.push_back({0, -1, 0, r - 1, b});
+      const int q = f.newRank(r);
+      for (size_t j = 0; j < masks.size(); ++j) {
+        const int peer = f.realRank(q ^ masks[j]);
+        ops.push_back({static_cast<int>(j) + 1, peer, bytes[j], peer, bytes[j]});
+      }
+      if (folded) ops.push_back({steps - 1, r - 1, b, -1, 0});
+    }
+    auto extra = eagerStepExtra(program, steps, host, payloadBps() / 8.0, intra);
+    eagerCache->emplace(key, extra);
+    return extra;
+  }
+
   LinearCost tree(int n, double b) const {
     LinearCost out;
     const Fold f = foldOf(n);
-    if (f.extra > 0) step(out, foldPairs(n, f, true), b, 1, b);
-    for (int mask = 1; mask < f.p; mask <<= 1) step(out, maskPairs(n, f, mask), b, 1, b);
-    if (f.extra > 0) step(out, foldPairs(n, f, false), b, 1, 0);
+    std::vector<int> masks;
+    for (int mask = 1; mask < f.p; mask <<= 1) masks.push_back(mask);
+    const auto eager = eagerExtra(n, f, b, masks, std::vector<double>(masks.size(), b));
+    if (f.extra > 0) step(out, foldPairs(n, f, true), b, 1, b, false, eager.front());
+    for (size_t j = 0; j < masks.size(); ++j) {
+      step(out, maskPairs(n, f, masks[j]), b, 1, b, false, eager[j + 1]);
+    }
+    if (f.extra > 0) step(out, foldPairs(n, f, false), b, 1, 0, false, eager.back());
     return out;
   }
 
@@ -311,18 +370,26 @@ struct Model {
     auto blocks = [&](int nblocks) {
       return std::ceil(count / f.p) * nblocks * kElementBytes;
     };
-    if (f.extra > 0) step(out, foldPairs(n, f, true), b, 1, b);
+    std::vector<int> masks;
+    std::vector<double> bytes, reduced;
     int window = f.p;
-    for (int mask = f.p / 2; mask >= 1; mask /= 2) {
+    for (int mask = f.p / 2; mask >= 1; mask /= 2) {  // halving
       window /= 2;
-      const double m = std::min(b, blocks(window));
-      step(out, maskPairs(n, f, mask), m, 1, m);
+      masks.push_back(mask);
+      bytes.push_back(std::min(b, blocks(window)));
+      reduced.push_back(bytes.back());
     }
-    for (int mask = 1; mask < f.p; mask *= 2) {
-      const double m = std::min(b, blocks(mask));
-      step(out, maskPairs(n, f, mask), m, 1, 0);
+    for (int mask = 1; mask < f.p; mask *= 2) {  // doubling
+      masks.push_back(mask);
+      bytes.push_back(std::min(b, blocks(mask)));
+      reduced.push_back(0);
     }
-    if (f.extra > 0) step(out, foldPairs(n, f, false), b, 1, 0);
+    const auto eager = eagerExtra(n, f, b, masks, bytes);
+    if (f.extra > 0) step(out, foldPairs(n, f, true), b, 1, b, false, eager.front());
+    for (size_t j = 0; j < masks.size(); ++j) {
+      step(out, maskPairs(n, f, masks[j]), bytes[j], 1, reduced[j], false, eager[j + 1]);
+    }
+    if (f.extra > 0) step(out, foldPairs(n, f, false), b, 1, 0, false, eager.back());
     return out;
   }
 
@@ -390,7 +457,7 @@ struct Model {
       cross.ranksPerHost = 1;
       cross.hostOf.clear();
       cross.shmArena = false;
-      const Model crossModel{cross, c, cpu, wake, spin, buckets};
+      const Model crossModel{cross, c, cpu, wake, spin, buckets, eagerCache};
       const Algorithm a =
           selectAllreduce(static_cast<size_t>(b), cross, c);  // never hier: k = 1
       out += crossModel.flat(a, hosts, b);
@@ -542,8 +609,14 @@ bool usable(Algorithm a, const JobShape& shape) {
 LinearCost allreduceCost(Algorithm a, size_t bytes, const JobShape& shape,
                          const Constants& c, const CostOptions& options) {
   const bool over = oversubscribed(shape);
-  Model m{shape, c, oversubscription(shape), over && yielding(shape) ? 1.0 : 0.0,
-          over && !yielding(shape) ? shape.spinSeconds : 0.0};
+  std::map<Model::EagerKey, std::vector<double>> eagerCache;
+  Model m{shape,
+          c,
+          oversubscription(shape),
+          over && yielding(shape) ? 1.0 : 0.0,
+          over && !yielding(shape) ? shape.spinSeconds : 0.0,
+          nullptr,
+          &eagerCache};
   LinearCost out;
   const int n = std::max(1, shape.ranks);
   if (n == 1 || bytes == 0) return out;
