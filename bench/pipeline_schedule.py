@@ -1,6 +1,6 @@
 """Measures, per stage of a kolo.torch.pipeline.Pipeline, the idle fraction
 of a training step and the peak activation memory, for GPipe and 1F1B:
-    kolorun -np P /usr/bin/python3 bench/pipeline_schedule.py [M] [width]
+    kolorun -np P [--bind-to core] /usr/bin/python3 bench/pipeline_schedule.py [M] [width]
         [--model linear|sleep] [--ms T] [--steps S] [--no-input-grad]
         [--malloc steady|default] [--lost-ms L] [--dump PREFIX]
 
@@ -39,7 +39,8 @@ Models (two layers per stage, so every stage costs the same):
   --no-input-grad shows it). --malloc steady (the default) keeps glibc
   from returning freed memory to the kernel (steady_malloc), so that no
   pass pays page faults that others do not. Meaningful with one free core
-  per rank.
+  per rank; kolorun --bind-to core gives each rank its own core
+  (docs/pipeline.md, "CPU binding").
 - sleep: each layer sleeps T ms in its forward and T ms in its backward
   (no computation): the schedule and kolo's messages alone, independent
   of the cores, so more stages than cores can be measured.

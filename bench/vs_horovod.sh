@@ -22,10 +22,20 @@
 #               1 SIGKILLed at step 5: seconds from the kill to the survivors'
 #               next completed step, Horovod elastic (horovodrun --min-np 2
 #               with a host discovery script) against kolo (kolorun --min-np 2).
+#   binding     kolo's synthetic benchmark and the ceiling, unbound and with
+#               every rank bound to its core (kolorun --bind-to core; the
+#               ceiling's two 1-rank runs on one core each, taskset), the
+#               two alternating (the order flips every round); no Horovod
+#               (not in the default parts; docs/pipeline.md, "CPU binding").
 #
 #   bench/vs_horovod.sh [--build-dir build] [--rounds 6] [--parts allreduce,synthetic,netns,elastic]
 #                       [--models resnet18,resnet50] [--batch 16] [--iters 3]
-#                       [--python /usr/bin/python3] [--out DIR]
+#                       [--python /usr/bin/python3] [--bind-to none|core] [--out DIR]
+#
+# --bind-to core: in the synthetic part, kolo's ranks are bound to a core
+# each (kolorun --bind-to core) and so are the ceiling's two 1-rank runs
+# (taskset, one core each); Horovod's runs are left as horovodrun starts
+# them. Default none (as before).
 #
 # --python: kolo's interpreter (its torch is the one kolo trains with;
 # Horovod always uses its own environment, which sees Debian's torch 1.13).
@@ -45,6 +55,7 @@ MODELS=resnet18,resnet50
 BATCH=16
 ITERS=3
 KOLO_PY=/usr/bin/python3
+BIND_TO=none
 OUT=""
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || { echo "vs_horovod.sh: $1 needs a value" >&2; exit 2; }
@@ -56,6 +67,7 @@ while [ $# -gt 0 ]; do
     --batch) BATCH="$2" ;;
     --iters) ITERS="$2" ;;
     --python) KOLO_PY="$2" ;;
+    --bind-to) BIND_TO="$2" ;;
     --out) OUT="$2" ;;
     *) echo "vs_horovod.sh: unknown option $1 (see the header of $0)" >&2; exit 2 ;;
   esac
@@ -69,8 +81,13 @@ HVD_ENV="${KOLO_PEERS:-$ROOT/.peers}/horovod"
 HVD_PY="$HVD_ENV/bin/python"
 HVDRUN="$HVD_ENV/bin/horovodrun"
 KOLORUN="$BUILD_DIR/bin/kolorun"
-"$ROOT/bench/peers/setup-horovod.sh" --check >/dev/null ||
-  { echo "vs_horovod.sh: Horovod is not installed: run bench/peers/setup-horovod.sh" >&2; exit 1; }
+case "$BIND_TO" in none | core) ;; *) echo "vs_horovod.sh: --bind-to expects none or core, got '$BIND_TO'" >&2; exit 2 ;; esac
+NEEDS_HOROVOD=0
+for part in ${PARTS//,/ }; do [ "$part" = binding ] || NEEDS_HOROVOD=1; done
+if [ $NEEDS_HOROVOD = 1 ]; then
+  "$ROOT/bench/peers/setup-horovod.sh" --check >/dev/null ||
+    { echo "vs_horovod.sh: Horovod is not installed: run bench/peers/setup-horovod.sh" >&2; exit 1; }
+fi
 [ -x "$KOLORUN" ] || { echo "vs_horovod.sh: no $KOLORUN (build kolo first)" >&2; exit 1; }
 [ -f "$SYNTHETIC" ] || { echo "vs_horovod.sh: no $SYNTHETIC (set KOLO_HOROVOD_CONFORMANCE)" >&2; exit 1; }
 OUT="${OUT:-$(mktemp -d /tmp/kolo-vs-horovod.XXXXXX)}"
@@ -167,22 +184,57 @@ synthetic_round() {
     # shellcheck disable=SC2046
     synthetic_run synthetic "horovod-gloo:$model" "$r" "$OUT/synthetic.horovod-gloo.$model.$r.log" \
       timeout 900 "$HVDRUN" --gloo -np 2 -H localhost:2 "$HVD_PY" "$SYNTHETIC" $(synthetic_args "$model")
-    # shellcheck disable=SC2046
-    synthetic_run synthetic "kolo:$model" "$r" "$OUT/synthetic.kolo.$model.$r.log" \
-      env PYTHONPATH="$KOLO_PATH" timeout 900 "$KOLORUN" -np 2 "$KOLO_PY" "$SYNTHETIC" \
-      $(synthetic_args "$model")
-    # The ceiling: two 1-rank runs at once, no communication at all.
-    local a="$OUT/synthetic.ceiling.$model.$r.a.log" b="$OUT/synthetic.ceiling.$model.$r.b.log"
-    # shellcheck disable=SC2046
-    PYTHONPATH="$KOLO_PATH" timeout 900 "$KOLORUN" -np 1 "$KOLO_PY" "$SYNTHETIC" \
-      $(synthetic_args "$model") >"$a" 2>&1 &
-    local pa=$!
-    # shellcheck disable=SC2046
-    PYTHONPATH="$KOLO_PATH" timeout 900 "$KOLORUN" -np 1 "$KOLO_PY" "$SYNTHETIC" \
-      $(synthetic_args "$model") >"$b" 2>&1 || { log "ceiling run failed"; tail "$b" >&2; exit 1; }
-    wait $pa || { log "ceiling run failed"; tail "$a" >&2; exit 1; }
-    echo "synthetic ceiling:$model $r $(awk -v a="$(total_rate "$a")" -v b="$(total_rate "$b")" \
-      'BEGIN { print a + b }')" >>"$RESULTS"
+    kolo_synthetic synthetic "kolo:$model" "$r" "$model" "$BIND_TO"
+    ceiling_run synthetic "ceiling:$model" "$r" "$model" "$BIND_TO"
+  done
+}
+
+# kolo_synthetic PART KEY ROUND MODEL BIND: kolo's 2-rank run, kolorun --bind-to BIND.
+kolo_synthetic() {
+  local part="$1" key="$2" r="$3" model="$4" bind="$5"
+  # shellcheck disable=SC2046
+  synthetic_run "$part" "$key" "$r" "$OUT/$part.${key//:/.}.$r.log" \
+    env PYTHONPATH="$KOLO_PATH" timeout 900 "$KOLORUN" -np 2 --bind-to "$bind" "$KOLO_PY" \
+    "$SYNTHETIC" $(synthetic_args "$model")
+}
+
+# ceiling_run PART KEY ROUND MODEL BIND: the ceiling, two 1-rank runs at once,
+# no communication at all; BIND=core: each on one core of its own (the
+# first two CPUs this script may use), as kolo's bound ranks are.
+ceiling_run() {
+  local part="$1" key="$2" r="$3" model="$4" bind="$5" cpus
+  local a="$OUT/$part.${key//:/.}.$r.a.log" b="$OUT/$part.${key//:/.}.$r.b.log"
+  local pin_a=() pin_b=()
+  if [ "$bind" = core ]; then
+    read -r -a cpus < <(/usr/bin/python3 -c 'import os; print(*sorted(os.sched_getaffinity(0))[:2])')
+    [ ${#cpus[@]} = 2 ] || { log "--bind-to core: the ceiling needs two CPUs"; exit 1; }
+    pin_a=(taskset -c "${cpus[0]}")
+    pin_b=(taskset -c "${cpus[1]}")
+  fi
+  # shellcheck disable=SC2046
+  PYTHONPATH="$KOLO_PATH" timeout 900 "${pin_a[@]}" "$KOLORUN" -np 1 --bind-to "$bind" \
+    "$KOLO_PY" "$SYNTHETIC" $(synthetic_args "$model") >"$a" 2>&1 &
+  local pa=$!
+  # shellcheck disable=SC2046
+  PYTHONPATH="$KOLO_PATH" timeout 900 "${pin_b[@]}" "$KOLORUN" -np 1 --bind-to "$bind" \
+    "$KOLO_PY" "$SYNTHETIC" $(synthetic_args "$model") >"$b" 2>&1 ||
+    { log "ceiling run failed"; tail "$b" >&2; exit 1; }
+  wait $pa || { log "ceiling run failed"; tail "$a" >&2; exit 1; }
+  local total
+  total="$(awk -v a="$(total_rate "$a")" -v b="$(total_rate "$b")" 'BEGIN { print a + b }')"
+  echo "$part $key $r $total" >>"$RESULTS"
+  log "$part $key round $r: $total img/s"
+}
+
+# binding_round ROUND: kolo and the ceiling unbound and bound, alternating.
+binding_round() {
+  local r="$1" model bind order="none core"
+  [ $((r % 2)) = 0 ] && order="core none"
+  for model in ${MODELS//,/ }; do
+    for bind in $order; do
+      kolo_synthetic binding "kolo-$bind:$model" "$r" "$model" "$bind"
+      ceiling_run binding "ceiling-$bind:$model" "$r" "$model" "$bind"
+    done
   done
 }
 
@@ -261,7 +313,11 @@ elastic_round() {
   log "elastic round $r: horovod $(tail -2 "$RESULTS" | head -1 | cut -d' ' -f4) s, kolo $(tail -1 "$RESULTS" | cut -d' ' -f4) s"
 }
 
-log "machine: $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /proc/loadavg); kolo $(git -C "$ROOT" rev-parse --short HEAD), torch $("$KOLO_PY" -c 'import torch; print(torch.__version__)'); Horovod $("$HVD_PY" -c 'import horovod; print(horovod.__version__)') with torch $("$HVD_PY" -c 'import torch; print(torch.__version__)'); logs in $OUT"
+HVD_VERSION="not used"
+if [ $NEEDS_HOROVOD = 1 ]; then
+  HVD_VERSION="$("$HVD_PY" -c 'import horovod; print(horovod.__version__)') with torch $("$HVD_PY" -c 'import torch; print(torch.__version__)')"
+fi
+log "machine: $(getconf _NPROCESSORS_ONLN) cores, load $(cut -d' ' -f1-3 /proc/loadavg); kolo $(git -C "$ROOT" rev-parse --short HEAD), torch $("$KOLO_PY" -c 'import torch; print(torch.__version__)'); Horovod $HVD_VERSION; --bind-to $BIND_TO; logs in $OUT"
 if has_part netns || has_part elastic; then netns_setup; fi
 for ((r = 1; r <= ROUNDS; r++)); do
   if has_part allreduce; then log "round $r/$ROUNDS: allreduce"; allreduce_round "$r" allreduce; fi
@@ -271,6 +327,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   fi
   if has_part synthetic; then log "round $r/$ROUNDS: synthetic"; synthetic_round "$r"; fi
   if has_part netns; then log "round $r/$ROUNDS: netns"; netns_round "$r"; fi
+  if has_part binding; then log "round $r/$ROUNDS: binding"; binding_round "$r"; fi
   if has_part elastic; then log "round $r/$ROUNDS: elastic"; elastic_round "$r"; fi
 done
 log "load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

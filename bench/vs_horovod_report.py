@@ -138,6 +138,32 @@ def elastic_table(runs, goals):
                           k <= 0.5 * h))
 
 
+def binding_table(runs):
+    """The binding part: kolo and the ceiling unbound and bound to cores."""
+    models = sorted({k.split(":")[1] for (p, k) in runs if p == "binding" and "." not in k})
+    if not models:
+        return
+    print("### CPU binding: kolo (2 ranks) and the ceiling (two 1-rank runs), img/s, "
+          "unbound and bound (kolorun --bind-to core; the ceiling's runs one core each)\n")
+    print("| model | kolo unbound | ceiling unbound | kolo / ceiling | kolo bound | "
+          "ceiling bound | kolo / ceiling | kolo bound / ceiling unbound | rounds |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for model in models:
+        row, values = [model], {}
+        for bind in ("none", "core"):
+            for lib in ("kolo", "ceiling"):
+                key = "%s-%s:%s" % (lib, bind, model)
+                values[key] = med(runs, "binding", key)
+                row.append("%s (%s)" % (fmt(values[key]), span(runs, "binding", key)))
+            k, c = values["kolo-%s:%s" % (bind, model)], values["ceiling-%s:%s" % (bind, model)]
+            row.append("%.3f" % (k / c) if k and c else "-")
+        k, c = values["kolo-core:" + model], values["ceiling-none:" + model]
+        row.append("%.3f" % (k / c) if k and c else "-")
+        row.append(str(len(runs.get(("binding", "kolo-core:" + model), []))))
+        print("| " + " | ".join(row) + " |")
+    print()
+
+
 def plot(runs, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -197,10 +223,11 @@ def main():
     synthetic_table(runs, "netns", "The same on 2 network-namespace hosts x 1 rank, 1 Gbit/s "
                     "links", goals)
     elastic_table(runs, goals)
+    binding_table(runs)
     print("Goals:\n")
     for g in goals:
         print("- " + g)
-    if args.plot:
+    if args.plot and any(p != "binding" for (p, _k) in runs):
         plot(runs, args.plot)
         print("\nplot: " + args.plot)
 

@@ -299,7 +299,6 @@ TEST(HorovodFlagsTest, FlagsKolorunCannotHonourAreErrorsNamingThem) {
       {{"--check-build"}, "--check-build is not supported"},
       {{"--jsrun"},
        "--jsrun is not supported: inside an LSF allocation kolorun takes its hosts"},
-      {{"--binding-args", "--bind-to core"}, "--binding-args is not supported"},
       {{"--mpi-threads-disable"}, "--mpi-threads-disable is not supported"},
       {{"--log-with-timestamp"}, "--log-with-timestamp is not supported: kolo's log"},
       {{"--no-log-hide-timestamp"}, "--no-log-hide-timestamp is not supported"},

@@ -30,7 +30,13 @@ std::vector<std::string> mpirunCommand(const LaunchOptions& options,
     argv.insert(argv.end(), {"-H", list});
   }
   if (options.oversubscribe || options.hosts.empty()) argv.push_back("--oversubscribe");
-  argv.insert(argv.end(), {"--bind-to", "none", "--map-by", "slot", "--tag-output"});
+  if (!options.bindingArgs.empty()) {
+    argv.insert(argv.end(), options.bindingArgs.begin(), options.bindingArgs.end());
+  } else {
+    argv.insert(argv.end(),
+                {"--bind-to", bindToName(options.bindTo), "--map-by", "slot"});
+  }
+  argv.push_back("--tag-output");
   if (options.sshCommandGiven) {
     argv.insert(argv.end(), {"--mca", "plm_rsh_agent", options.sshCommand});
   }

@@ -14,7 +14,10 @@
 //   tuning flags               -x KOLO_NAME=VALUE (they are exports)
 //   (every KOLO_*, HOROVOD_*)  -x NAME
 //   --mpi-args ARGS            ARGS, last before the command
-// plus --bind-to none --map-by slot (kolo ranks run their own threads), and
+//   --bind-to X                --bind-to X --map-by slot (default none: kolo
+//                              ranks run their own threads)
+//   --binding-args ARGS        ARGS instead of those two
+// plus
 // --tag-output (mpirun's "[job,rank]<stdout>:" prefix stands in for
 // kolorun's "[rank]"); as root, --allow-run-as-root. The ranks then find
 // their layout in OMPI_COMM_WORLD_* and use the MPI engine where kolo was

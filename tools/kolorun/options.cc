@@ -96,6 +96,7 @@ struct Parse {
   bool gloo = false;
   std::string sshPort;      // -p
   std::string sshIdentity;  // -i
+  bool bindToGiven = false;
 };
 
 struct Flag;
@@ -291,6 +292,18 @@ void mpiArgs(Parse& p, const Flag&, const std::string& flag, const std::string& 
   for (auto& w : splitCommandWords(v, flag)) p.options.mpiArgs.push_back(std::move(w));
 }
 
+void bindTo(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  p.options.bindTo = parseBindTo(flag, v);
+  p.bindToGiven = true;
+}
+
+void bindingArgs(Parse& p, const Flag&, const std::string& flag, const std::string& v) {
+  if (v.find_first_not_of(" \t") == std::string::npos) {
+    throw UsageError(flag + " needs binding flags (e.g. '--bind-to core')");
+  }
+  p.options.bindingArgs = splitCommandWords(v, flag);
+}
+
 void exportVariable(Parse& p, const Flag&, const std::string&, const std::string& v) {
   checkExport(v);
   p.options.exports.push_back(v);
@@ -406,6 +419,8 @@ const Flag kFlags[] = {
     {"--mpi", false, mpi},
     {"--gloo", false, gloo},
     {"--mpi-args", true, mpiArgs},
+    {"--bind-to -bind-to", true, bindTo},
+    {"--binding-args", true, bindingArgs},
     {"-x", true, exportVariable},
     {"-h --help", false, help},
     {"--version", false, version},
@@ -457,8 +472,6 @@ const Flag kFlags[] = {
     {"--jsrun", false, unsupported,
      ": inside an LSF allocation kolorun takes its hosts (without -H); or start the "
      "ranks with jsrun directly"},
-    {"--binding-args", false, unsupported,
-     ": kolo's ranks are not bound to cores; extra mpirun flags go in --mpi-args"},
     {"--mpi-threads-disable", false, unsupported,
      ": kolo's background thread calls MPI, which needs MPI_THREAD_SERIALIZED or more"},
     {"--log-with-timestamp --no-log-hide-timestamp", false, unsupported, kNoTime},
@@ -542,6 +555,38 @@ void checkElastic(LaunchOptions& o) {
         "ends the job when a rank fails)");
 }
 
+// --binding-args without --mpi: mpirun's spellings of what kolorun does.
+void applyBindingArgs(Parse& p) {
+  const auto& words = p.options.bindingArgs;
+  if (words.empty()) return;
+  if (p.bindToGiven)
+    throw UsageError("give either --bind-to or --binding-args, not both");
+  if (p.options.mpi) return;  // mpirun takes them as they are
+  for (size_t k = 0; k < words.size(); ++k) {
+    auto [flag, inlineValue] = splitInline(words[k]);
+    if (flag == "-bind-to") flag = "--bind-to";
+    if (flag == "-map-by") flag = "--map-by";
+    if (flag != "--bind-to" && flag != "--map-by") {
+      throw UsageError(
+          "--binding-args: without --mpi kolorun understands only "
+          "--bind-to none|core|socket and --map-by slot, got '" +
+          words[k] + "'");
+    }
+    if (!inlineValue && k + 1 >= words.size()) {
+      throw UsageError("--binding-args: " + flag + " needs a value");
+    }
+    const std::string value = inlineValue ? *inlineValue : words[++k];
+    if (flag == "--bind-to") {
+      p.options.bindTo = parseBindTo("--binding-args: --bind-to", value);
+    } else if (value != "slot") {
+      throw UsageError(
+          "--binding-args: kolorun places ranks by slot (--map-by slot), "
+          "got '--map-by " +
+          value + "'");
+    }
+  }
+}
+
 void finish(Parse& p) {
   if (!p.haveRanks) throw UsageError("missing -np N (the number of ranks)");
   if (p.options.command.empty()) throw UsageError("missing the command to run");
@@ -570,6 +615,7 @@ void finish(Parse& p) {
   if (!p.options.mpiArgs.empty() && !p.options.mpi) {
     throw UsageError("--mpi-args needs --mpi (they are flags of mpirun)");
   }
+  applyBindingArgs(p);
   applySshOptions(p);
   checkSlots(p.options);
 }
@@ -650,6 +696,13 @@ std::string usageText() {
          "  --output-dir DIR    also write each rank's output to\n"
          "                      DIR/rank.R.stdout and DIR/rank.R.stderr\n"
          "  -x NAME[=VALUE]     export NAME (set to VALUE) to every rank\n"
+         "  --bind-to none|core|socket  bind each rank to CPUs: core gives local\n"
+         "                      rank i of L the CPUs [i*C/L, (i+1)*C/L) of the C\n"
+         "                      kolorun may use; socket one socket each; none\n"
+         "                      (default) binds nothing; with --mpi, mpirun's\n"
+         "                      --bind-to X\n"
+         "  --binding-args ARGS horovodrun's: with --mpi, mpirun's binding flags;\n"
+         "                      else '--bind-to X [--map-by slot]'\n"
          "  -v, --verbose       say what kolorun does\n"
          "  -h, --help          this text\n"
          "  --version           print the version\n"

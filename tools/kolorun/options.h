@@ -3,7 +3,8 @@
 //   kolorun -np N [-H HOST:SLOTS,... | --hostfile FILE] [--ssh-command CMD]
 //           [-p PORT] [-i KEYFILE] [--network-interface IF] [--oversubscribe]
 //           [--start-timeout S] [--timeout S] [--output-dir DIR] [--verbose]
-//           [-x NAME[=VALUE]] [--mpi [--mpi-args ARGS] | --gloo]
+//           [-x NAME[=VALUE]] [--bind-to none|core|socket]
+//           [--mpi [--mpi-args ARGS] | --gloo]
 //           [horovodrun's tuning flags] CMD ARGS...
 //
 // horovodrun's command line is accepted for everything kolorun can honour
@@ -29,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu_binding.h"
 #include "host_list.h"
 
 namespace kolo::kolorun {
@@ -74,8 +76,13 @@ struct LaunchOptions {
   double startTimeoutSeconds = 30;   // --start-timeout S: remote host probe
   bool mpi = false;                  // --mpi: delegate the launch to mpirun
   std::vector<std::string> mpiArgs;  // --mpi-args ARGS: more mpirun flags
-  bool showHelp = false;             // -h / --help: print usage, run nothing
-  bool showVersion = false;          // --version
+  BindTo bindTo = BindTo::kNone;     // --bind-to (cpu_binding.h)
+  // --binding-args ARGS (horovodrun's): with --mpi, mpirun's binding flags
+  // instead of kolorun's "--bind-to X --map-by slot"; without --mpi only
+  // --bind-to X and --map-by slot are understood (they set bindTo).
+  std::vector<std::string> bindingArgs;
+  bool showHelp = false;     // -h / --help: print usage, run nothing
+  bool showVersion = false;  // --version
   ElasticOptions elastic;
 };
 

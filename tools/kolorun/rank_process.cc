@@ -1,6 +1,7 @@
 #include "rank_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -64,7 +65,12 @@ struct ChildSetup {
   int errorFd = -1;  // CLOEXEC pipe: errno of a failed step before exec
   const sigset_t* mask = nullptr;
   pid_t parent = 0;
+  const cpu_set_t* cpus = nullptr;  // nullptr: not bound
 };
+
+// errno stand-in for "sched_setaffinity refused the CPU list" (EINVAL from
+// it would read as an exec failure).
+constexpr int EKOLOBIND = 4096;
 
 [[noreturn]] void childFail(int errorFd) {
   int e = errno;
@@ -80,7 +86,8 @@ struct ChildSetup {
 //     check that kolorun did not die before that was armed;
 //  3. default dispositions for what kolorun handles or ignores, and the mask
 //     kolorun had before blocking signals;
-//  4. stdin, stdout, stderr; every other descriptor of kolorun's closed
+//  4. the CPU binding (--bind-to), inherited by every thread the rank starts;
+//  5. stdin, stdout, stderr; every other descriptor of kolorun's closed
 //     (store sockets, other ranks' pipes), except the error pipe, which
 //     closes itself on exec.
 [[noreturn]] void execChild(const ChildSetup& s) {
@@ -93,6 +100,10 @@ struct ChildSetup {
     sigaction(sig, &dfl, nullptr);
   }
   sigprocmask(SIG_SETMASK, s.mask, nullptr);
+  if (s.cpus != nullptr && sched_setaffinity(0, sizeof(cpu_set_t), s.cpus) != 0) {
+    errno = errno == EINVAL ? EKOLOBIND : errno;
+    childFail(s.errorFd);
+  }
   int in = s.stdinFd >= 0 ? s.stdinFd : open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (in < 0 || dup2(in, STDIN_FILENO) < 0) childFail(s.errorFd);
   if (dup2(s.stdoutFd, STDOUT_FILENO) < 0) childFail(s.errorFd);
@@ -186,6 +197,14 @@ void RankProcess::start(const std::string& executable, const sigset_t& childMask
   setup.errorFd = execError.fds[1];
   setup.mask = &childMask;
   setup.parent = getpid();
+  cpu_set_t cpuSet;
+  if (!cpus_.empty()) {
+    CPU_ZERO(&cpuSet);
+    for (int cpu : cpus_) {
+      if (cpu >= 0 && cpu < CPU_SETSIZE) CPU_SET(cpu, &cpuSet);
+    }
+    setup.cpus = &cpuSet;
+  }
 
   pid_t pid = fork();
   if (pid < 0) {
@@ -208,6 +227,13 @@ void RankProcess::start(const std::string& executable, const sigset_t& childMask
     int status = 0;
     waitpid(pid, &status, 0);
     int rc = childErrno;
+    if (rc == EKOLOBIND) {
+      std::string list;
+      for (int cpu : cpus_) list += (list.empty() ? "" : ",") + std::to_string(cpu);
+      throw LaunchError("rank " + std::to_string(rank_) + ": cannot bind to CPUs " +
+                            list + " (--bind-to)",
+                        1);
+    }
     int code = (rc == ENOENT) ? 127 : (rc == EACCES || rc == ENOEXEC) ? 126 : 1;
     throw LaunchError("rank " + std::to_string(rank_) + ": cannot execute " + argv_[0] +
                           ": " + std::strerror(rc),

@@ -70,6 +70,11 @@ class RankProcess {
   void start(const std::string& executable, const sigset_t& childMask,
              bool withControl = false);
 
+  // CPUs the child binds itself to before exec (sched_setaffinity; every
+  // thread it starts inherits them); empty (the default) = unbound. A CPU
+  // the kernel refuses fails start() with a LaunchError naming the list.
+  void setCpuBinding(std::vector<int> cpus) { cpus_ = std::move(cpus); }
+
   // Writes `line` and a newline to the control pipe (no-op without one or
   // when the reader is gone; never blocks).
   void sendControl(const std::string& line);
@@ -96,6 +101,7 @@ class RankProcess {
   int rank_;
   std::vector<std::string> argv_;
   std::vector<std::string> env_;
+  std::vector<int> cpus_;
   pid_t pid_ = -1;
   int stdoutFd_ = -1;
   int stderrFd_ = -1;

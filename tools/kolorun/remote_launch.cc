@@ -13,6 +13,7 @@
 #include <stdexcept>
 
 #include "api/network_address.h"
+#include "cpu_binding.h"
 #include "options.h"
 
 namespace kolo::kolorun {
@@ -28,7 +29,7 @@ namespace {
 //   The watcher sends each line as a signal to the rank; at end of input it
 //   kills the process group (the wrapper, the watcher, the rank and what
 //   the rank started).
-constexpr std::string_view kWrapper =
+constexpr std::string_view kWrapperHead =
     "d=$1; n=$2; shift 2; "
     "while [ \"$n\" -gt 0 ]; do export \"$1\"; shift; n=$((n-1)); done; "
     "if [ \"$KOLO_JOB_SECRET_STDIN\" = 1 ]; then unset KOLO_JOB_SECRET_STDIN; "
@@ -36,7 +37,9 @@ constexpr std::string_view kWrapper =
     "cd \"$d\" 2>/dev/null || "
     "echo \"kolorun: $(uname -n) has no directory $d; running in $PWD\" >&2; "
     "command -v \"$1\" >/dev/null 2>&1 || "
-    "{ echo \"kolorun: $1: command not found on $(uname -n)\" >&2; exit 127; }; "
+    "{ echo \"kolorun: $1: command not found on $(uname -n)\" >&2; exit 127; }; ";
+// The rest, after bindingShellFragment() when the rank is to be bound.
+constexpr std::string_view kWrapperTail =
     "exec 3<&0; "
     "\"$@\" </dev/null 3<&- & p=$!; "
     "{ while IFS= read -r s; do kill -s \"$s\" \"$p\" 2>/dev/null; done; "
@@ -147,7 +150,14 @@ std::vector<std::string> splitCommandWords(std::string_view text, std::string_vi
 std::string remoteCommandLine(const std::string& workingDirectory,
                               const std::vector<std::string>& environment,
                               const std::vector<std::string>& command) {
-  std::string line = "sh -c " + shellQuote(kWrapper) + " kolorun " +
+  bool bound = false;
+  for (const auto& e : environment) {
+    bound = bound || e == "KOLO_BIND_TO=core" || e == "KOLO_BIND_TO=socket";
+  }
+  std::string wrapper(kWrapperHead);
+  if (bound) wrapper += bindingShellFragment();
+  wrapper += kWrapperTail;
+  std::string line = "sh -c " + shellQuote(wrapper) + " kolorun " +
                      shellQuote(workingDirectory) + " " +
                      std::to_string(environment.size());
   for (const auto& e : environment) {

@@ -8,6 +8,8 @@
 //     remote host has no such directory, as mpirun does),
 //   - fails with 127 and a message naming the host when the command is not
 //     found there,
+//   - with KOLO_BIND_TO=core or socket among the variables, binds the rank
+//     to its CPUs of that host (cpu_binding.h, bindingShellFragment()),
 //   - runs the command in the background with stdin from /dev/null and
 //     waits for it, exiting with its status (128 + signal when killed),
 //   - meanwhile reads the control stream (its stdin): each line is a signal

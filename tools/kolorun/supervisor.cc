@@ -35,6 +35,19 @@ std::vector<std::string> currentEnvironment() {
   return env;
 }
 
+// Sets NAME=VALUE in `env`, replacing an inherited entry of that name.
+void setEntry(std::vector<std::string>& env, const std::string& name,
+              const std::string& value) {
+  for (auto& e : env) {
+    if (e.size() > name.size() && e.compare(0, name.size(), name) == 0 &&
+        e[name.size()] == '=') {
+      e = name + "=" + value;
+      return;
+    }
+  }
+  env.push_back(name + "=" + value);
+}
+
 std::chrono::steady_clock::duration seconds(double s) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       std::chrono::duration<double>(s));
@@ -268,6 +281,7 @@ bool Supervisor::startRank(const Placement& p, const JobIdentity& job,
       }
       executable = context.sshExecutable;
       auto env = rankEnvironment(context.forwarded, options_.exports, p, job);
+      bindRank(p, true, context, env);
       rank = std::make_unique<RankProcess>(
           p.rank,
           sshArgv(sshWords_, p.host,
@@ -278,9 +292,10 @@ bool Supervisor::startRank(const Placement& p, const JobIdentity& job,
         context.localExecutable = resolveExecutable(options_.command.front());
       }
       executable = context.localExecutable;
-      rank = std::make_unique<RankProcess>(
-          p.rank, options_.command,
-          rankEnvironment(context.base, options_.exports, p, job));
+      auto env = rankEnvironment(context.base, options_.exports, p, job);
+      auto cpus = bindRank(p, false, context, env);
+      rank = std::make_unique<RankProcess>(p.rank, options_.command, std::move(env));
+      rank->setCpuBinding(std::move(cpus));
     }
     rank->start(executable, signals_.originalMask(), remote);
     guard_.watch(rank->pid());
@@ -302,6 +317,32 @@ bool Supervisor::startRank(const Placement& p, const JobIdentity& job,
   }
   ranks_.push_back(std::move(rank));
   return true;
+}
+
+std::vector<int> Supervisor::bindRank(const Placement& p, bool remote,
+                                      LaunchContext& context,
+                                      std::vector<std::string>& env) {
+  if (options_.bindTo == BindTo::kNone) return {};
+  setEntry(env, "KOLO_BIND_TO", bindToName(options_.bindTo));
+  if (remote) return {};  // the remote wrapper binds it (remote_launch.h)
+  if (!context.topology) context.topology = readCpuTopology();
+  bool wrapped = false;
+  auto cpus =
+      cpusForRank(options_.bindTo, p.localRank, p.localSize, *context.topology, &wrapped);
+  if (cpus.empty()) return cpus;
+  const std::string list = formatCpuList(cpus);
+  setEntry(env, "KOLO_CPU_BINDING", list);
+  if (options_.verbose) {
+    if (wrapped && !context.wrapNoted) {
+      context.wrapNoted = true;
+      output_.note("--bind-to core: " + std::to_string(p.localSize) +
+                   " ranks on this host share its " +
+                   std::to_string(context.topology->cpus.size()) +
+                   " CPUs: one CPU each, round-robin");
+    }
+    output_.note(rankName(p.rank) + " bound to CPUs " + list);
+  }
+  return cpus;
 }
 
 std::string Supervisor::rankName(int rank, int64_t pid) const {

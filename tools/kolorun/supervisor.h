@@ -53,6 +53,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_binding.h"
 #include "elastic_driver.h"
 #include "host_discovery.h"
 #include "options.h"
@@ -121,7 +122,15 @@ class Supervisor {
     std::string cwd;
     std::string localExecutable;
     std::string sshExecutable;
+    std::optional<CpuTopology> topology;  // this host's, read at the first bound rank
+    bool wrapNoted = false;               // -v said "round-robin" once
   };
+
+  // --bind-to: KOLO_BIND_TO (and for a local rank KOLO_CPU_BINDING) in
+  // `env`; the CPUs a local rank binds to (empty: none, or remote, where
+  // the wrapper binds it).
+  std::vector<int> bindRank(const Placement& p, bool remote, LaunchContext& context,
+                            std::vector<std::string>& env);
 
   bool launch();
   bool failLaunch(const std::string& why, int exitCode);
