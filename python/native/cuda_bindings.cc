@@ -1,0 +1,296 @@
+// kolo._native's operations on CUDA device memory: the runtime's `_cuda`
+// submissions (kolo_<op>_async_cuda: kolo_<op>_async's arguments plus a
+// kolo_cuda_memory {device, stream}) and the device output of allgather,
+// alltoall and reducescatter as a DLPack capsule.
+//
+// kolo.torch passes the tensor's device index and the caller's current CUDA
+// stream (torch.cuda.current_stream().cuda_stream, a cudaStream_t as an
+// int); kolo orders its reads after the work enqueued on that stream before
+// the call and its writes before the work enqueued after it (docs/gpu.md).
+// Like the rest of kolo._native this file includes no CUDA and no torch
+// header: the stream crosses as an address, the output as DLPack (its
+// structs, a stable C ABI, are declared below).
+//
+// A libkolo whose headers do not declare the `_cuda` submissions yet
+// (KOLO_NATIVE_ASYNC_CUDA unset by python/CMakeLists.txt) still has these
+// functions; they raise InvalidArgumentError saying so, as the CPU-only
+// build's answer, so kolo.torch has one code path.
+#include <kolo/cuda.h>
+#include <kolo/kolo.h>
+#include <kolo/runtime.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+
+namespace kolo_native {
+namespace {
+
+// DLPack 0.x (dlpack.h): a CUDA tensor that torch.utils.dlpack.from_dlpack
+// wraps without copying. Only the fields kolo fills.
+struct DLDevice {
+  int32_t device_type;  // kDLCUDA = 2
+  int32_t device_id;
+};
+struct DLDataType {
+  uint8_t code;  // kDLUInt = 1
+  uint8_t bits;
+  uint16_t lanes;
+};
+struct DLTensor {
+  void* data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t* shape;
+  int64_t* strides;  // null: compact row-major
+  uint64_t byte_offset;
+};
+struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(DLManagedTensor*);
+};
+
+// The capsule owns a DLManagedTensor and the one-element shape; the memory
+// stays kolo's (valid until the handle is released).
+struct DeviceBytes {
+  DLManagedTensor managed{};
+  int64_t length = 0;
+};
+
+void deleteDeviceBytes(DLManagedTensor* t) {
+  delete static_cast<DeviceBytes*>(t->manager_ctx);
+}
+
+// A capsule not consumed by from_dlpack (renamed "used_dltensor" when it is)
+// frees its struct here.
+void capsuleDestructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, "dltensor")) {
+    auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+    if (t && t->deleter) t->deleter(t);
+  }
+}
+
+py::object deviceBytesCapsule(void* data, size_t bytes, int device) {
+  auto* owner = new DeviceBytes;
+  owner->length = static_cast<int64_t>(bytes);
+  DLTensor& t = owner->managed.dl_tensor;
+  t.data = data;
+  t.device = {2, device};
+  t.ndim = 1;
+  t.dtype = {1, 8, 1};
+  t.shape = &owner->length;
+  t.strides = nullptr;
+  t.byte_offset = 0;
+  owner->managed.manager_ctx = owner;
+  owner->managed.deleter = deleteDeviceBytes;
+  PyObject* capsule = PyCapsule_New(&owner->managed, "dltensor", capsuleDestructor);
+  if (!capsule) {
+    delete owner;
+    throw py::error_already_set();
+  }
+  return py::reinterpret_steal<py::object>(capsule);
+}
+
+kolo_cuda_memory memoryOf(int device, uintptr_t stream) {
+  kolo_cuda_memory m;
+  m.device = device;
+  m.stream = reinterpret_cast<void*>(stream);
+  return m;
+}
+
+#ifndef KOLO_NATIVE_ASYNC_CUDA
+[[noreturn]] void noAsyncCuda(const std::string& op, const std::string& name) {
+  raise(KOLO_ERR_INVALID_ARGUMENT,
+        op + " '" + name +
+            "' on CUDA device memory: this libkolo has no asynchronous device "
+            "collectives (kolo/runtime.h declares no kolo_" +
+            op + "_async_cuda); pass CPU tensors");
+}
+#endif
+
+}  // namespace
+
+void bindCudaOperations(py::module_& m) {
+  m.attr("HAVE_ASYNC_CUDA") =
+#ifdef KOLO_NATIVE_ASYNC_CUDA
+      true;
+#else
+      false;
+#endif
+  m.def(
+      "allreduce_async_cuda",
+      [](const std::string& name, py::handle send, py::handle recv,
+         std::vector<int64_t> shape, int dtype, int op, double prescale, double postscale,
+         int processSet, int device, uintptr_t stream) -> kolo_handle {
+        kolo_cuda_memory mem = memoryOf(device, stream);
+#ifdef KOLO_NATIVE_ASYNC_CUDA
+        kolo_handle h = 0;
+        check(kolo_allreduce_async_cuda(name.c_str(), addressOf(send, false),
+                                        addressOf(recv, true), dims(shape),
+                                        dimsData(shape), asEnum<kolo_dtype>(dtype),
+                                        asEnum<kolo_op>(op), prescale, postscale,
+                                        processSet, &h, &mem));
+        return h;
+#else
+        (void)send, (void)recv, (void)dtype, (void)op, (void)prescale, (void)postscale,
+            (void)processSet, (void)mem;
+        noAsyncCuda("allreduce", name);
+#endif
+      },
+      py::arg("name"), py::arg("send_ptr"), py::arg("recv_ptr"), py::arg("shape"),
+      py::arg("dtype"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),
+      py::arg("process_set"), py::arg("device"), py::arg("stream"),
+      "allreduce_async on device memory of `device`, ordered on `stream`.");
+  m.def(
+      "grouped_allreduce_async_cuda",
+      [](const std::vector<std::string>& names, const std::vector<py::handle>& sends,
+         const std::vector<py::handle>& recvs,
+         const std::vector<std::vector<int64_t>>& shapes, int dtype, int op,
+         double prescale, double postscale, int processSet, int device,
+         uintptr_t stream) {
+        const size_t n = names.size();
+        if (sends.size() != n || recvs.size() != n || shapes.size() != n) {
+          raise(KOLO_ERR_INVALID_ARGUMENT,
+                "grouped_allreduce_async_cuda: " + std::to_string(n) + " names, " +
+                    std::to_string(sends.size()) + " sends, " +
+                    std::to_string(recvs.size()) + " recvs, " +
+                    std::to_string(shapes.size()) + " shapes");
+        }
+        kolo_cuda_memory mem = memoryOf(device, stream);
+#ifdef KOLO_NATIVE_ASYNC_CUDA
+        std::vector<const char*> cNames(n);
+        std::vector<const void*> cSends(n);
+        std::vector<void*> cRecvs(n);
+        std::vector<int> ndims(n);
+        std::vector<const int64_t*> cShapes(n);
+        for (size_t i = 0; i < n; ++i) {
+          cNames[i] = names[i].c_str();
+          cSends[i] = addressOf(sends[i], false);
+          cRecvs[i] = addressOf(recvs[i], true);
+          ndims[i] = dims(shapes[i]);
+          cShapes[i] = dimsData(shapes[i]);
+        }
+        std::vector<kolo_handle> handles(n);
+        check(kolo_grouped_allreduce_async_cuda(
+            static_cast<int>(n), cNames.data(), cSends.data(), cRecvs.data(),
+            ndims.data(), cShapes.data(), asEnum<kolo_dtype>(dtype), asEnum<kolo_op>(op),
+            prescale, postscale, processSet, handles.data(), &mem));
+        return handles;
+#else
+        (void)dtype, (void)op, (void)prescale, (void)postscale, (void)processSet,
+            (void)mem;
+        noAsyncCuda("grouped_allreduce", n ? names[0] : std::string());
+#endif
+      },
+      py::arg("names"), py::arg("send_ptrs"), py::arg("recv_ptrs"), py::arg("shapes"),
+      py::arg("dtype"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),
+      py::arg("process_set"), py::arg("device"), py::arg("stream"),
+      "grouped_allreduce_async on device memory.");
+  m.def(
+      "allgather_async_cuda",
+      [](const std::string& name, py::handle send, std::vector<int64_t> shape, int dtype,
+         int processSet, int device, uintptr_t stream) -> kolo_handle {
+        kolo_cuda_memory mem = memoryOf(device, stream);
+#ifdef KOLO_NATIVE_ASYNC_CUDA
+        kolo_handle h = 0;
+        check(kolo_allgather_async_cuda(name.c_str(), addressOf(send, false), dims(shape),
+                                        dimsData(shape), asEnum<kolo_dtype>(dtype),
+                                        processSet, &h, &mem));
+        return h;
+#else
+        (void)send, (void)dtype, (void)processSet, (void)mem;
+        noAsyncCuda("allgather", name);
+#endif
+      },
+      py::arg("name"), py::arg("send_ptr"), py::arg("shape"), py::arg("dtype"),
+      py::arg("process_set"), py::arg("device"), py::arg("stream"),
+      "allgather_async on device memory; the output is device memory "
+      "(output_dlpack).");
+  m.def(
+      "broadcast_async_cuda",
+      [](const std::string& name, py::handle buf, std::vector<int64_t> shape, int dtype,
+         int root, int processSet, int device, uintptr_t stream) -> kolo_handle {
+        kolo_cuda_memory mem = memoryOf(device, stream);
+#ifdef KOLO_NATIVE_ASYNC_CUDA
+        kolo_handle h = 0;
+        check(kolo_broadcast_async_cuda(name.c_str(), addressOf(buf, true), dims(shape),
+                                        dimsData(shape), asEnum<kolo_dtype>(dtype), root,
+                                        processSet, &h, &mem));
+        return h;
+#else
+        (void)buf, (void)dtype, (void)root, (void)processSet, (void)mem;
+        noAsyncCuda("broadcast", name);
+#endif
+      },
+      py::arg("name"), py::arg("ptr"), py::arg("shape"), py::arg("dtype"),
+      py::arg("root"), py::arg("process_set"), py::arg("device"), py::arg("stream"),
+      "In-place broadcast_async on device memory.");
+  m.def(
+      "alltoall_async_cuda",
+      [](const std::string& name, py::handle send, std::vector<int64_t> shape, int dtype,
+         std::optional<std::vector<int64_t>> splits, int processSet, int device,
+         uintptr_t stream) -> kolo_handle {
+        kolo_cuda_memory mem = memoryOf(device, stream);
+        if (splits && splits->empty()) {
+          raise(KOLO_ERR_INVALID_ARGUMENT,
+                "alltoall_async '" + name + "': empty splits (give None for equal)");
+        }
+#ifdef KOLO_NATIVE_ASYNC_CUDA
+        kolo_handle h = 0;
+        const int64_t* s = splits ? splits->data() : nullptr;
+        const int ns = splits ? static_cast<int>(splits->size()) : 0;
+        check(kolo_alltoall_async_cuda(name.c_str(), addressOf(send, false), dims(shape),
+                                       dimsData(shape), s, ns, asEnum<kolo_dtype>(dtype),
+                                       processSet, &h, &mem));
+        return h;
+#else
+        (void)send, (void)dtype, (void)processSet, (void)mem;
+        noAsyncCuda("alltoall", name);
+#endif
+      },
+      py::arg("name"), py::arg("send_ptr"), py::arg("shape"), py::arg("dtype"),
+      py::arg("splits"), py::arg("process_set"), py::arg("device"), py::arg("stream"),
+      "alltoall_async on device memory; the output is device memory.");
+  m.def(
+      "reducescatter_async_cuda",
+      [](const std::string& name, py::handle send, std::vector<int64_t> shape, int dtype,
+         int op, int processSet, int device, uintptr_t stream) -> kolo_handle {
+        kolo_cuda_memory mem = memoryOf(device, stream);
+#ifdef KOLO_NATIVE_ASYNC_CUDA
+        kolo_handle h = 0;
+        check(kolo_reducescatter_async_cuda(name.c_str(), addressOf(send, false),
+                                            dims(shape), dimsData(shape),
+                                            asEnum<kolo_dtype>(dtype), asEnum<kolo_op>(op),
+                                            processSet, &h, &mem));
+        return h;
+#else
+        (void)send, (void)dtype, (void)op, (void)processSet, (void)mem;
+        noAsyncCuda("reducescatter", name);
+#endif
+      },
+      py::arg("name"), py::arg("send_ptr"), py::arg("shape"), py::arg("dtype"),
+      py::arg("op"), py::arg("process_set"), py::arg("device"), py::arg("stream"),
+      "reducescatter_async on device memory; the output is device memory.");
+  m.def(
+      "output_dlpack",
+      [](kolo_handle h, int device) {
+        const void* data = nullptr;
+        size_t bytes = 0;
+        int ndim = 0;
+        const int64_t* shape = nullptr;
+        check(kolo_handle_output(h, &data, &bytes, &ndim, &shape));
+        return deviceBytesCapsule(const_cast<void*>(data), bytes, device);
+      },
+      py::arg("handle"), py::arg("device"),
+      "The device output of a finished `_cuda` allgather, alltoall or "
+      "reducescatter as a DLPack capsule of uint8 on CUDA `device` (no copy; valid "
+      "until the handle is released).");
+}
+
+}  // namespace kolo_native
