@@ -1,15 +1,15 @@
 // kolo._native's operations on CUDA device memory: the runtime's `_cuda`
 // submissions (kolo_<op>_async_cuda: kolo_<op>_async's arguments plus a
-// kolo_cuda_memory {device, stream}) and the device output of allgather,
-// alltoall and reducescatter as a DLPack capsule.
+// kolo_cuda_memory {device, stream}). The outputs kolo allocates
+// (allgather, alltoall, reducescatter) are host memory, read with
+// output_into as for host operations (include/kolo/runtime.h).
 //
 // kolo.torch passes the tensor's device index and the caller's current CUDA
 // stream (torch.cuda.current_stream().cuda_stream, a cudaStream_t as an
 // int); kolo orders its reads after the work enqueued on that stream before
 // the call and its writes before the work enqueued after it (docs/gpu.md).
 // Like the rest of kolo._native this file includes no CUDA and no torch
-// header: the stream crosses as an address, the output as DLPack (its
-// structs, a stable C ABI, are declared below).
+// header: the stream crosses as an address.
 //
 // A libkolo whose headers do not declare the `_cuda` submissions yet
 // (KOLO_NATIVE_ASYNC_CUDA unset by python/CMakeLists.txt) still has these
@@ -29,73 +29,6 @@
 
 namespace kolo_native {
 namespace {
-
-// DLPack 0.x (dlpack.h): a CUDA tensor that torch.utils.dlpack.from_dlpack
-// wraps without copying. Only the fields kolo fills.
-struct DLDevice {
-  int32_t device_type;  // kDLCUDA = 2
-  int32_t device_id;
-};
-struct DLDataType {
-  uint8_t code;  // kDLUInt = 1
-  uint8_t bits;
-  uint16_t lanes;
-};
-struct DLTensor {
-  void* data;
-  DLDevice device;
-  int32_t ndim;
-  DLDataType dtype;
-  int64_t* shape;
-  int64_t* strides;  // null: compact row-major
-  uint64_t byte_offset;
-};
-struct DLManagedTensor {
-  DLTensor dl_tensor;
-  void* manager_ctx;
-  void (*deleter)(DLManagedTensor*);
-};
-
-// The capsule owns a DLManagedTensor and the one-element shape; the memory
-// stays kolo's (valid until the handle is released).
-struct DeviceBytes {
-  DLManagedTensor managed{};
-  int64_t length = 0;
-};
-
-void deleteDeviceBytes(DLManagedTensor* t) {
-  delete static_cast<DeviceBytes*>(t->manager_ctx);
-}
-
-// A capsule not consumed by from_dlpack (renamed "used_dltensor" when it is)
-// frees its struct here.
-void capsuleDestructor(PyObject* capsule) {
-  if (PyCapsule_IsValid(capsule, "dltensor")) {
-    auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
-    if (t && t->deleter) t->deleter(t);
-  }
-}
-
-py::object deviceBytesCapsule(void* data, size_t bytes, int device) {
-  auto* owner = new DeviceBytes;
-  owner->length = static_cast<int64_t>(bytes);
-  DLTensor& t = owner->managed.dl_tensor;
-  t.data = data;
-  t.device = {2, device};
-  t.ndim = 1;
-  t.dtype = {1, 8, 1};
-  t.shape = &owner->length;
-  t.strides = nullptr;
-  t.byte_offset = 0;
-  owner->managed.manager_ctx = owner;
-  owner->managed.deleter = deleteDeviceBytes;
-  PyObject* capsule = PyCapsule_New(&owner->managed, "dltensor", capsuleDestructor);
-  if (!capsule) {
-    delete owner;
-    throw py::error_already_set();
-  }
-  return py::reinterpret_steal<py::object>(capsule);
-}
 
 kolo_cuda_memory memoryOf(int device, uintptr_t stream) {
   kolo_cuda_memory m;
@@ -210,8 +143,7 @@ void bindCudaOperations(py::module_& m) {
       },
       py::arg("name"), py::arg("send_ptr"), py::arg("shape"), py::arg("dtype"),
       py::arg("process_set"), py::arg("device"), py::arg("stream"),
-      "allgather_async on device memory; the output is device memory "
-      "(output_dlpack).");
+      "allgather_async on device memory; the output (host memory): output_into.");
   m.def(
       "broadcast_async_cuda",
       [](const std::string& name, py::handle buf, std::vector<int64_t> shape, int dtype,
@@ -256,7 +188,7 @@ void bindCudaOperations(py::module_& m) {
       },
       py::arg("name"), py::arg("send_ptr"), py::arg("shape"), py::arg("dtype"),
       py::arg("splits"), py::arg("process_set"), py::arg("device"), py::arg("stream"),
-      "alltoall_async on device memory; the output is device memory.");
+      "alltoall_async on device memory; the output (host memory): output_into.");
   m.def(
       "reducescatter_async_cuda",
       [](const std::string& name, py::handle send, std::vector<int64_t> shape, int dtype,
@@ -276,21 +208,7 @@ void bindCudaOperations(py::module_& m) {
       },
       py::arg("name"), py::arg("send_ptr"), py::arg("shape"), py::arg("dtype"),
       py::arg("op"), py::arg("process_set"), py::arg("device"), py::arg("stream"),
-      "reducescatter_async on device memory; the output is device memory.");
-  m.def(
-      "output_dlpack",
-      [](kolo_handle h, int device) {
-        const void* data = nullptr;
-        size_t bytes = 0;
-        int ndim = 0;
-        const int64_t* shape = nullptr;
-        check(kolo_handle_output(h, &data, &bytes, &ndim, &shape));
-        return deviceBytesCapsule(const_cast<void*>(data), bytes, device);
-      },
-      py::arg("handle"), py::arg("device"),
-      "The device output of a finished `_cuda` allgather, alltoall or "
-      "reducescatter as a DLPack capsule of uint8 on CUDA `device` (no copy; valid "
-      "until the handle is released).");
+      "reducescatter_async on device memory; the output (host memory): output_into.");
 }
 
 }  // namespace kolo_native

@@ -22,7 +22,6 @@ kernels that produced them.
 """
 
 import torch
-import torch.utils.dlpack
 
 from kolo import _native
 from kolo.torch import errors
@@ -113,19 +112,13 @@ def empty_pointer(index):
 
 
 def output_tensor(native_handle, shape, dtype, index):
-    """The device output of a finished ``_cuda`` allgather, alltoall or
-    reducescatter (kolo's device memory, read through a DLPack view) copied
-    into a new CUDA tensor of ``shape`` and ``dtype`` on the current stream.
-    The copy is waited for before returning, since kolo frees its memory
-    when the handle is released right after."""
-    out = torch.empty(shape, dtype=dtype, device=torch.device("cuda", index))
-    nbytes = out.numel() * out.element_size()
+    """The output of a finished ``_cuda`` allgather, alltoall or
+    reducescatter (host memory that kolo allocated, include/kolo/runtime.h)
+    as a new CUDA tensor of ``shape`` and ``dtype`` on device ``index``:
+    copied into pinned memory, then to the device on the current stream
+    (torch's pinned-memory cache keeps that block until the copy has run)."""
+    host = torch.empty(shape, dtype=dtype, pin_memory=True)
+    nbytes = host.numel() * host.element_size()
     if nbytes:
-        view = torch.utils.dlpack.from_dlpack(_native.output_dlpack(native_handle, index))
-        if view.numel() < nbytes:
-            raise errors.invalid_argument(
-                "output of handle %d: %d bytes on the device, %d expected" %
-                (native_handle, view.numel(), nbytes))
-        out.reshape(-1).view(torch.uint8).copy_(view[:nbytes])
-        torch.cuda.current_stream(index).synchronize()
-    return out
+        _native.output_into(native_handle, host.data_ptr(), nbytes)
+    return host.to(torch.device("cuda", index), non_blocking=True)
