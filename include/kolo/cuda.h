@@ -13,11 +13,22 @@
  * void*, so this header needs no CUDA header; NULL is the legacy default
  * stream.
  *
- * Status: no collective moves device memory yet. Each `_cuda` call checks
- * its arguments and then returns KOLO_ERR_INVALID_ARGUMENT with
- * kolo_last_error() naming the operation and what is missing (a build
- * without CUDA, no CUDA device and why, or the CUDA path of the operation
- * not being implemented yet). None ever reads or writes the buffers.
+ * Path: host staging (docs/gpu.md, "The host-staged path"). A `_cuda` call
+ * records a CUDA event on `stream`, copies the inputs into pinned host
+ * memory on kolo's own stream after that event, runs the collective of
+ * kolo.h on them, copies the results into the outputs, and returns once
+ * they are there (so work enqueued on `stream` afterwards sees them). No
+ * device-wide synchronize. The runtime's asynchronous forms are in
+ * kolo/runtime.h (kolo_allreduce_async_cuda, ...).
+ *
+ * Errors (KOLO_ERR_INVALID_ARGUMENT, kolo_last_error() naming the operation
+ * and the cause, the buffers untouched): a build without CUDA, no CUDA
+ * device (and why), a device that does not exist, a null `memory`. The
+ * checks are local: every rank given the same arguments answers alike.
+ *
+ * A device pointer given to a call of kolo.h (kolo_allreduce given
+ * cudaMalloc memory) is refused by name when the CUDA driver is loaded in
+ * the process (it is asked nothing otherwise: no cost for CPU-only jobs).
  */
 #ifndef KOLO_CUDA_H_
 #define KOLO_CUDA_H_

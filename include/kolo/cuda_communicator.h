@@ -7,12 +7,16 @@
 //   buffers are on and the cudaStream_t (as void*) their data is ordered on.
 //   Stream order: inputs are read after the work enqueued on the stream
 //   before the call; results are ordered before the work enqueued after it.
-// - Status: no collective moves device memory yet. Each function checks
-//   memory.device (>= 0), then throws Error(kInvalidArgument) naming the
-//   operation and what is missing: a build without CUDA, no CUDA device
-//   (with the CUDA runtime's reason), a device that does not exist, or the
-//   operation's CUDA path not being implemented yet. It throws on the
-//   calling rank before any communication and never touches the buffers.
+// - Path: host staging (docs/gpu.md): an event recorded on the stream,
+//   the inputs copied into pinned host memory on kolo's stream after it,
+//   the Communicator's collective on them, the results copied into the
+//   outputs; the call returns once they are there. No device-wide
+//   synchronize. The segmented allreduce takes host memory only.
+// - Errors: Error(kInvalidArgument) naming the operation and the cause (a
+//   build without CUDA, no CUDA device and the runtime's reason, a device
+//   that does not exist, a negative ordinal), thrown on the calling rank
+//   before any communication, the buffers untouched; Error(kInternal)
+//   naming the CUDA call that failed.
 // - cudaSupport() never throws; it asks the CUDA runtime once per process
 //   and never creates a CUDA context.
 #pragma once

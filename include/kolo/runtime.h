@@ -35,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kolo/cuda.h"
 #include "kolo/kolo.h"
 
 #ifdef __cplusplus
@@ -104,6 +105,60 @@ int kolo_barrier_async(int process_set, kolo_handle* handle);
  * allreduces until every rank of the set has joined; then the handle is
  * done. */
 int kolo_join_async(int process_set, kolo_handle* handle);
+
+/* --- CUDA device memory (docs/gpu.md, "The host-staged path") -----------
+ * The submissions above on CUDA device memory: the same arguments, the
+ * same meaning, plus `memory` (not NULL): the device every buffer of the
+ * call is on and the cudaStream_t (as void*) their data is ordered on.
+ * The inputs are read after the work enqueued on memory->stream before the
+ * call (kolo records a CUDA event there); kolo stages them through pinned
+ * host memory into the CPU collective on its own stream. The handle is
+ * done when the results are in the device outputs (recv / buf): after
+ * kolo_wait returns, work on any stream may read them; nothing is enqueued
+ * on the caller's stream. Allgather, alltoall and reducescatter: the output
+ * read with kolo_handle_output is HOST memory (kolo's, as for the host
+ * calls); the caller copies it to the device (kolo.torch does).
+ * Device tensors fuse only with device tensors (dtype, op and scale
+ * factors alike, as for host tensors), never with host memory; a fused
+ * bucket's neighbours on one device move to the host in one copy. A build
+ * without CUDA, no device, or a device that does not exist: the call
+ * returns KOLO_ERR_INVALID_ARGUMENT naming the call, the tensor, the
+ * operation and the cause, and makes no handle. A host call above given
+ * CUDA device memory is refused the same way (when the CUDA driver is
+ * loaded in the process). Ranks must agree on host or device memory per
+ * name (else kolo_wait gives KOLO_ERR_MISMATCH naming "memory"). */
+int kolo_allreduce_async_cuda(const char* name, const void* send, void* recv, int ndim,
+                              const int64_t* shape, kolo_dtype dtype, kolo_op op,
+                              double prescale, double postscale, int process_set,
+                              kolo_handle* handle, const kolo_cuda_memory* memory);
+int kolo_grouped_allreduce_async_cuda(int n, const char* const* names,
+                                      const void* const* sends, void* const* recvs,
+                                      const int* ndims, const int64_t* const* shapes,
+                                      kolo_dtype dtype, kolo_op op, double prescale,
+                                      double postscale, int process_set,
+                                      kolo_handle* handles,
+                                      const kolo_cuda_memory* memory);
+int kolo_allgather_async_cuda(const char* name, const void* send, int ndim,
+                              const int64_t* shape, kolo_dtype dtype, int process_set,
+                              kolo_handle* handle, const kolo_cuda_memory* memory);
+int kolo_broadcast_async_cuda(const char* name, void* buf, int ndim, const int64_t* shape,
+                              kolo_dtype dtype, int root, int process_set,
+                              kolo_handle* handle, const kolo_cuda_memory* memory);
+int kolo_alltoall_async_cuda(const char* name, const void* send, int ndim,
+                             const int64_t* shape, const int64_t* splits, int nsplits,
+                             kolo_dtype dtype, int process_set, kolo_handle* handle,
+                             const kolo_cuda_memory* memory);
+int kolo_reducescatter_async_cuda(const char* name, const void* send, int ndim,
+                                  const int64_t* shape, kolo_dtype dtype, kolo_op op,
+                                  int process_set, kolo_handle* handle,
+                                  const kolo_cuda_memory* memory);
+/* The CUDA event (a cudaEvent_t as void*) recorded on kolo's stream after
+ * the results were copied into the device outputs, for a caller that
+ * orders a stream on it (cudaStreamWaitEvent) instead of waiting on the
+ * host. *event is set once the handle is done (NULL while pending, for a
+ * host operation, or when the operation failed); it is valid until
+ * kolo_release. */
+int kolo_handle_cuda_event(kolo_handle handle, void** event);
 
 /* --- point to point ------------------------------------------------------
  * Non-blocking kolo_send / kolo_recv (kolo.h) within a process set: `peer`

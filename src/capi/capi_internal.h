@@ -4,6 +4,7 @@
 #pragma once
 
 #include <kolo/communicator.h>
+#include <kolo/cuda.h>
 
 #include <functional>
 #include <memory>
@@ -13,6 +14,28 @@ namespace kolo::capi {
 
 // Sets the calling thread's kolo_last_error() text and returns `code`.
 int fail(int code, std::string message);
+
+// KOLO_OK when `p` is not CUDA device memory; else KOLO_ERR_INVALID_ARGUMENT
+// with kolo_last_error() "<fn>: <what> is CUDA device memory (device N):
+// this call takes host memory; use <fn>_cuda" (kolo_cuda_c.cc). Asks the
+// driver only when libcuda.so.1 is loaded (collectives/cuda/device_pointer.h).
+int refuseDevicePointer(const char* fn, const char* what, const void* p);
+
+// The device memory of the `_cuda` submission under way on this thread:
+// kolo_runtime_cuda_c.cc sets it around the host call of the same name,
+// whose request then becomes a device request (kolo_runtime_c.cc,
+// prepareMemory). current() is null for host memory.
+class CudaSubmission {
+ public:
+  explicit CudaSubmission(const kolo_cuda_memory* memory);
+  ~CudaSubmission();
+  CudaSubmission(const CudaSubmission&) = delete;
+  CudaSubmission& operator=(const CudaSubmission&) = delete;
+  static const kolo_cuda_memory* current();
+
+ private:
+  const kolo_cuda_memory* previous_;
+};
 
 // kolo_init's communicator; null before kolo_init and after kolo_finalize.
 std::shared_ptr<Communicator> world();

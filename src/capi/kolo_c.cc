@@ -179,6 +179,8 @@ int kolo_allreduce(const void* send, void* recv, size_t count, kolo_dtype dtype,
   if (!validEnum(dtype, kolo::kNumDataTypes))
     return badDtype("kolo_allreduce", rawValue(dtype));
   if (!validEnum(op, kolo::kNumReduceOps)) return badOp("kolo_allreduce", rawValue(op));
+  if (int rc = kolo::capi::refuseDevicePointer("kolo_allreduce", "send", send)) return rc;
+  if (int rc = kolo::capi::refuseDevicePointer("kolo_allreduce", "recv", recv)) return rc;
   return call("kolo_allreduce", [&](kolo::Communicator& c) {
     kolo::AllreduceOptions o;
     o.send = send;
@@ -193,6 +195,7 @@ int kolo_allreduce(const void* send, void* recv, size_t count, kolo_dtype dtype,
 int kolo_broadcast(void* buf, size_t count, kolo_dtype dtype, int root) {
   if (!validEnum(dtype, kolo::kNumDataTypes))
     return badDtype("kolo_broadcast", rawValue(dtype));
+  if (int rc = kolo::capi::refuseDevicePointer("kolo_broadcast", "buf", buf)) return rc;
   return call("kolo_broadcast", [&](kolo::Communicator& c) {
     kolo::BroadcastOptions o;
     o.buffer = buf;
@@ -206,6 +209,8 @@ int kolo_broadcast(void* buf, size_t count, kolo_dtype dtype, int root) {
 int kolo_allgather(const void* send, void* recv, size_t count, kolo_dtype dtype) {
   if (!validEnum(dtype, kolo::kNumDataTypes))
     return badDtype("kolo_allgather", rawValue(dtype));
+  if (int rc = kolo::capi::refuseDevicePointer("kolo_allgather", "send", send)) return rc;
+  if (int rc = kolo::capi::refuseDevicePointer("kolo_allgather", "recv", recv)) return rc;
   return call("kolo_allgather", [&](kolo::Communicator& c) {
     kolo::AllgatherOptions o;
     o.send = send;
@@ -223,6 +228,10 @@ int kolo_allgatherv(const void* send, void* recv, const size_t* counts,
   if (counts == nullptr) {
     return fail(KOLO_ERR_INVALID_ARGUMENT, "kolo_allgatherv: counts is null");
   }
+  if (int rc = kolo::capi::refuseDevicePointer("kolo_allgatherv", "send", send))
+    return rc;
+  if (int rc = kolo::capi::refuseDevicePointer("kolo_allgatherv", "recv", recv))
+    return rc;
   return call("kolo_allgatherv", [&](kolo::Communicator& c) {
     kolo::AllgatherOptions o;
     o.send = send;
@@ -239,6 +248,10 @@ int kolo_reduce_scatter(const void* send, void* recv, size_t recv_count, kolo_dt
     return badDtype("kolo_reduce_scatter", rawValue(dtype));
   if (!validEnum(op, kolo::kNumReduceOps))
     return badOp("kolo_reduce_scatter", rawValue(op));
+  if (int rc = kolo::capi::refuseDevicePointer("kolo_reduce_scatter", "send", send))
+    return rc;
+  if (int rc = kolo::capi::refuseDevicePointer("kolo_reduce_scatter", "recv", recv))
+    return rc;
   return call("kolo_reduce_scatter", [&](kolo::Communicator& c) {
     kolo::ReduceScatterOptions o;
     o.send = send;
@@ -253,6 +266,8 @@ int kolo_reduce_scatter(const void* send, void* recv, size_t recv_count, kolo_dt
 int kolo_alltoall(const void* send, void* recv, size_t count_per_rank, kolo_dtype dtype) {
   if (!validEnum(dtype, kolo::kNumDataTypes))
     return badDtype("kolo_alltoall", rawValue(dtype));
+  if (int rc = kolo::capi::refuseDevicePointer("kolo_alltoall", "send", send)) return rc;
+  if (int rc = kolo::capi::refuseDevicePointer("kolo_alltoall", "recv", recv)) return rc;
   return call("kolo_alltoall", [&](kolo::Communicator& c) {
     kolo::AlltoallOptions o;
     o.send = send;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "capi/capi_internal.h"
+#include "collectives/cuda/device_pointer.h"
 #include "collectives/cuda/device_runtime.h"
 
 namespace {
@@ -53,6 +54,15 @@ kolo::CudaMemory toCpp(const kolo_cuda_memory* memory) {
 }
 
 }  // namespace
+
+int kolo::capi::refuseDevicePointer(const char* fn, const char* what, const void* p) {
+  const int device = kolo::collectives::cuda::devicePointerOrdinal(p);
+  if (device < 0) return KOLO_OK;
+  return fail(KOLO_ERR_INVALID_ARGUMENT,
+              std::string(fn) + ": " + what + " is CUDA device memory (device " +
+                  std::to_string(device) + "): this call takes host memory; use " + fn +
+                  "_cuda (docs/gpu.md)");
+}
 
 extern "C" {
 

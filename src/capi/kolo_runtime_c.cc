@@ -22,6 +22,7 @@
 
 #include "capi/capi_internal.h"
 #include "capi/handle_table.h"
+#include "collectives/cuda/device_staging.h"
 #include "common/settings.h"
 #include "runtime/process_set_table.h"
 #include "runtime/runtime.h"
@@ -145,6 +146,28 @@ OpRequest makeRequest(const char* name, OpKind kind, int ndim, const int64_t* sh
   r.spec.dtype = static_cast<kolo::DataType>(rawValue(dtype));
   if (ndim > 0) r.spec.shape.assign(shape, shape + ndim);
   return r;
+}
+
+// Host or device memory (capi_internal.h, CudaSubmission): a host request's
+// buffers must not be CUDA device memory (refused by name); a device
+// request gets its entry, with the ready event recorded now on the caller's
+// stream (collectives/cuda/device_staging.h).
+int prepareMemory(const char* fn, OpRequest& r) {
+  const kolo_cuda_memory* memory = kolo::capi::CudaSubmission::current();
+  r.device = nullptr;
+  r.spec.onDevice = memory != nullptr;
+  if (memory == nullptr) {
+    if (int rc = kolo::capi::refuseDevicePointer(fn, "the input", r.input)) return rc;
+    if (r.output == r.input) return KOLO_OK;
+    return kolo::capi::refuseDevicePointer(fn, "the output", r.output);
+  }
+  return guarded(fn, [&] {
+    r.device = kolo::collectives::cuda::DeviceEntry::record(
+        std::string(fn) + "_cuda '" + r.spec.name +
+            "': " + kolo::runtime::toString(r.spec.kind),
+        memory->device, memory->stream);
+    return KOLO_OK;
+  });
 }
 
 // Enqueues one request on set `id` (the runtime copies it) and stores its
@@ -324,6 +347,7 @@ int kolo_allreduce_async(const char* name, const void* send, void* recv, int ndi
   r.spec.postscale = postscale;
   r.input = send;
   r.output = recv;
+  if (int rc = prepareMemory(fn, r)) return rc;
   return submit(fn, process_set, r, handle);
 }
 
@@ -352,6 +376,7 @@ int kolo_grouped_allreduce_async(int n, const char* const* names,
     r.spec.postscale = postscale;
     r.input = sends[i];
     r.output = recvs[i];
+    if (int rc = prepareMemory(fn, r)) return rc;
     requests.push_back(std::move(r));
   }
   ProcessSetPtr set;
@@ -381,6 +406,7 @@ int kolo_allgather_async(const char* name, const void* send, int ndim,
   if (int rc = checkDtype(fn, name, dtype)) return rc;
   OpRequest r = makeRequest(name, OpKind::kAllgather, ndim, shape, dtype);
   r.input = send;
+  if (int rc = prepareMemory(fn, r)) return rc;
   return submit(fn, process_set, std::move(r), handle);
 }
 
@@ -394,6 +420,7 @@ int kolo_broadcast_async(const char* name, void* buf, int ndim, const int64_t* s
   r.spec.root = root;
   r.input = buf;
   r.output = buf;
+  if (int rc = prepareMemory(fn, r)) return rc;
   return submit(fn, process_set, std::move(r), handle);
 }
 
@@ -410,6 +437,7 @@ int kolo_alltoall_async(const char* name, const void* send, int ndim,
   OpRequest r = makeRequest(name, OpKind::kAlltoall, ndim, shape, dtype);
   if (splits != nullptr) r.splits.assign(splits, splits + nsplits);
   r.input = send;
+  if (int rc = prepareMemory(fn, r)) return rc;
   return submit(fn, process_set, std::move(r), handle);
 }
 
@@ -436,6 +464,7 @@ int kolo_reducescatter_async(const char* name, const void* send, int ndim,
   // own message) the runtime still wants a non-null output pointer.
   static uint8_t nothing;
   r.output = owned->empty() ? &nothing : owned->data();
+  if (int rc = prepareMemory(fn, r)) return rc;
   return submit(fn, process_set, std::move(r), handle, std::move(owned));
 }
 
@@ -542,6 +571,26 @@ int kolo_handle_output(kolo_handle handle, const void** data, size_t* bytes, int
     *shape = h->outputShape().data();
     return KOLO_OK;
   });
+}
+
+int kolo_handle_cuda_event(kolo_handle handle, void** event) {
+  const char* fn = "kolo_handle_cuda_event";
+  if (event == nullptr) return invalid(std::string(fn) + ": event is null");
+  HandlePtr h;
+  OpKind kind;
+  const std::vector<uint8_t>* owned = nullptr;
+  std::shared_ptr<kolo::Work> work;
+  if (int rc = gHandles.find(fn, handle, &h, &kind, &owned, &work)) return rc;
+  *event = nullptr;
+  // Done and succeeded: the stager recorded the event (and it completed).
+  if (!work && h->deviceEntry() && h->poll()) {
+    try {
+      h->wait();
+      *event = h->deviceEntry()->doneEvent();
+    } catch (...) {
+    }
+  }
+  return KOLO_OK;
 }
 
 int kolo_wait_release(kolo_handle handle) {

@@ -1,5 +1,5 @@
 // Bucket planning (fusion_planner.h). One open bucket per fusion key (dtype,
-// reduction, scale factors) collects allreduces in ready order; an
+// reduction, scale factors, host or device memory) collects allreduces in ready order; an
 // operation that would push its key's open bucket past the threshold closes
 // it and opens the next. A group is placed whole: into its key's open bucket
 // when it fits (or that bucket is empty), else into a new one; a group that
@@ -16,10 +16,10 @@ namespace kolo::runtime {
 
 namespace {
 
-using FusionKey = std::tuple<DataType, ReduceOp, double, double>;
+using FusionKey = std::tuple<DataType, ReduceOp, double, double, bool>;
 
 FusionKey keyOf(const OpSpec& s) {
-  return {s.dtype, s.op, s.prescale, s.postscale};
+  return {s.dtype, s.op, s.prescale, s.postscale, s.onDevice};
 }
 
 }  // namespace

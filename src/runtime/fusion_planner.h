@@ -2,15 +2,14 @@
 // collective.
 //
 // Rules, applied in the ready order (which is the same on every rank):
-// - allreduce operations with the same dtype, reduction and scale factors
-//   are packed together while the bucket's bytes stay within the threshold;
-//   an operation larger than the threshold, or larger than `aloneBytes`
-//   (kFusionAloneBytes, 256 KiB, by default; the runtime passes no limit
-//   when its team spans hosts), gets a bucket of its own: the
-//   runtime runs it in place in the caller's buffer, since copying a large
-//   tensor into and out of the fusion buffer costs about as much as its
-//   allreduce and fusing it saves nothing (docs/performance-history.md,
-//   "The runtime: fusion");
+// - allreduce operations with the same dtype, reduction, scale factors and
+//   memory (host, or CUDA device: OpSpec::onDevice) are packed together while the
+//   bucket's bytes stay within the threshold; an operation larger than the threshold, or
+//   larger than `aloneBytes` (kFusionAloneBytes, 256 KiB, by default; the runtime passes
+//   no limit when its team spans hosts), gets a bucket of its own: the runtime runs it in
+//   place in the caller's buffer, since copying a large tensor into and out of the fusion
+//   buffer costs about as much as its allreduce and fusing it saves nothing
+//   (docs/performance-history.md, "The runtime: fusion");
 // - a group's members always share one bucket, whatever its size (the group
 //   is placed whole, opening a new bucket if it does not fit);
 // - every other kind (allgather, broadcast, alltoall, reducescatter,

@@ -28,6 +28,10 @@
 #include <string>
 #include <vector>
 
+namespace kolo::collectives::cuda {
+class DeviceEntry;
+}
+
 namespace kolo::runtime {
 
 class SubmissionQueue;
@@ -58,6 +62,16 @@ class Handle {
   std::vector<uint8_t>& mutableOutput() { return output_; }
   void setOutputShape(std::vector<int64_t> shape) { outputShape_ = std::move(shape); }
 
+  // CUDA device memory (OpSpec::onDevice): the entry holding the events of
+  // the caller's stream (inputs ready) and kolo's (outputs written); set by
+  // Runtime::enqueue, null for host memory.
+  const std::shared_ptr<collectives::cuda::DeviceEntry>& deviceEntry() const {
+    return device_;
+  }
+  void setDeviceEntry(std::shared_ptr<collectives::cuda::DeviceEntry> entry) {
+    device_ = std::move(entry);
+  }
+
   // Completion (background thread). The first call wins; later calls are
   // ignored.
   void complete();
@@ -83,6 +97,7 @@ class Handle {
   std::function<void()> callback_;  // written once, before kCallback is set
   std::vector<uint8_t> output_;
   std::vector<int64_t> outputShape_;
+  std::shared_ptr<collectives::cuda::DeviceEntry> device_;
 };
 
 using HandlePtr = std::shared_ptr<Handle>;

@@ -9,12 +9,12 @@ namespace kolo::runtime {
 
 namespace {
 
-// Encoding, version 1, in host byte order (both ends are one build of
+// Encoding, version 2, in host byte order (both ends are one build of
 // kolo):
 //   u8 version, u32 name length, name bytes, u8 kind, u8 dtype, u8 op,
 //   u32 dims, i64 x dims, i32 root, f64 prescale, f64 postscale,
-//   u64 group, u32 groupSize.
-constexpr uint8_t kVersion = 1;
+//   u64 group, u32 groupSize, u8 onDevice.
+constexpr uint8_t kVersion = 2;
 constexpr uint32_t kMaxNameBytes = 1 << 20;
 constexpr uint32_t kMaxDims = 64;
 constexpr ByteOrder kOrder = kHostOrder;
@@ -76,6 +76,7 @@ void OpSpec::encode(std::vector<uint8_t>& out) const {
   w.put<double>(postscale);
   w.put<uint64_t>(group);
   w.put<uint32_t>(groupSize);
+  w.put<uint8_t>(onDevice ? 1 : 0);
 }
 
 OpSpec OpSpec::decode(const uint8_t*& p, const uint8_t* end) {
@@ -125,6 +126,7 @@ OpSpec OpSpec::decode(ByteReader& in) {
   s.postscale = take<double>(in);
   s.group = take<uint64_t>(in);
   s.groupSize = take<uint32_t>(in);
+  s.onDevice = take<uint8_t>(in) != 0;
   return s;
 }
 
@@ -150,6 +152,7 @@ std::string fieldValue(const OpSpec& spec, const std::string& field) {
   if (field == "root") return std::to_string(spec.root);
   if (field == "prescale") return number(spec.prescale);
   if (field == "postscale") return number(spec.postscale);
+  if (field == "memory") return spec.onDevice ? "CUDA device memory" : "host memory";
   if (field == "group") {
     if (spec.group == 0) return "no group";
     std::ostringstream os;
@@ -173,6 +176,7 @@ std::optional<SpecDifference> compareSpecs(const OpSpec& a, const OpSpec& b) {
     return std::nullopt;
   }
   if (a.dtype != b.dtype) return diff("dtype");
+  if (a.onDevice != b.onDevice) return diff("memory");
   const bool reduces = a.kind == OpKind::kAllreduce || a.kind == OpKind::kReduceScatter;
   if (reduces && a.op != b.op) return diff("reduction");
   if (a.shape.size() != b.shape.size()) return diff("shape");

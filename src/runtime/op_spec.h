@@ -40,6 +40,11 @@ struct OpSpec {
   // whatever the submission order, and a repeated group stays cached.
   uint64_t group = 0;
   uint32_t groupSize = 0;
+  // The tensor is CUDA device memory (a `_cuda` submission; staged through
+  // host memory, docs/gpu.md). Agreed across ranks (a mismatch names field
+  // "memory") and part of the fusion key: device and host tensors never
+  // share a bucket. The device ordinal is the rank's own (not agreed).
+  bool onDevice = false;
 
   int64_t elements() const;  // product of shape (1 for a scalar)
   size_t bytes() const;

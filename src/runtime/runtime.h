@@ -36,6 +36,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "collectives/cuda/device_staging.h"
 #include "common/settings.h"
 #include "runtime/agreed_scope.h"
 #include "runtime/autotuner.h"
@@ -175,6 +176,16 @@ class Runtime {
   void allreduceInPlace(const AllreduceBucket& bucket);
   void allreduceSegmented(const AllreduceBucket& bucket);
   void allreduceFused(const AllreduceBucket& bucket);
+  // CUDA device memory (runtime_staging.cc).
+  void allreduceStaged(const AllreduceBucket& bucket);
+  // An operation's device pointers while its host copies stand in for them.
+  struct StagedIo {
+    const void* input = nullptr;
+    void* output = nullptr;
+  };
+  void stageIn(const OpSpec& s, Op& o, StagedIo& io);
+  void stageOut(const OpSpec& s, Op& o, const StagedIo& io);
+  collectives::cuda::DeviceStager& stager();
   void runOne(ReadyOp& op, int bucketIndex);
   std::exception_ptr joinedRankError(const ReadyOp& op) const;
   // One operation of each kind; `o` null: this rank joined (no data).
@@ -230,14 +241,17 @@ class Runtime {
   std::vector<Submission> admitted_;  // the drained queue, kept for its capacity
   std::vector<HandlePtr> finishing_;  // finishAll's scratch, kept for its capacity
   bool joined_ = false;
-  std::vector<uint8_t> fusion_;               // the fusion buffer, kept across cycles
-  std::vector<AllreduceSegment> segments_;    // a fused bucket's, kept across cycles
-  std::vector<uint8_t> scratch_;              // a joined rank's inputs and outputs
-  std::unique_ptr<StallInspector> stall_;     // rank 0 only
-  std::string stallReason_;                   // rank 0: announced next cycle
-  std::unique_ptr<Autotuner> autotuner_;      // rank 0 with KOLO_AUTOTUNE
-  std::unique_ptr<AutotuneLog> autotuneLog_;  // rank 0 with KOLO_AUTOTUNE_LOG
-  uint64_t cycleBytes_ = 0;                   // reduced in this cycle (autotuner)
+  std::vector<uint8_t> fusion_;             // the fusion buffer, kept across cycles
+  std::vector<AllreduceSegment> segments_;  // a fused bucket's, kept across cycles
+  std::vector<uint8_t> scratch_;            // a joined rank's inputs and outputs
+  // Host staging of device memory: made at the first device operation.
+  std::unique_ptr<collectives::cuda::DeviceStager> stager_;
+  std::vector<collectives::cuda::StagedPiece> pieces_;  // kept across cycles
+  std::unique_ptr<StallInspector> stall_;               // rank 0 only
+  std::string stallReason_;                             // rank 0: announced next cycle
+  std::unique_ptr<Autotuner> autotuner_;                // rank 0 with KOLO_AUTOTUNE
+  std::unique_ptr<AutotuneLog> autotuneLog_;            // rank 0 with KOLO_AUTOTUNE_LOG
+  uint64_t cycleBytes_ = 0;  // reduced in this cycle (autotuner)
   Clock::time_point lastSample_;
 
   mutable std::mutex stragglerMu_;  // guards straggler_ (report() from any thread)

@@ -17,6 +17,11 @@
 // allreduce runs in place in the caller's output buffer; the fusion planner
 // gives every allreduce above kFusionAloneBytes (256 KiB) such a bucket.
 // Other kinds run one collective per operation.
+//
+// CUDA device memory (OpSpec::onDevice, its own fusion key): a bucket runs
+// through pinned host memory (allreduceStaged; docs/gpu.md, "The host-staged
+// path"); other kinds stage their input and output around the same code
+// (runtime_staging.cc).
 #include <algorithm>
 #include <cstring>
 
@@ -88,7 +93,7 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
     const OpSpec& a = *members.front()->spec;
     const OpSpec& b = *m->spec;
     if (a.dtype != b.dtype || a.op != b.op || a.prescale != b.prescale ||
-        a.postscale != b.postscale) {
+        a.postscale != b.postscale || a.onDevice != b.onDevice) {
       for (ReadyOp* x : members) runAllreduce({x}, x->spec->bytes(), bucketIndex);
       return;
     }
@@ -122,6 +127,7 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
                       {"tensors", std::to_string(members.size())}});
   }
   cycleBytes_ += bytes;
+  if (first.onDevice) return allreduceStaged(b);
   if (members.size() == 1 && members[0]->localId) return allreduceInPlace(b);
   const bool allLocal = std::all_of(members.begin(), members.end(), [](const ReadyOp* m) {
     return m->localId.has_value();
@@ -227,6 +233,67 @@ void Runtime::allreduceFused(const AllreduceBucket& b) {
   finishAll(done);
 }
 
+// Device memory: the members laid out in pinned host memory as in the
+// fusion buffer (a joined rank's share: the identity), each run of
+// neighbours on one device copied in with one host copy (staging_plan.h),
+// prescale, the collective in place, the average's division and postscale
+// in place, each run copied back; the handles complete once their done
+// events have (DeviceStager::fromHost waits for them).
+void Runtime::allreduceStaged(const AllreduceBucket& b) {
+  namespace cuda = collectives::cuda;
+  const size_t esize = elementSize(b.dtype);
+  cuda::DeviceStager& st = stager();
+  uint8_t* host = st.hostBuffer(std::max<size_t>(b.bytes, 1));
+  pieces_.clear();
+  size_t at = 0;
+  for (const ReadyOp* m : b.members) {
+    const size_t n = static_cast<size_t>(m->spec->elements());
+    cuda::StagedPiece p;
+    p.offset = at;
+    p.bytes = n * esize;
+    at += p.bytes;
+    if (!m->localId) {
+      fillIdentity(host + p.offset, n, b.dtype, b.commOp);
+    } else {
+      Op& o = opAt(*m->localId);
+      const auto& entry = o.handle->deviceEntry();
+      p.device = entry->device();
+      p.input = o.input;
+      p.output = o.output;
+      p.entry = entry.get();
+    }
+    pieces_.push_back(p);
+  }
+  const auto runs = cuda::planRuns(pieces_);
+  for (const auto& run : runs) st.toHost(run, pieces_, host);
+  for (size_t i = 0; i < b.members.size(); ++i) {
+    const ReadyOp& r = *b.members[i];
+    if (!r.localId) continue;
+    const double prescale = r.spec->prescale;
+    if (prescale != 1.0) {
+      scaleInPlace(host + pieces_[i].offset, static_cast<size_t>(r.spec->elements()),
+                   b.dtype, prescale);
+    }
+    if (b.tl) b.tl->begin(r.spec->name, phase::kCollective, b.args);
+  }
+  AllreduceOptions ar = b.options();
+  ar.send = ar.recv = host;
+  ar.algorithm = algorithm_;
+  comm_->allreduce(ar);
+  std::vector<OpId> done;
+  done.reserve(b.members.size());
+  for (size_t i = 0; i < b.members.size(); ++i) {
+    const ReadyOp& r = *b.members[i];
+    if (!r.localId) continue;
+    if (b.tl) b.tl->end(r.spec->name);
+    uint8_t* p = host + pieces_[i].offset;
+    b.finishValues(r, p, p);
+    done.push_back(*r.localId);
+  }
+  for (const auto& run : runs) st.fromHost(run, pieces_, host);
+  finishAll(done);
+}
+
 // In Horovod's join mode, an operation other than an allreduce or barrier
 // that a joined rank would take part in fails on every rank that submitted
 // it, naming the first joined rank. Decided alike on every rank (the
@@ -259,6 +326,9 @@ void Runtime::runOne(ReadyOp& r, int bucketIndex) {
   }
   Op* o = r.localId ? &opAt(*r.localId) : nullptr;
   std::exception_ptr opError = joinedRankError(r);
+  StagedIo io;
+  const bool staged = o && !opError && s.onDevice;
+  if (staged) stageIn(s, *o, io);
   {
     auto tl = timeline();
     TimelineSpan span(o ? tl.get() : nullptr, s.name, phase::kCollective,
@@ -275,6 +345,7 @@ void Runtime::runOne(ReadyOp& r, int bucketIndex) {
       case OpKind::kJoin: break;
     }
   }
+  if (staged) stageOut(s, *o, io);
   if (o) finish(*r.localId, opError);
 }
 

@@ -28,6 +28,11 @@ void Runtime::validate(const OpRequest& r) const {
                                                    << " (use join())");
   }
   if (s.kind == OpKind::kBarrier) return;
+  if (s.onDevice != (r.device != nullptr)) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               what() << (s.onDevice ? ": on CUDA device memory without its device entry"
+                                     : ": a device entry for host memory"));
+  }
   if (!isValid(s.dtype)) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
                what() << ": unknown dtype value " << static_cast<int>(s.dtype));
@@ -136,6 +141,7 @@ HandlePtr Runtime::enqueue(const OpRequest& request) {
     return failed(std::make_shared<Handle>(request.spec.name, queue_), broken_);
   const uint32_t nameId = nameIdLocked(request.spec.name);
   auto handle = std::make_shared<Handle>(names_[nameId], queue_);
+  handle->setDeviceEntry(request.device);
   if (namePending_[nameId]) {
     return failed(handle, errorPtr(ErrorCode::kInvalidArgument,
                                    std::string(toString(request.spec.kind)) + " '" +
@@ -194,6 +200,7 @@ std::vector<HandlePtr> Runtime::enqueueGroup(std::vector<OpRequest> requests) {
   std::vector<std::string> names;
   for (const auto& r : requests) {
     handles.push_back(std::make_shared<Handle>(r.spec.name, queue_));
+    handles.back()->setDeviceEntry(r.device);
     names.push_back(r.spec.name);
   }
   auto failAll = [&](const std::exception_ptr& e) {

@@ -55,6 +55,11 @@ struct OpRequest {
   // alltoall: elements of the first dimension sent to each rank (empty:
   // equal split); the handle's outputShape gives what arrived.
   std::vector<int64_t> splits;
+  // CUDA device memory: input and output are device pointers, spec.onDevice
+  // is set, and this entry (collectives/cuda/device_staging.h) holds the
+  // ready event recorded on the caller's stream. Null for host memory. Not
+  // copied into the queue: Runtime::enqueue hands it to the handle.
+  std::shared_ptr<collectives::cuda::DeviceEntry> device;
 };
 
 struct Submission {

@@ -5,6 +5,7 @@
 // repeated: nothing can run here, whatever the arguments.
 #include "collectives/cuda/device_reduce.h"
 #include "collectives/cuda/device_runtime.h"
+#include "collectives/cuda/device_staging.h"
 #include "common/check.h"
 
 namespace kolo::collectives::cuda {
@@ -42,6 +43,37 @@ void DeviceBuffer::upload(const void*, size_t) {
 }
 void DeviceBuffer::download(void*, size_t) const {
   noCuda("DeviceBuffer::download");
+}
+
+void checkDevice(const std::string& operation, int device) {
+  if (device < 0) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, operation << " on CUDA device memory: device "
+                                                      << device
+                                                      << " is not a CUDA device ordinal");
+  }
+  KOLO_THROW(ErrorCode::kInvalidArgument,
+             operation << " on CUDA device memory: " << kNoCuda);
+}
+
+std::shared_ptr<DeviceEntry> DeviceEntry::record(const std::string& operation, int device,
+                                                 void*) {
+  checkDevice(operation, device);
+  return nullptr;
+}
+DeviceEntry::~DeviceEntry() = default;
+
+struct DeviceStager::Impl {};
+DeviceStager::DeviceStager() = default;
+DeviceStager::~DeviceStager() = default;
+uint8_t* DeviceStager::hostBuffer(size_t) {
+  noCuda("DeviceStager::hostBuffer");
+}
+void DeviceStager::toHost(const StagingRun&, const std::vector<StagedPiece>&, uint8_t*) {
+  noCuda("DeviceStager::toHost");
+}
+void DeviceStager::fromHost(const StagingRun&, const std::vector<StagedPiece>&,
+                            const uint8_t*) {
+  noCuda("DeviceStager::fromHost");
 }
 
 void reduce2(void*, const void*, const void*, size_t, DataType, ReduceOp, void*) {

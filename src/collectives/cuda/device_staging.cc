@@ -1,0 +1,225 @@
+// Host staging (device_staging.h) in a build with CUDA.
+//
+// Order of one staged collective, per device run:
+//   caller's stream:  ... work producing the inputs ... [ready event]
+//   kolo's stream:    wait(ready) per piece -> D2D gather into the device
+//                     fusion buffer -> ONE D2H into pinned host memory
+//   host:             cudaStreamSynchronize(kolo's stream), the CPU collective
+//   kolo's stream:    ONE H2D -> D2D scatter to the outputs -> [done events]
+//   host:             cudaEventSynchronize(last done), the handle completes
+// Only kolo's own stream and events are waited on: never the device, never
+// the caller's stream from the host.
+#include "collectives/cuda/device_staging.h"
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+
+#include "collectives/cuda/device_kernels.h"
+#include "collectives/cuda/device_runtime.h"
+#include "common/check.h"
+
+namespace kolo::collectives::cuda {
+namespace {
+
+void check(cudaError_t e, const char* what, int device) {
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    KOLO_THROW(ErrorCode::kInternal, "host staging: " << what << " on CUDA device "
+                                                      << device
+                                                      << " failed: " << cudaErrorText(e));
+  }
+}
+
+// Makes `device` current on this thread for the scope, then restores the
+// caller's (a synchronous call runs on the caller's thread).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice", device);
+    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice", device);
+    changed_ = previous_ != device;
+  }
+  ~DeviceScope() {
+    if (changed_) (void)cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+}  // namespace
+
+void checkDevice(const std::string& operation, int device) {
+  const std::string what = operation + " on CUDA device memory";
+  if (device < 0) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               what << ": device " << device << " is not a CUDA device ordinal");
+  }
+  const DeviceProbe& probe = probeDevices();
+  if (probe.count == 0) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, what << ": no CUDA device: " << probe.reason);
+  }
+  if (device >= probe.count) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, what << ": CUDA device " << device
+                                                 << " does not exist (" << probe.count
+                                                 << " devices)");
+  }
+}
+
+std::shared_ptr<DeviceEntry> DeviceEntry::record(const std::string& operation, int device,
+                                                 void* stream) {
+  checkDevice(operation, device);
+  std::shared_ptr<DeviceEntry> entry(new DeviceEntry(device, stream));
+  DeviceScope scope(device);
+  cudaEvent_t ready = nullptr, done = nullptr;
+  check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate",
+        device);
+  entry->ready_ = ready;
+  check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate",
+        device);
+  entry->done_ = done;
+  check(cudaEventRecord(ready, static_cast<cudaStream_t>(stream)),
+        "cudaEventRecord on the caller's stream", device);
+  return entry;
+}
+
+DeviceEntry::~DeviceEntry() {
+  if (ready_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(ready_));
+  if (done_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(done_));
+}
+
+struct DeviceStager::Impl {
+  struct PerDevice {
+    cudaStream_t stream = nullptr;
+    void* fusion = nullptr;  // device fusion buffer
+    size_t fusionBytes = 0;
+  };
+  std::map<int, PerDevice> devices;
+  void* host = nullptr;  // pinned
+  size_t hostBytes = 0;
+
+  PerDevice& on(int device, size_t fusionBytes) {
+    PerDevice& d = devices[device];
+    if (d.stream == nullptr) {
+      check(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking),
+            "cudaStreamCreate", device);
+    }
+    if (d.fusionBytes < fusionBytes) {
+      if (d.fusion != nullptr) {
+        // The stream's earlier copies used it: let them end first.
+        check(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize", device);
+        check(cudaFree(d.fusion), "cudaFree", device);
+        d.fusion = nullptr;
+        d.fusionBytes = 0;
+      }
+      check(cudaMalloc(&d.fusion, fusionBytes), "cudaMalloc of the device fusion buffer",
+            device);
+      d.fusionBytes = fusionBytes;
+    }
+    return d;
+  }
+
+  ~Impl() {
+    int previous = 0;
+    const bool restore = cudaGetDevice(&previous) == cudaSuccess;
+    for (auto& [device, d] : devices) {
+      (void)cudaSetDevice(device);
+      if (d.stream != nullptr) (void)cudaStreamSynchronize(d.stream);
+      if (d.fusion != nullptr) (void)cudaFree(d.fusion);
+      if (d.stream != nullptr) (void)cudaStreamDestroy(d.stream);
+    }
+    if (host != nullptr) (void)cudaFreeHost(host);
+    if (restore) (void)cudaSetDevice(previous);
+  }
+};
+
+DeviceStager::DeviceStager() : impl_(std::make_unique<Impl>()) {}
+DeviceStager::~DeviceStager() = default;
+
+uint8_t* DeviceStager::hostBuffer(size_t bytes) {
+  if (impl_->hostBytes < bytes) {
+    if (impl_->host != nullptr) {
+      check(cudaFreeHost(impl_->host), "cudaFreeHost", -1);
+      impl_->host = nullptr;
+      impl_->hostBytes = 0;
+    }
+    // Grown by half again, so a slowly growing workload reallocates rarely.
+    const size_t grown = bytes + bytes / 2;
+    check(cudaHostAlloc(&impl_->host, grown, cudaHostAllocPortable),
+          "cudaHostAlloc of the pinned staging buffer", -1);
+    impl_->hostBytes = grown;
+  }
+  return static_cast<uint8_t*>(impl_->host);
+}
+
+void DeviceStager::toHost(const StagingRun& run, const std::vector<StagedPiece>& pieces,
+                          uint8_t* host) {
+  DeviceScope scope(run.device);
+  const bool direct = run.count == 1;
+  Impl::PerDevice& d = impl_->on(run.device, direct ? 0 : run.bytes);
+  size_t at = 0;
+  for (size_t i = run.first; i < run.first + run.count; ++i) {
+    const StagedPiece& p = pieces[i];
+    const auto* entry = static_cast<const DeviceEntry*>(p.entry);
+    if (entry != nullptr) {
+      check(
+          cudaStreamWaitEvent(d.stream, static_cast<cudaEvent_t>(entry->readyEvent()), 0),
+          "cudaStreamWaitEvent on the input's ready event", run.device);
+    }
+    if (!direct && p.bytes > 0) {
+      check(cudaMemcpyAsync(static_cast<uint8_t*>(d.fusion) + at, p.input, p.bytes,
+                            cudaMemcpyDeviceToDevice, d.stream),
+            "cudaMemcpyAsync into the device fusion buffer", run.device);
+    }
+    at += p.bytes;
+  }
+  if (run.bytes > 0) {
+    const void* src = direct ? pieces[run.first].input : d.fusion;
+    check(cudaMemcpyAsync(host + run.offset, src, run.bytes, cudaMemcpyDefault, d.stream),
+          "cudaMemcpyAsync to pinned host memory", run.device);
+  }
+  check(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize on kolo's stream",
+        run.device);
+}
+
+void DeviceStager::fromHost(const StagingRun& run, const std::vector<StagedPiece>& pieces,
+                            const uint8_t* host) {
+  DeviceScope scope(run.device);
+  const bool direct = run.count == 1;
+  Impl::PerDevice& d = impl_->on(run.device, direct ? 0 : run.bytes);
+  if (run.bytes > 0) {
+    void* dst = direct ? pieces[run.first].output : d.fusion;
+    check(cudaMemcpyAsync(dst, host + run.offset, run.bytes, cudaMemcpyDefault, d.stream),
+          "cudaMemcpyAsync from pinned host memory", run.device);
+  }
+  size_t at = 0;
+  cudaEvent_t last = nullptr;
+  for (size_t i = run.first; i < run.first + run.count; ++i) {
+    const StagedPiece& p = pieces[i];
+    if (!direct && p.bytes > 0) {
+      check(cudaMemcpyAsync(p.output, static_cast<const uint8_t*>(d.fusion) + at, p.bytes,
+                            cudaMemcpyDeviceToDevice, d.stream),
+            "cudaMemcpyAsync from the device fusion buffer", run.device);
+    }
+    at += p.bytes;
+    const auto* entry = static_cast<const DeviceEntry*>(p.entry);
+    if (entry != nullptr) {
+      last = static_cast<cudaEvent_t>(entry->doneEvent());
+      check(cudaEventRecord(last, d.stream), "cudaEventRecord of the done event",
+            run.device);
+    }
+  }
+  if (last != nullptr) {
+    check(cudaEventSynchronize(last), "cudaEventSynchronize on the done event",
+          run.device);
+  } else {
+    check(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize on kolo's stream",
+          run.device);
+  }
+}
+
+}  // namespace kolo::collectives::cuda

@@ -1,0 +1,92 @@
+// Host staging of CUDA device memory (docs/gpu.md, "The host-staged path"):
+// device tensors are copied into pinned host memory, the CPU collective
+// runs there, and the results are copied back. Plain C++ (no CUDA header):
+// events and streams are cudaEvent_t / cudaStream_t passed as void*.
+//
+// Contract
+// - checkDevice(operation, device): returns when `device` is a CUDA device
+//   this process can use; else throws Error(kInvalidArgument)
+//   "<operation> on CUDA device memory: <cause>", the cause being a build
+//   without CUDA ("this kolo build has no CUDA support ..."), no device
+//   ("no CUDA device: <the runtime's reason>"), a negative ordinal or a
+//   device that does not exist ("CUDA device 3 does not exist (1 devices)").
+// - DeviceEntry::record(operation, device, stream), on the caller's thread at
+//   submission: checkDevice, then records the entry's `ready` event on
+//   `stream` (nullptr: the legacy default stream): the inputs are ready
+//   when the work enqueued on the stream before the call has run. The entry
+//   also owns a `done` event, recorded by the stager once the outputs are
+//   written. The events are destroyed with the entry.
+// - DeviceStager: kolo's side, used by one thread at a time (the runtime's
+//   thread, or a synchronous call under a lock). Per device it keeps a
+//   stream of its own (non-blocking) and a device fusion buffer; one pinned
+//   host buffer (cudaHostAlloc) serves every device. Buffers grow and are
+//   reused; nothing is freed before the stager is destroyed.
+//   - hostBuffer(bytes): the pinned buffer, at least `bytes` long (its
+//     contents are lost when it grows).
+//   - toHost(run, pieces, host): for the run's pieces, makes kolo's stream
+//     wait on each piece's ready event (cudaStreamWaitEvent: no host
+//     blocking, no device-wide synchronize), gathers them into the device
+//     fusion buffer (one device-to-device copy each; none for a run of one)
+//     and copies the run in ONE copy to host + run.offset; returns once the
+//     bytes are there (cudaStreamSynchronize on kolo's stream only).
+//   - fromHost(run, pieces, host): the reverse: ONE copy of host +
+//     run.offset to the device, a copy to each piece's output, each piece's
+//     done event recorded on kolo's stream; returns once the outputs are
+//     written (cudaEventSynchronize on the last done event).
+//   Failures: Error(kInternal) naming the CUDA call, the device and the
+//   CUDA error.
+// - In a build without CUDA every function throws checkDevice's error.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/cuda/staging_plan.h"
+
+namespace kolo::collectives::cuda {
+
+void checkDevice(const std::string& operation, int device);
+
+class DeviceEntry {
+ public:
+  static std::shared_ptr<DeviceEntry> record(const std::string& operation, int device,
+                                             void* stream);
+  ~DeviceEntry();
+  DeviceEntry(const DeviceEntry&) = delete;
+  DeviceEntry& operator=(const DeviceEntry&) = delete;
+
+  int device() const { return device_; }
+  void* stream() const { return stream_; }
+  void* readyEvent() const { return ready_; }
+  void* doneEvent() const { return done_; }
+
+ private:
+  DeviceEntry(int device, void* stream) : device_(device), stream_(stream) {}
+  int device_;
+  void* stream_;
+  void* ready_ = nullptr;
+  void* done_ = nullptr;
+};
+
+class DeviceStager {
+ public:
+  DeviceStager();
+  ~DeviceStager();
+  DeviceStager(const DeviceStager&) = delete;
+  DeviceStager& operator=(const DeviceStager&) = delete;
+
+  uint8_t* hostBuffer(size_t bytes);
+  void toHost(const StagingRun& run, const std::vector<StagedPiece>& pieces,
+              uint8_t* host);
+  void fromHost(const StagingRun& run, const std::vector<StagedPiece>& pieces,
+                const uint8_t* host);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kolo::collectives::cuda
