@@ -33,7 +33,7 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CARRIED="${KOLO_GPU_CHECK_DATA:-$ROOT/.gpucheck}"
-BUDGET_S="${KOLO_GPU_CHECK_BUDGET_S:-460}"  # checks start only while below this
+BUDGET_S="${KOLO_GPU_CHECK_BUDGET_S:-420}"  # checks start only while below this
 DRY=0
 ONLY=""
 OUT=""
