@@ -11,10 +11,9 @@
 // Like the rest of kolo._native this file includes no CUDA and no torch
 // header: the stream crosses as an address.
 //
-// A libkolo whose headers do not declare the `_cuda` submissions yet
-// (KOLO_NATIVE_ASYNC_CUDA unset by python/CMakeLists.txt) still has these
-// functions; they raise InvalidArgumentError saying so, as the CPU-only
-// build's answer, so kolo.torch has one code path.
+// In a libkolo without CUDA, or without a usable device, the calls return
+// KOLO_ERR_INVALID_ARGUMENT naming the operation and the cause, and make no
+// handle; kolo.torch checks the build first (kolo.torch.device).
 #include <kolo/cuda.h>
 #include <kolo/kolo.h>
 #include <kolo/runtime.h>
@@ -37,44 +36,21 @@ kolo_cuda_memory memoryOf(int device, uintptr_t stream) {
   return m;
 }
 
-#ifndef KOLO_NATIVE_ASYNC_CUDA
-[[noreturn]] void noAsyncCuda(const std::string& op, const std::string& name) {
-  raise(KOLO_ERR_INVALID_ARGUMENT,
-        op + " '" + name +
-            "' on CUDA device memory: this libkolo has no asynchronous device "
-            "collectives (kolo/runtime.h declares no kolo_" +
-            op + "_async_cuda); pass CPU tensors");
-}
-#endif
-
 }  // namespace
 
 void bindCudaOperations(py::module_& m) {
-  m.attr("HAVE_ASYNC_CUDA") =
-#ifdef KOLO_NATIVE_ASYNC_CUDA
-      true;
-#else
-      false;
-#endif
   m.def(
       "allreduce_async_cuda",
       [](const std::string& name, py::handle send, py::handle recv,
          std::vector<int64_t> shape, int dtype, int op, double prescale, double postscale,
          int processSet, int device, uintptr_t stream) -> kolo_handle {
         kolo_cuda_memory mem = memoryOf(device, stream);
-#ifdef KOLO_NATIVE_ASYNC_CUDA
         kolo_handle h = 0;
-        check(kolo_allreduce_async_cuda(name.c_str(), addressOf(send, false),
-                                        addressOf(recv, true), dims(shape),
-                                        dimsData(shape), asEnum<kolo_dtype>(dtype),
-                                        asEnum<kolo_op>(op), prescale, postscale,
-                                        processSet, &h, &mem));
+        check(kolo_allreduce_async_cuda(
+            name.c_str(), addressOf(send, false), addressOf(recv, true), dims(shape),
+            dimsData(shape), asEnum<kolo_dtype>(dtype), asEnum<kolo_op>(op), prescale,
+            postscale, processSet, &h, &mem));
         return h;
-#else
-        (void)send, (void)recv, (void)dtype, (void)op, (void)prescale, (void)postscale,
-            (void)processSet, (void)mem;
-        noAsyncCuda("allreduce", name);
-#endif
       },
       py::arg("name"), py::arg("send_ptr"), py::arg("recv_ptr"), py::arg("shape"),
       py::arg("dtype"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),
@@ -96,7 +72,6 @@ void bindCudaOperations(py::module_& m) {
                     std::to_string(shapes.size()) + " shapes");
         }
         kolo_cuda_memory mem = memoryOf(device, stream);
-#ifdef KOLO_NATIVE_ASYNC_CUDA
         std::vector<const char*> cNames(n);
         std::vector<const void*> cSends(n);
         std::vector<void*> cRecvs(n);
@@ -115,11 +90,6 @@ void bindCudaOperations(py::module_& m) {
             ndims.data(), cShapes.data(), asEnum<kolo_dtype>(dtype), asEnum<kolo_op>(op),
             prescale, postscale, processSet, handles.data(), &mem));
         return handles;
-#else
-        (void)dtype, (void)op, (void)prescale, (void)postscale, (void)processSet,
-            (void)mem;
-        noAsyncCuda("grouped_allreduce", n ? names[0] : std::string());
-#endif
       },
       py::arg("names"), py::arg("send_ptrs"), py::arg("recv_ptrs"), py::arg("shapes"),
       py::arg("dtype"), py::arg("op"), py::arg("prescale"), py::arg("postscale"),
@@ -130,16 +100,11 @@ void bindCudaOperations(py::module_& m) {
       [](const std::string& name, py::handle send, std::vector<int64_t> shape, int dtype,
          int processSet, int device, uintptr_t stream) -> kolo_handle {
         kolo_cuda_memory mem = memoryOf(device, stream);
-#ifdef KOLO_NATIVE_ASYNC_CUDA
         kolo_handle h = 0;
         check(kolo_allgather_async_cuda(name.c_str(), addressOf(send, false), dims(shape),
                                         dimsData(shape), asEnum<kolo_dtype>(dtype),
                                         processSet, &h, &mem));
         return h;
-#else
-        (void)send, (void)dtype, (void)processSet, (void)mem;
-        noAsyncCuda("allgather", name);
-#endif
       },
       py::arg("name"), py::arg("send_ptr"), py::arg("shape"), py::arg("dtype"),
       py::arg("process_set"), py::arg("device"), py::arg("stream"),
@@ -149,16 +114,11 @@ void bindCudaOperations(py::module_& m) {
       [](const std::string& name, py::handle buf, std::vector<int64_t> shape, int dtype,
          int root, int processSet, int device, uintptr_t stream) -> kolo_handle {
         kolo_cuda_memory mem = memoryOf(device, stream);
-#ifdef KOLO_NATIVE_ASYNC_CUDA
         kolo_handle h = 0;
         check(kolo_broadcast_async_cuda(name.c_str(), addressOf(buf, true), dims(shape),
                                         dimsData(shape), asEnum<kolo_dtype>(dtype), root,
                                         processSet, &h, &mem));
         return h;
-#else
-        (void)buf, (void)dtype, (void)root, (void)processSet, (void)mem;
-        noAsyncCuda("broadcast", name);
-#endif
       },
       py::arg("name"), py::arg("ptr"), py::arg("shape"), py::arg("dtype"),
       py::arg("root"), py::arg("process_set"), py::arg("device"), py::arg("stream"),
@@ -173,7 +133,6 @@ void bindCudaOperations(py::module_& m) {
           raise(KOLO_ERR_INVALID_ARGUMENT,
                 "alltoall_async '" + name + "': empty splits (give None for equal)");
         }
-#ifdef KOLO_NATIVE_ASYNC_CUDA
         kolo_handle h = 0;
         const int64_t* s = splits ? splits->data() : nullptr;
         const int ns = splits ? static_cast<int>(splits->size()) : 0;
@@ -181,10 +140,6 @@ void bindCudaOperations(py::module_& m) {
                                        dimsData(shape), s, ns, asEnum<kolo_dtype>(dtype),
                                        processSet, &h, &mem));
         return h;
-#else
-        (void)send, (void)dtype, (void)processSet, (void)mem;
-        noAsyncCuda("alltoall", name);
-#endif
       },
       py::arg("name"), py::arg("send_ptr"), py::arg("shape"), py::arg("dtype"),
       py::arg("splits"), py::arg("process_set"), py::arg("device"), py::arg("stream"),
@@ -194,17 +149,11 @@ void bindCudaOperations(py::module_& m) {
       [](const std::string& name, py::handle send, std::vector<int64_t> shape, int dtype,
          int op, int processSet, int device, uintptr_t stream) -> kolo_handle {
         kolo_cuda_memory mem = memoryOf(device, stream);
-#ifdef KOLO_NATIVE_ASYNC_CUDA
         kolo_handle h = 0;
-        check(kolo_reducescatter_async_cuda(name.c_str(), addressOf(send, false),
-                                            dims(shape), dimsData(shape),
-                                            asEnum<kolo_dtype>(dtype), asEnum<kolo_op>(op),
-                                            processSet, &h, &mem));
+        check(kolo_reducescatter_async_cuda(
+            name.c_str(), addressOf(send, false), dims(shape), dimsData(shape),
+            asEnum<kolo_dtype>(dtype), asEnum<kolo_op>(op), processSet, &h, &mem));
         return h;
-#else
-        (void)send, (void)dtype, (void)op, (void)processSet, (void)mem;
-        noAsyncCuda("reducescatter", name);
-#endif
       },
       py::arg("name"), py::arg("send_ptr"), py::arg("shape"), py::arg("dtype"),
       py::arg("op"), py::arg("process_set"), py::arg("device"), py::arg("stream"),

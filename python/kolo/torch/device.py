@@ -8,9 +8,9 @@ Rules, checked before anything is submitted:
   InvalidArgumentError naming the tensor that differs, its device and the
   device of the call's first tensor.
 - Other devices (meta, mps, xpu, ...) are refused by name.
-- A CUDA tensor needs a kolo built with CUDA whose runtime has the
-  asynchronous device calls (kolo._native.HAVE_ASYNC_CUDA); else the error
-  says which is missing and to move the tensor with .cpu().
+- A CUDA tensor needs a kolo built with CUDA; else the error says so and
+  to move the tensor with .cpu(). (No usable device, or a device that does
+  not exist: libkolo's error, naming the operation and the cause.)
 
 A call on CUDA tensors goes to the runtime's ``*_async_cuda`` form with
 (device index, the address of ``torch.cuda.current_stream(device)``): kolo
@@ -30,12 +30,10 @@ _CPU = torch.device("cpu")
 
 
 def missing_device_path():
-    """Why this build cannot take CUDA tensors, or None when it can."""
+    """Why this build cannot take CUDA tensors, or None when it can (a
+    machine without a usable device is libkolo's to report, by name)."""
     if not _native.cuda_built():
         return "this kolo build has no CUDA support (KOLO_WITH_CUDA was off)"
-    if not _native.HAVE_ASYNC_CUDA:
-        return ("this libkolo has CUDA kernels but no asynchronous device "
-                "collectives (kolo_*_async_cuda)")
     return None
 
 
