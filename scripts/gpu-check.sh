@@ -71,6 +71,7 @@ KOLORUN="$BUILD/bin/kolorun"
 START=$(date +%s)
 
 # --- the machine ---------------------------------------------------------------
+[ -d /usr/local/cuda/bin ] && PATH="$PATH:/usr/local/cuda/bin"
 PY="$(command -v python3 || true)"
 NEED_GPU_REASON=""
 if ! command -v nvidia-smi >/dev/null 2>&1; then
