@@ -4,7 +4,8 @@
 // bytes): the synchronous `_cuda` calls of kolo/cuda.h and the runtime's
 // `_cuda` submissions of kolo/runtime.h, every dtype and op, fused and
 // grouped allreduces, prescale and postscale, the stream order (inputs
-// written on the caller's stream right before the call), the done event,
+// written on the caller's stream, held back 300 ms, right before the
+// call), the done event,
 // a device pointer given to a host call (refused by name), and device and
 // host memory under one name on different ranks (a mismatch naming
 // "memory").
@@ -17,9 +18,11 @@
 #include <kolo/kolo.h>
 #include <kolo/runtime.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/half_bits.h"
@@ -414,19 +417,22 @@ TEST_F(CudaCollectives, RuntimeBroadcastAllgatherAlltoallReducescatterMatchTheHo
   }
 }
 
-// The input is written on the caller's stream behind a long copy and
-// submitted at once, without a synchronize: kolo must read it after that
-// work (its ready event), never before.
+// The input is written on the caller's stream behind a host function that
+// holds the stream for 300 ms, and submitted at once, without a
+// synchronize: kolo must read it after that work (its ready event), never
+// before (it would read the zeros written first).
 TEST_F(CudaCollectives, InputsAreReadAfterTheCallersStream) {
   const size_t n = 1 << 20;
-  const size_t big = size_t{256} << 20;
-  DeviceMem busyA(big), busyB(big), buf(n * 4);
+  DeviceMem buf(n * 4);
   ASSERT_EQ(cudaMemsetAsync(buf.get(), 0, n * 4, stream_), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
   ASSERT_EQ(
-      cudaMemcpyAsync(busyB.get(), busyA.get(), big, cudaMemcpyDeviceToDevice, stream_),
+      cudaLaunchHostFunc(
+          stream_,
+          [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(300)); },
+          nullptr),
       cudaSuccess);
-  // 0x3f800000 is 1.0f: every byte 0x3f would be 0.746; use int32 ones.
-  ASSERT_EQ(cudaMemsetAsync(buf.get(), 1, n * 4, stream_), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(buf.get(), 1, n * 4, stream_), cudaSuccess);  // 0x01010101
   const int64_t shape[] = {static_cast<int64_t>(n)};
   kolo_handle h = 0;
   ASSERT_EQ(kolo_allreduce_async_cuda("ordered", buf.get(), buf.get(), 1, shape,

@@ -6,6 +6,8 @@
 // loaded (nothing refused, nothing loaded).
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -142,6 +144,25 @@ TEST(DevicePointerCheck, CostsACpuOnlyJobNothing) {
   if (before)
     GTEST_SKIP() << "libcuda.so.1 was loaded before the check: host pointers "
                     "passed; the CPU-only case needs a process without it";
+}
+
+// Once a driver is loaded (here the toolkit's stub libcuda.so, whose calls
+// all fail as on a machine without a GPU), the check finds it through the
+// loader's count, asks it, and still lets host memory through.
+TEST(DevicePointerCheck, FindsADriverLoadedLaterAndLetsHostMemoryThrough) {
+  using kolo::collectives::cuda::devicePointerOrdinal;
+  using kolo::collectives::cuda::driverLoaded;
+  std::vector<float> host(16);
+  EXPECT_EQ(devicePointerOrdinal(host.data()), -1);
+  void* stub = nullptr;
+  for (const char* path : {"/usr/local/cuda/lib64/stubs/libcuda.so",
+                           "/usr/local/cuda/targets/x86_64-linux/lib/stubs/libcuda.so"}) {
+    if (driverLoaded() || (stub = dlopen(path, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+  }
+  if (!driverLoaded()) GTEST_SKIP() << "no libcuda.so.1 and no CUDA toolkit stub to load";
+  EXPECT_EQ(devicePointerOrdinal(host.data()), -1);
+  EXPECT_EQ(devicePointerOrdinal(&host), -1);
+  if (stub != nullptr) dlclose(stub);
 }
 
 }  // namespace

@@ -117,7 +117,7 @@ int kolo_join_async(int process_set, kolo_handle* handle);
  * kolo_wait returns, work on any stream may read them; nothing is enqueued
  * on the caller's stream. Allgather, alltoall and reducescatter: the output
  * read with kolo_handle_output is HOST memory (kolo's, as for the host
- * calls); the caller copies it to the device (kolo.torch does).
+ * calls); the caller copies it to the device (a binding does).
  * Device tensors fuse only with device tensors (dtype, op and scale
  * factors alike, as for host tensors), never with host memory; a fused
  * bucket's neighbours on one device move to the host in one copy. A build

@@ -70,6 +70,9 @@ struct RuntimeOptions {
   // left out of the others' operations (docs/runtime.md, "Join").
   enum class JoinMode { kHorovod, kAbsent };
   JoinMode joinMode = JoinMode::kHorovod;
+  // Makes the stager of device operations (null: CUDA's, host staging
+  // through pinned memory); tests pass a host double.
+  std::function<std::unique_ptr<collectives::cuda::DeviceStager>()> makeStager;
 
   static RuntimeOptions fromSettings(const Settings& settings);
 };
@@ -183,8 +186,9 @@ class Runtime {
     const void* input = nullptr;
     void* output = nullptr;
   };
-  void stageIn(const OpSpec& s, Op& o, StagedIo& io);
-  void stageOut(const OpSpec& s, Op& o, const StagedIo& io);
+  size_t localInputBytes(const ReadyOp& r) const;
+  void stageIn(const ReadyOp& r, Op& o, StagedIo& io);
+  void stageOut(const ReadyOp& r, Op& o, const StagedIo& io);
   collectives::cuda::DeviceStager& stager();
   void runOne(ReadyOp& op, int bucketIndex);
   std::exception_ptr joinedRankError(const ReadyOp& op) const;

@@ -328,7 +328,7 @@ void Runtime::runOne(ReadyOp& r, int bucketIndex) {
   std::exception_ptr opError = joinedRankError(r);
   StagedIo io;
   const bool staged = o && !opError && s.onDevice;
-  if (staged) stageIn(s, *o, io);
+  if (staged) stageIn(r, *o, io);
   {
     auto tl = timeline();
     TimelineSpan span(o ? tl.get() : nullptr, s.name, phase::kCollective,
@@ -345,7 +345,7 @@ void Runtime::runOne(ReadyOp& r, int bucketIndex) {
       case OpKind::kJoin: break;
     }
   }
-  if (staged) stageOut(s, *o, io);
+  if (staged) stageOut(r, *o, io);
   if (o) finish(*r.localId, opError);
 }
 

@@ -58,6 +58,12 @@ class DeviceEntry {
   DeviceEntry(const DeviceEntry&) = delete;
   DeviceEntry& operator=(const DeviceEntry&) = delete;
 
+  // An entry without events (never recorded, never waited on), for a
+  // stager that moves no device memory: the tests' host double.
+  static std::shared_ptr<DeviceEntry> forTesting(int device) {
+    return std::shared_ptr<DeviceEntry>(new DeviceEntry(device, nullptr));
+  }
+
   int device() const { return device_; }
   void* stream() const { return stream_; }
   void* readyEvent() const { return ready_; }
@@ -71,18 +77,20 @@ class DeviceEntry {
   void* done_ = nullptr;
 };
 
+// Virtual so that a test can stand in for the CUDA copies (the runtime's
+// RuntimeOptions::makeStager); constructing one touches no CUDA.
 class DeviceStager {
  public:
   DeviceStager();
-  ~DeviceStager();
+  virtual ~DeviceStager();
   DeviceStager(const DeviceStager&) = delete;
   DeviceStager& operator=(const DeviceStager&) = delete;
 
-  uint8_t* hostBuffer(size_t bytes);
-  void toHost(const StagingRun& run, const std::vector<StagedPiece>& pieces,
-              uint8_t* host);
-  void fromHost(const StagingRun& run, const std::vector<StagedPiece>& pieces,
-                const uint8_t* host);
+  virtual uint8_t* hostBuffer(size_t bytes);
+  virtual void toHost(const StagingRun& run, const std::vector<StagedPiece>& pieces,
+                      uint8_t* host);
+  virtual void fromHost(const StagingRun& run, const std::vector<StagedPiece>& pieces,
+                        const uint8_t* host);
 
  private:
   struct Impl;
