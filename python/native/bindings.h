@@ -55,6 +55,7 @@ void bindHotPath(py::module_& m);           // hot_path.cc: raw CPython function
 void bindProcessSets(py::module_& m);       // runtime_bindings.cc
 void bindTools(py::module_& m);             // runtime_bindings.cc: timeline, stragglers
 void bindSyncCollectives(py::module_& m);   // world_bindings.cc: kolo.h's collectives
+void bindCudaOperations(py::module_& m);    // cuda_bindings.cc: *_async_cuda, output_dlpack
 
 }  // namespace kolo_native
 

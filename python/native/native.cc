@@ -217,5 +217,6 @@ PYBIND11_MODULE(_native, m) {
   bindProcessSets(m);
   bindTools(m);
   bindSyncCollectives(m);
+  bindCudaOperations(m);
   bindData(m);  // after the exception classes, which it maps kolo::Error to
 }

@@ -288,12 +288,10 @@ def test_errors_are_kolo_errors():
     assert "Adasum" in str(info.value)
     with pytest.raises(kolo.InvalidArgumentError, match="bool"):
         hvd.allreduce(torch.ones(2, dtype=torch.bool))
-    # Off the CPU: refused, saying why as the build has it (docs/gpu.md).
-    why = ("do not move CUDA memory yet" if hvd.cuda_built()
-           else "has no CUDA support")
+    # Neither CPU nor CUDA: refused by name (kolo.torch.device).
     with pytest.raises(kolo.InvalidArgumentError) as info:
-        hvd.allreduce(torch.ones(2, device="meta"))
-    assert "meta" in str(info.value) and why in str(info.value), str(info.value)
+        hvd.allreduce(torch.ones(2, device="meta"), name="on.meta")
+    assert "'on.meta'" in str(info.value) and "tensor is on meta" in str(info.value)
     with pytest.raises(kolo.InvalidArgumentError, match="rs.scalar"):
         hvd.reducescatter(torch.tensor(1.0), name="rs.scalar")
 

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <thread>
 
+#include "frameworks/torch/device_memory.h"
 #include "frameworks/torch/distributed_optimizer.h"
 #include "frameworks/torch/lars.h"
 #include "frameworks/torch/torch_versions.h"
@@ -413,6 +414,30 @@ TEST(Lars, SaveAndLoadKeepMomentum) {
   auto& sa = static_cast<LarsParamState&>(*a.state().at(key));
   auto& sb = static_cast<LarsParamState&>(*b.state().at(key));
   EXPECT_TRUE(::torch::equal(sa.momentumBuffer(), sb.momentumBuffer()));
+}
+
+// Where a request's tensor lives (device_memory.h): a CPU tensor stays a
+// host request; a device kolo does not take is refused naming the
+// operation and the device. (CUDA tensors: tests/torch/cuda_check.cc on a
+// GPU.)
+TEST(DeviceRequest, CpuStaysHostAndOtherDevicesAreRefusedByName) {
+  runtime::OpRequest r;
+  r.spec.onDevice = true;  // cleared for a CPU tensor
+  deviceRequest(r, ::torch::ones({3}), "grad/w");
+  EXPECT_FALSE(r.spec.onDevice);
+  EXPECT_EQ(r.device, nullptr);
+  try {
+    deviceRequest(r, ::torch::ones({3}, ::torch::TensorOptions().device(::torch::kMeta)),
+                  "DistributedOptimizer 'grad/w': allreduce");
+    FAIL() << "a meta tensor was taken";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find(
+                  "DistributedOptimizer 'grad/w': allreduce: tensor is on meta"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(r.spec.onDevice);
 }
 
 }  // namespace

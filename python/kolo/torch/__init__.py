@@ -11,9 +11,10 @@ A Horovod script changes only its import line::
 
 Pure Python over the native module ``kolo._native`` (which binds kolo's C
 API and never torch's headers), so one build serves every PyTorch version.
-Tensors are CPU tensors: no collective moves CUDA memory yet, so a CUDA
-tensor raises InvalidArgumentError (also in a build with CUDA, whose
-kernels are built but not yet used by the collectives; docs/gpu.md). See
+Tensors are CPU tensors, or CUDA tensors (one device per call) in a kolo
+built with CUDA: those go to the runtime's device calls on the caller's
+current stream (kolo.torch.device, docs/gpu.md); a CUDA tensor given to a
+build without CUDA raises InvalidArgumentError saying so. See
 docs/python.md.
 """
 

@@ -16,6 +16,12 @@ wait. Empty tensors pass a pointer to a small private buffer (torch gives
 them a null pointer, which the runtime rejects; nothing is read or written
 through it).
 
+Devices (kolo.torch.device): CPU tensors, or CUDA tensors of one device
+per call, which go to the runtime's ``*_async_cuda`` calls with the device
+and the caller's current stream (kolo stages them through pinned host
+memory, docs/gpu.md); the results are ordered on that stream. Outputs of a
+call on CUDA tensors are CUDA tensors of the same device.
+
 Dtypes: float32, float64, float16, bfloat16, int32, int64 and uint8 go to the
 runtime as such. Operations that only move bytes (allgather, broadcast,
 alltoall) also take every other dtype (bool, int8, int16, complex), sent as
@@ -41,6 +47,7 @@ import torch
 from kolo import _native, _ops
 from kolo._ops import synchronize, poll  # noqa: F401  (re-exported)
 
+from kolo.torch import device as _device
 from kolo.torch import errors, output_cache
 from kolo.torch.process_sets import _native_id, global_process_set
 
@@ -79,23 +86,13 @@ _Handle = _ops.Handle
 
 # --- checks and small helpers --------------------------------------------------
 
-def _no_device_path():
-    """Why a tensor off the CPU is refused, as the build has it (docs/gpu.md)."""
-    if _native.cuda_built():
-        return ("kolo's collectives do not move CUDA memory yet (this build has "
-                "CUDA kernels, no device path)")
-    return "this kolo build has no CUDA support"
-
-
 def _raise_bad_tensor(tensor, what, name, reduce):
     if not isinstance(tensor, torch.Tensor):
         raise errors.invalid_argument(
             "%s '%s': expected a torch.Tensor, got %s" %
             (what, name, type(tensor).__name__))
-    if not tensor.is_cpu:
-        raise errors.invalid_argument(
-            "%s '%s': tensor is on %s, but %s; move it to the CPU with .cpu()" %
-            (what, name, tensor.device, _no_device_path()))
+    if not (tensor.is_cpu or tensor.is_cuda):
+        _device.common_device([(name, tensor.device)], what)  # raises
     if tensor.layout is not _STRIDED:
         raise errors.invalid_argument(
             "%s '%s': %s tensors are not supported; convert with .to_dense()" %
@@ -108,11 +105,12 @@ def _raise_bad_tensor(tensor, what, name, reduce):
 
 def _reduce_code(tensor, what, name):
     """The native dtype code of a tensor that a reduction takes; raises a
-    clear error for anything else (not a tensor, not on the CPU, sparse,
-    a dtype kolo cannot reduce)."""
+    clear error for anything else (not a tensor, neither on the CPU nor on
+    a CUDA device, sparse, a dtype kolo cannot reduce)."""
     try:
         code = _NATIVE_DTYPES.get(tensor.dtype)
-        if code is not None and tensor.is_cpu and tensor.layout is _STRIDED:
+        if code is not None and tensor.layout is _STRIDED and \
+                (tensor.is_cpu or tensor.is_cuda):
             return code
     except AttributeError:
         pass
@@ -122,7 +120,7 @@ def _reduce_code(tensor, what, name):
 def _check_movable(tensor, what, name):
     """Checks a tensor that an operation only moves (any dtype)."""
     try:
-        if tensor.is_cpu and tensor.layout is _STRIDED:
+        if tensor.layout is _STRIDED and (tensor.is_cpu or tensor.is_cuda):
             return
     except AttributeError:
         pass
@@ -130,7 +128,10 @@ def _check_movable(tensor, what, name):
 
 
 def _ptr(tensor):
-    return tensor.data_ptr() or _EMPTY_PTR  # 0 only for an empty tensor
+    p = tensor.data_ptr()  # 0 only for an empty tensor
+    if p:
+        return p
+    return _EMPTY_PTR if tensor.is_cpu else _device.empty_pointer(tensor.device.index)
 
 
 def _contiguous(tensor):
@@ -212,13 +213,16 @@ _SPARSE_CHECKS = ({"check_invariants": True}
                   if "check_invariants" in (torch.sparse_coo_tensor.__doc__ or "") else {})
 
 
-def _output_tensor(native_handle, dtype, row_shape=None):
+def _output_tensor(native_handle, dtype, row_shape=None, mem=None):
     """The native output of an operation as a new tensor of ``dtype``. With
     ``row_shape`` the output is byte rows [rows, bytes per row] (a dtype sent
-    as bytes) and becomes [rows, *row_shape]."""
+    as bytes) and becomes [rows, *row_shape]. ``mem``: the (device, stream)
+    of a call on CUDA tensors, whose output is a CUDA tensor."""
     shape = list(_native.output_shape(native_handle))
     if row_shape is not None:
         shape = [shape[0]] + list(row_shape)
+    if mem is not None:
+        return _device.output_tensor(native_handle, shape, dtype, mem[0])
     out = output_cache.empty(shape, dtype)
     nbytes = out.numel() * out.element_size()
     if nbytes:
@@ -239,10 +243,17 @@ def allreduce_async(tensor, average=None, name=None, op=None,
         _native_id(process_set, "allreduce")
     name = _op_name("allreduce", name)
     code = _reduce_code(tensor, "allreduce", name)
+    mem = _device.memory_of(tensor, name, "allreduce")
     src = tensor if tensor.is_contiguous() else tensor.contiguous()
-    out = output_cache.empty(src.shape, src.dtype)
-    h = _native.allreduce_async(name, _ptr(src), _ptr(out), src.shape, code, op,
-                                prescale_factor, postscale_factor, ps_id)
+    if mem is None:
+        out = output_cache.empty(src.shape, src.dtype)
+        h = _native.allreduce_async(name, _ptr(src), _ptr(out), src.shape, code, op,
+                                    prescale_factor, postscale_factor, ps_id)
+    else:
+        out = torch.empty_like(src, memory_format=torch.contiguous_format)
+        h = _native.allreduce_async_cuda(name, _ptr(src), _ptr(out), list(src.shape),
+                                         code, op, prescale_factor, postscale_factor,
+                                         ps_id, *mem)
     return _submitted((h,), name, (src, out), _second)
 
 
@@ -283,10 +294,15 @@ def allreduce_async_(tensor, average=None, name=None, op=None,
             _ops.reap_orphans()
         return _Handle(h, name, tensor, None)
     code = _reduce_code(tensor, "allreduce", name)
+    mem = _device.memory_of(tensor, name, "allreduce")
     buf = tensor.contiguous()
     p = _ptr(buf)
-    h = _native.allreduce_async(name, p, p, buf.shape, code, op, prescale_factor,
-                                postscale_factor, ps_id)
+    if mem is None:
+        h = _native.allreduce_async(name, p, p, buf.shape, code, op, prescale_factor,
+                                    postscale_factor, ps_id)
+    else:
+        h = _native.allreduce_async_cuda(name, p, p, list(buf.shape), code, op,
+                                         prescale_factor, postscale_factor, ps_id, *mem)
     return _submitted((h,), name, (tensor, buf), _copy_back)
 
 
@@ -354,10 +370,12 @@ def _grouped_allreduce_submit(srcs, outs, average, name, op, prescale, postscale
         raise errors.invalid_argument(
             "%s '%s': all tensors of a group must have one dtype, got %s" %
             (what, base, sorted(str(d) for d in dtypes)))
-    hs = _native.grouped_allreduce_async(
-        names, [_ptr(s) for s in srcs], [_ptr(o) for o in outs],
-        [list(s.shape) for s in srcs], code, op, float(prescale), float(postscale),
-        ps_id)
+    mem = _device.memory_of_all(srcs, names, what)
+    args = (names, [_ptr(s) for s in srcs], [_ptr(o) for o in outs],
+            [list(s.shape) for s in srcs], code, op, float(prescale), float(postscale),
+            ps_id)
+    hs = _native.grouped_allreduce_async(*args) if mem is None else \
+        _native.grouped_allreduce_async_cuda(*args, *mem)
     return _submitted(tuple(hs), base, keep, finish)
 
 
@@ -368,11 +386,17 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None,
     (one fusion bucket); synchronize() returns the list of results. Member
     names are ``<name>_<i>of<n>``, as in Horovod."""
     srcs = [_contiguous(t) if isinstance(t, torch.Tensor) else t for t in tensors]
-    outs = [output_cache.empty(s.shape, s.dtype) if isinstance(s, torch.Tensor)
-            else s for s in srcs]
+    outs = [_empty_like(s) if isinstance(s, torch.Tensor) else s for s in srcs]
     return _grouped_allreduce_submit(srcs, outs, average, name, op, prescale_factor,
                                      postscale_factor, process_set, (srcs, outs),
                                      lambda keep, ids: list(keep[1]))
+
+
+def _empty_like(src):
+    """A new contiguous output for ``src`` (from the output cache on the CPU)."""
+    if src.is_cpu:
+        return output_cache.empty(src.shape, src.dtype)
+    return torch.empty_like(src, memory_format=torch.contiguous_format)
 
 
 def _copy_back_all(keep, ids):
@@ -426,19 +450,25 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 def _allgather_submit(tensor, name, ps_id, what):
     """(native handle, what to keep alive, finish(native handle) -> result)."""
     _check_movable(tensor, what, name)
+    mem = _device.memory_of(tensor, name, what)
     src = _contiguous(tensor)
     if src.dim() == 0:
         src = src.reshape(1)
     dtype = src.dtype
     code = _NATIVE_DTYPES.get(dtype)
     if code is not None:
-        h = _native.allgather_async(name, _ptr(src), list(src.shape), code, ps_id)
-        return h, src, lambda nh: _output_tensor(nh, dtype)
+        h = _allgather_native(name, _ptr(src), list(src.shape), code, ps_id, mem)
+        return h, src, lambda nh: _output_tensor(nh, dtype, None, mem)
     rows = _byte_rows(src)
     row_shape = list(src.shape[1:])
-    h = _native.allgather_async(name, _ptr(rows), list(rows.shape), _native.UINT8,
-                                ps_id)
-    return h, (src, rows), lambda nh: _output_tensor(nh, dtype, row_shape)
+    h = _allgather_native(name, _ptr(rows), list(rows.shape), _native.UINT8, ps_id, mem)
+    return h, (src, rows), lambda nh: _output_tensor(nh, dtype, row_shape, mem)
+
+
+def _allgather_native(name, ptr, shape, code, ps_id, mem):
+    if mem is None:
+        return _native.allgather_async(name, ptr, shape, code, ps_id)
+    return _native.allgather_async_cuda(name, ptr, shape, code, ps_id, *mem)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -462,10 +492,14 @@ def _submit_each(what, tensors, name, process_set, submit_one):
     count = len(tensors)
     if not count:
         raise errors.invalid_argument("%s '%s': no tensors" % (what, base))
+    names = ["%s_%dof%d" % (base, i + 1, count) for i in range(count)]
+    # One device for the whole group, checked before anything is submitted.
+    _device.common_device([(n, t.device) for t, n in zip(tensors, names)
+                           if isinstance(t, torch.Tensor)], what)
     ids, keeps, finishes = [], [], []
     try:
         for i, t in enumerate(tensors):
-            h, keep, finish = submit_one(t, "%s_%dof%d" % (base, i + 1, count), ps_id)
+            h, keep, finish = submit_one(t, names[i], ps_id)
             ids.append(h)
             keeps.append(keep)
             finishes.append(finish)
@@ -487,15 +521,18 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
 
 # --- broadcast -----------------------------------------------------------------
 
-def _broadcast_submit(buf, root, name, ps_id):
+def _broadcast_submit(buf, root, name, ps_id, mem):
     code = _NATIVE_DTYPES.get(buf.dtype)
-    if code is not None:
-        return _native.broadcast_async(name, _ptr(buf), buf.shape, code, root,
-                                       ps_id), buf
-    flat = buf.reshape(-1)
-    flat = flat.view(torch.uint8) if buf.dtype != torch.uint8 else flat
-    return _native.broadcast_async(name, _ptr(flat), flat.shape, _native.UINT8,
-                                   root, ps_id), flat
+    view = buf
+    if code is None:
+        view = buf.reshape(-1)
+        view = view.view(torch.uint8) if buf.dtype != torch.uint8 else view
+        code = _native.UINT8
+    if mem is None:
+        return _native.broadcast_async(name, _ptr(view), view.shape, code, root,
+                                       ps_id), view
+    return _native.broadcast_async_cuda(name, _ptr(view), list(view.shape), code, root,
+                                        ps_id, *mem), view
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -504,9 +541,10 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
     ps_id = _ps_id(process_set, what)
     name = _op_name(what, name)
     _check_movable(tensor, what, name)
+    mem = _device.memory_of(tensor, name, what)
     root = _root_index(process_set, root_rank, what, name)
     out = tensor.detach().clone(memory_format=torch.contiguous_format)
-    h, view = _broadcast_submit(out, root, name, ps_id)
+    h, view = _broadcast_submit(out, root, name, ps_id, mem)
     return _submitted((h,), name, (view, out), _second)
 
 
@@ -517,12 +555,13 @@ def broadcast_async_(tensor, root_rank, name=None,
     ps_id = _ps_id(process_set, what)
     name = _op_name(what, name)
     _check_movable(tensor, what, name)
+    mem = _device.memory_of(tensor, name, what)
     root = _root_index(process_set, root_rank, what, name)
     if tensor.is_contiguous():
-        h, view = _broadcast_submit(tensor, root, name, ps_id)
+        h, view = _broadcast_submit(tensor, root, name, ps_id, mem)
         return _submitted((h,), name, (view, tensor), _second)
     buf = tensor.contiguous()
-    h, view = _broadcast_submit(buf, root, name, ps_id)
+    h, view = _broadcast_submit(buf, root, name, ps_id, mem)
     return _submitted((h,), name, (tensor, buf, view),
                       lambda keep, ids: _copy_back(keep[:2], ids))
 
@@ -568,6 +607,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     ps_id = _ps_id(process_set, what)
     name = _op_name(what, name)
     _check_movable(tensor, what, name)
+    mem = _device.memory_of(tensor, name, what)
     src = _contiguous(tensor)
     if src.dim() == 0:
         raise errors.invalid_argument(
@@ -578,9 +618,10 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     code = _NATIVE_DTYPES.get(dtype)
     row_shape = list(src.shape[1:])
     send = src if code is not None else _byte_rows(src)
-    h = _native.alltoall_async(name, _ptr(send), list(send.shape),
-                               code if code is not None else _native.UINT8,
-                               split_list, ps_id)
+    args = (name, _ptr(send), list(send.shape),
+            code if code is not None else _native.UINT8, split_list, ps_id)
+    h = _native.alltoall_async(*args) if mem is None else \
+        _native.alltoall_async_cuda(*args, *mem)
     # Received splits: an equal-split alltoall of the send splits.
     sizes = torch.tensor(split_list, dtype=torch.int64)
     try:
@@ -591,7 +632,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         raise
 
     def finish(keep, ids):
-        out = _output_tensor(ids[0], dtype, row_shape if code is None else None)
+        out = _output_tensor(ids[0], dtype, row_shape if code is None else None, mem)
         received = _output_tensor(ids[1], torch.int64).to(splits_dtype)
         return out, received
 
@@ -607,6 +648,7 @@ def _reducescatter_submit(tensor, name, op, ps_id, count, me, prescale, postscal
     one row more. An uneven split runs as an even one over a copy padded with
     zero rows, each rank's block starting at a multiple of the larger block."""
     code = _reduce_code(tensor, what, name)
+    mem = _device.memory_of(tensor, name, what)
     if tensor.dim() == 0:
         raise errors.invalid_argument(
             "%s '%s': needs a tensor of at least one dimension" % (what, name))
@@ -623,11 +665,13 @@ def _reducescatter_submit(tensor, name, op, ps_id, count, me, prescale, postscal
             padded[r * big:r * big + n] = src[offset:offset + n]
             offset += n
         src = padded
-    h = _native.reducescatter_async(name, _ptr(src), list(src.shape), code, op, ps_id)
+    args = (name, _ptr(src), list(src.shape), code, op, ps_id)
+    h = _native.reducescatter_async(*args) if mem is None else \
+        _native.reducescatter_async_cuda(*args, *mem)
     dtype = src.dtype
 
     def finish(nh):
-        out = _output_tensor(nh, dtype)
+        out = _output_tensor(nh, dtype, None, mem)
         if extra:
             out = out[:mine]
         return _scaled(out, postscale)

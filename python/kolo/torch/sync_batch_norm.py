@@ -13,6 +13,8 @@ Backward, for the union loss (the sum of the ranks' losses), one allreduce
   DistributedOptimizer's allreduce then combines them like any other
   gradient.
 Evaluation mode, and a process set of one rank, use plain batch norm.
+On CUDA inputs every tensor stays on the input's device (the statistics
+are allreduced as CUDA tensors, kolo.torch.device).
 
 Names: each module gets ``sync_batch_norm.<k>`` from a counter of modules
 created, so ranks must build their models in the same order (as they do).
@@ -48,7 +50,8 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         xd = x.double()
         count = x.numel() // channels if channels else 0
         stats = torch.cat([xd.sum(dims), (xd * xd).sum(dims),
-                           torch.tensor([float(count)], dtype=torch.float64)])
+                           torch.tensor([float(count)], dtype=torch.float64,
+                                        device=x.device)])
         stats = C.synchronize(C.allreduce_async_(
             stats, name=name + ".forward", op=C.Sum, process_set=process_set))
         total = stats[-1].item()

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/check.h"
+#include "frameworks/torch/device_memory.h"
 
 namespace kolo::torch {
 namespace {
@@ -239,6 +240,9 @@ OpRequest DistributedOptimizer::request(Param& p) {
   }
   r.input = p.buffer.data_ptr();
   r.output = p.buffer.data_ptr();
+  // A CUDA gradient: read after the backward kernels that produced it (the
+  // hook runs with their stream current), staged by the runtime.
+  deviceRequest(r, p.buffer, "DistributedOptimizer '" + r.spec.name + "': allreduce");
   return r;
 }
 
@@ -302,6 +306,7 @@ void broadcastParameters(Context& context, const NamedTensors& tensors, int root
     r.spec.shape = shapeOf(t);
     r.spec.root = root;
     r.input = r.output = buffers.back().data_ptr();
+    deviceRequest(r, buffers.back(), "broadcastParameters '" + r.spec.name + "'");
     handles.push_back(context.runtime().enqueue(std::move(r)));
   }
   waitAll(handles);

@@ -38,6 +38,12 @@
 // - Failures (a mismatch found by the runtime, a lost peer, a timeout)
 //   are thrown by synchronize()/step() as kolo::Error, naming the
 //   parameter.
+// - CUDA parameters (docs/gpu.md, "libtorch"): their gradients go to the
+//   runtime as device memory on the stream current when the hook runs
+//   (device_memory.h), staged through pinned host memory; after
+//   synchronize() they hold the result. broadcastParameters takes CUDA
+//   tensors the same way; every rank must hold a given parameter on the
+//   same kind of device (host or CUDA), else the runtime's MismatchError.
 #pragma once
 
 #include <torch/torch.h>
