@@ -43,6 +43,21 @@ inline const int64_t* dimsData(const std::vector<int64_t>& shape) {
   return shape.empty() ? nullptr : shape.data();
 }
 
+// The C arrays of a grouped submission (kolo_grouped_allreduce_async and its
+// _cuda form), checked to be as long as `names`; `what` names the call in
+// the error. The pointers stay valid while the Python lists live.
+struct GroupedBuffers {
+  GroupedBuffers(const char* what, const std::vector<std::string>& names,
+                 const std::vector<py::handle>& sends,
+                 const std::vector<py::handle>& recvs,
+                 const std::vector<std::vector<int64_t>>& shapes);
+  std::vector<const char*> names;
+  std::vector<const void*> sends;
+  std::vector<void*> recvs;
+  std::vector<int> ndims;
+  std::vector<const int64_t*> shapes;
+};
+
 // The sections of the module.
 void bindExceptions(py::module_& m);        // native.cc: KoloError and its subclasses
 void bindCodes(py::module_& m);             // native.cc: dtype, op and error codes
@@ -55,7 +70,7 @@ void bindHotPath(py::module_& m);           // hot_path.cc: raw CPython function
 void bindProcessSets(py::module_& m);       // runtime_bindings.cc
 void bindTools(py::module_& m);             // runtime_bindings.cc: timeline, stragglers
 void bindSyncCollectives(py::module_& m);   // world_bindings.cc: kolo.h's collectives
-void bindCudaOperations(py::module_& m);    // cuda_bindings.cc: *_async_cuda, output_dlpack
+void bindCudaOperations(py::module_& m);  // cuda_bindings.cc: *_async_cuda, output_dlpack
 
 }  // namespace kolo_native
 

@@ -119,6 +119,31 @@ void* addressOf(const py::handle& obj, bool writable) {
             std::string(py::str(py::type::of(obj))));
 }
 
+GroupedBuffers::GroupedBuffers(const char* what, const std::vector<std::string>& names_,
+                               const std::vector<py::handle>& sends_,
+                               const std::vector<py::handle>& recvs_,
+                               const std::vector<std::vector<int64_t>>& shapes_) {
+  const size_t n = names_.size();
+  if (sends_.size() != n || recvs_.size() != n || shapes_.size() != n) {
+    raise(KOLO_ERR_INVALID_ARGUMENT,
+          std::string(what) + ": " + std::to_string(n) + " names, " +
+              std::to_string(sends_.size()) + " sends, " + std::to_string(recvs_.size()) +
+              " recvs, " + std::to_string(shapes_.size()) + " shapes");
+  }
+  names.resize(n);
+  sends.resize(n);
+  recvs.resize(n);
+  ndims.resize(n);
+  shapes.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    names[i] = names_[i].c_str();
+    sends[i] = addressOf(sends_[i], false);
+    recvs[i] = addressOf(recvs_[i], true);
+    ndims[i] = dims(shapes_[i]);
+    shapes[i] = dimsData(shapes_[i]);
+  }
+}
+
 void bindExceptions(py::module_& m) {
   gErrors.base = newError(m, "KoloError", PyExc_RuntimeError,
                           "A kolo call failed; .code is the kolo_error code, the "

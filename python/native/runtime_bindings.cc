@@ -40,31 +40,13 @@ void bindAllreduceAsync(py::module_& m) {
          const std::vector<py::handle>& recvs,
          const std::vector<std::vector<int64_t>>& shapes, int dtype, int op,
          double prescale, double postscale, int processSet) {
-        const size_t n = names.size();
-        if (sends.size() != n || recvs.size() != n || shapes.size() != n) {
-          raise(KOLO_ERR_INVALID_ARGUMENT,
-                "grouped_allreduce_async: " + std::to_string(n) + " names, " +
-                    std::to_string(sends.size()) + " sends, " +
-                    std::to_string(recvs.size()) + " recvs, " +
-                    std::to_string(shapes.size()) + " shapes");
-        }
-        std::vector<const char*> cNames(n);
-        std::vector<const void*> cSends(n);
-        std::vector<void*> cRecvs(n);
-        std::vector<int> ndims(n);
-        std::vector<const int64_t*> cShapes(n);
-        for (size_t i = 0; i < n; ++i) {
-          cNames[i] = names[i].c_str();
-          cSends[i] = addressOf(sends[i], false);
-          cRecvs[i] = addressOf(recvs[i], true);
-          ndims[i] = dims(shapes[i]);
-          cShapes[i] = dimsData(shapes[i]);
-        }
+        GroupedBuffers b("grouped_allreduce_async", names, sends, recvs, shapes);
+        const size_t n = b.names.size();
         std::vector<kolo_handle> handles(n);
         check(kolo_grouped_allreduce_async(
-            static_cast<int>(n), cNames.data(), cSends.data(), cRecvs.data(),
-            ndims.data(), cShapes.data(), asEnum<kolo_dtype>(dtype), asEnum<kolo_op>(op),
-            prescale, postscale, processSet, handles.data()));
+            static_cast<int>(n), b.names.data(), b.sends.data(), b.recvs.data(),
+            b.ndims.data(), b.shapes.data(), asEnum<kolo_dtype>(dtype),
+            asEnum<kolo_op>(op), prescale, postscale, processSet, handles.data()));
         return handles;
       },
       py::arg("names"), py::arg("send_ptrs"), py::arg("recv_ptrs"), py::arg("shapes"),
