@@ -66,7 +66,7 @@ constexpr SettingAlias horovod(const char* env, AliasForm form = AliasForm::kSam
     "Each host's network link rate, each way (e.g. 10gbit, 100mbit), for kolo's "   \
     "allreduce selection (the scale model); rank 0's is used by every rank. "       \
     "Empty: links priced by the transports' constants alone.")                      \
-  X(int64_t, hostCores, "KOLO_HOST_CORES", 0, kNoAlias,                            \
+  X(int64_t, hostCores, "KOLO_HOST_CORES", 0, kNoAlias,                             \
     "Cores the ranks of one host share, for kolo's allreduce selection (the "       \
     "scale model prices the waits for a core when ranks outnumber them); rank "     \
     "0's is used by every rank. 0: a core per rank.")                               \
