@@ -79,6 +79,11 @@ constexpr SettingAlias horovod(const char* env, AliasForm form = AliasForm::kSam
     "1: allreduces use hier when the job spans hosts; on one host the "             \
     "selection table (Horovod too ignores it there). KOLO_ALLREDUCE_ALGO "          \
     "wins when set.")                                                               \
+  X(std::string, devicePath, "KOLO_DEVICE_PATH", "auto", kNoAlias,                  \
+    "How collectives on CUDA device memory run: auto (CUDA IPC between ranks "      \
+    "of a host, NCCL with one rank per GPU, hierarchical across hosts, host "       \
+    "staging where none applies), staged, ipc, nccl or hier (a path that "          \
+    "cannot run is an error naming why). Must be the same on every rank.")          \
   X(std::string, transport, "KOLO_TRANSPORT", "auto", kNoAlias,                     \
     "Transports between ranks: auto (shm within a host; between hosts mpi "         \
     "under the MPI engine, else tcp), shm (same as auto), tcp (tcp to every "       \
