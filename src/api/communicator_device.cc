@@ -3,10 +3,13 @@
 // allgathers (the records' lengths, then the records), the pure choice of
 // collectives/cuda/device_path.h, then the chosen object built once and
 // kept for the communicator's life.
+#include <condition_variable>
+#include <map>
 #include <sstream>
 
 #include "api/communicator_impl.h"
 #include "collectives/cuda/hier_collectives.h"
+#include "collectives/cuda/ipc_collectives.h"
 #include "common/check.h"
 #include "common/logging.h"
 
@@ -39,6 +42,40 @@ struct CommunicatorImpl::DevicePath {
   std::exception_ptr failed;  // the first call's error, thrown again
   std::unique_ptr<dc::DeviceCollectives> collectives;
 };
+
+namespace {
+
+// The store of a one-rank communicator, which has none: the device paths'
+// factories meet their peers through a store, and with one rank there are
+// none to meet.
+class LocalStore : public rendezvous::Store {
+ public:
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    values_[key] = value;
+    changed_.notify_all();
+  }
+  std::vector<uint8_t> get(const std::string& key,
+                           std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!changed_.wait_for(lock, timeout, [&] { return values_.count(key) > 0; })) {
+      KOLO_THROW(ErrorCode::kTimeout, "store key '" << key << "' never set (one rank)");
+    }
+    return values_[key];
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return counters_[key] += delta;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<std::string, std::vector<uint8_t>> values_;
+  std::map<std::string, int64_t> counters_;
+};
+
+}  // namespace
 
 dc::DeviceTopology CommunicatorImpl::gatherDeviceTopology(const dc::RankDevice& mine) {
   const std::vector<uint8_t> bytes = dc::encodeRankDevice(mine);
