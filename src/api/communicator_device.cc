@@ -10,6 +10,7 @@
 #include "api/communicator_impl.h"
 #include "collectives/cuda/hier_collectives.h"
 #include "collectives/cuda/ipc_collectives.h"
+#include "collectives/cuda/nccl_collectives.h"
 #include "common/check.h"
 #include "common/logging.h"
 
@@ -161,19 +162,42 @@ std::unique_ptr<dc::DeviceCollectives> CommunicatorImpl::hierarchical(
       std::move(intra), *deviceHost_, std::move(memory), topology_.hosts, rank());
 }
 
-// The chosen path's object; nullptr for staging. The flat and intra-host
-// paths come from the CUDA IPC and NCCL backends.
+// The chosen path's object; nullptr for staging. ipc serves the ranks of
+// this host (for the flat path, all ranks); nccl the whole group, or the
+// host's ranks inside hier. Store keys live under this communicator's name
+// (its generation included).
 std::unique_ptr<dc::DeviceCollectives> CommunicatorImpl::buildDevicePath(
     int device, const dc::DevicePathChoice& choice) {
-  switch (choice.path) {
-    case dc::DevicePath::kStaged: return nullptr;
-    case dc::DevicePath::kIpc:
-    case dc::DevicePath::kNccl:
-    case dc::DevicePath::kHier: break;
+  const bool flat = choice.path != dc::DevicePath::kHier;
+  const dc::DevicePath kind = flat ? choice.path : choice.intra;
+  if (kind == dc::DevicePath::kStaged) return nullptr;
+  if (!store_ && !localStore_) localStore_ = std::make_shared<LocalStore>();
+  rendezvous::Store& store = store_ ? *store_ : *localStore_;
+  const std::string host = "/host" + std::to_string(layout().crossRank);
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(settings_.timeoutSeconds * 1000));
+  std::unique_ptr<dc::DeviceCollectives> inner;
+  if (kind == dc::DevicePath::kIpc) {
+    dc::IpcOptions o;
+    o.localRank = layout().localRank;
+    o.localSize = layout().localSize;
+    o.globalRanks = topology_.localRanks();
+    o.device = device;
+    o.timeout = timeout;
+    o.name = config_.name + "/device/ipc" + host;
+    inner = dc::makeIpcCollectives(o, store);
+  } else {
+    dc::NcclOptions o;
+    o.rank = flat ? rank() : layout().localRank;
+    o.size = flat ? size() : layout().localSize;
+    if (!flat) o.globalRanks = topology_.localRanks();
+    o.device = device;
+    o.timeout = timeout;
+    o.key = config_.name + "/device/nccl" + (flat ? std::string() : host);
+    inner = dc::makeNcclCollectives(o, store);
   }
-  KOLO_THROW(ErrorCode::kInternal, "device path " << choice.text() << " for CUDA device "
-                                                  << device
-                                                  << " is not built in this kolo");
+  if (flat) return inner;
+  return hierarchical(std::move(inner), dc::cudaDeviceMemory(device));
 }
 
 }  // namespace kolo::api

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "collectives/cuda/device_identity.h"
+#include "collectives/cuda/nccl_collectives.h"
 #include "common/byte_codec.h"
 #include "common/check.h"
 #include "common/rank_text.h"
@@ -326,7 +327,7 @@ namespace {
 
 // Why NCCL cannot run in this process; empty when it can.
 std::string ncclUnusableHere() {
-  return "the NCCL collectives are not in this build";
+  return ncclAvailability().reason;  // empty when NCCL can run
 }
 
 // Why CUDA IPC collectives cannot run in this process; empty when they can.
