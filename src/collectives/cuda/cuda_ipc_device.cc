@@ -20,10 +20,10 @@ static_assert(sizeof(cudaIpcMemHandle_t) == cuda_ipc::Handle::kBytes);
 static_assert(sizeof(cudaIpcEventHandle_t) == cuda_ipc::Handle::kBytes);
 
 // cuda.h: CUpointer_attribute values (stable since CUDA 7 / 11.3).
-constexpr int kAttributeBufferId = 7;        // CU_POINTER_ATTRIBUTE_BUFFER_ID
-constexpr int kAttributeDeviceOrdinal = 9;   // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-constexpr int kAttributeRangeStart = 11;     // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
-constexpr int kAttributeRangeSize = 12;      // CU_POINTER_ATTRIBUTE_RANGE_SIZE
+constexpr int kAttributeBufferId = 7;       // CU_POINTER_ATTRIBUTE_BUFFER_ID
+constexpr int kAttributeDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr int kAttributeRangeStart = 11;    // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+constexpr int kAttributeRangeSize = 12;     // CU_POINTER_ATTRIBUTE_RANGE_SIZE
 using GetAttributes = int (*)(unsigned, int*, void**, unsigned long long);
 
 GetAttributes driverQuery() {
@@ -173,8 +173,8 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
 
   void record(Event event, void* stream) override {
     DeviceScope scope(device_);
-    const cudaError_t rc =
-        cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream));
+    const cudaError_t rc = cudaEventRecord(static_cast<cudaEvent_t>(event),
+                                           static_cast<cudaStream_t>(stream));
     if (rc != cudaSuccess) fail("cudaEventRecord", device_, rc);
   }
 
@@ -203,7 +203,8 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
               DataType dtype, ReduceOp op, void* stream) override {
     DeviceScope scope(device_);
     const int rc = launch::reduceToMany(dsts, m, srcs, n, count, dtype, op, stream);
-    if (rc != 0) fail("the CUDA IPC reduction kernel", device_, static_cast<cudaError_t>(rc));
+    if (rc != 0)
+      fail("the CUDA IPC reduction kernel", device_, static_cast<cudaError_t>(rc));
   }
 
  private:
@@ -229,14 +230,15 @@ std::shared_ptr<cuda_ipc::IpcDevice> makeCudaIpcDevice(int device) {
 std::string devicePciBusId(int device) {
   const DeviceProbe& probe = probeDevices();
   if (probe.count == 0) {
-    KOLO_THROW(ErrorCode::kInvalidArgument, "devicePciBusId: no CUDA device: " << probe.reason);
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "devicePciBusId: no CUDA device: " << probe.reason);
   }
   char id[32] = {};
   const cudaError_t e = cudaDeviceGetPCIBusId(id, sizeof id, device);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    KOLO_THROW(ErrorCode::kInvalidArgument, "devicePciBusId: CUDA device "
-                                                << device << ": " << cudaErrorText(e));
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "devicePciBusId: CUDA device " << device << ": " << cudaErrorText(e));
   }
   return id;
 }
