@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <random>
@@ -172,6 +173,26 @@ TEST(IpcSupport, WithoutADeviceItSaysWhy) {
   const auto r = cuda::ipcSupport({"0000:3b:00.0", "0000:3b:00.0"});
   EXPECT_FALSE(r.usable);
   EXPECT_FALSE(r.reason.empty());
+}
+
+TEST(IpcCollectivesFactory, WithoutADeviceItSaysWhy) {
+  if (cuda::probeDevices().count > 0) GTEST_SKIP() << "a CUDA device is present";
+  char dir[] = "/tmp/kolo-ipc-factory-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  auto store = kolo::rendezvous::openStore(std::string("file://") + dir, false, 5s);
+  cuda::IpcOptions o;
+  o.globalRanks = {0};
+  try {
+    cuda::makeIpcCollectives(o, *store);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("CUDA IPC collectives: "), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(cuda::probeDevices().reason), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // ---- the fan-in's per-element arithmetic, on the host

@@ -26,9 +26,10 @@ constexpr int kAttributeRangeStart = 11;    // CU_POINTER_ATTRIBUTE_RANGE_START_
 constexpr int kAttributeRangeSize = 12;     // CU_POINTER_ATTRIBUTE_RANGE_SIZE
 using GetAttributes = int (*)(unsigned, int*, void**, unsigned long long);
 
+// The driver's cuPointerGetAttributes. Called with the device current
+// (DeviceScope), so the runtime has loaded the driver by then.
 GetAttributes driverQuery() {
   static const GetAttributes query = [] {
-    (void)cudaFree(nullptr);  // the runtime loads the driver
     void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
     return lib == nullptr
                ? GetAttributes{nullptr}
@@ -70,6 +71,7 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
   int device() const override { return device_; }
 
   bool locate(const void* p, cuda_ipc::Allocation* out, std::string* why) override {
+    DeviceScope scope(device_);
     const GetAttributes query = driverQuery();
     if (query == nullptr) {
       *why = "the CUDA driver's cuPointerGetAttributes was not found";
@@ -194,7 +196,7 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
 
   void copy(void* dst, const void* src, size_t bytes, void* stream) override {
     DeviceScope scope(device_);
-    const cudaError_t rc = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+    const cudaError_t rc = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
                                            static_cast<cudaStream_t>(stream));
     if (rc != cudaSuccess) fail("cudaMemcpyAsync (CUDA IPC)", device_, rc);
   }
