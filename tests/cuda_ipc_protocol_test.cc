@@ -322,10 +322,11 @@ std::vector<kolo::test::RankOutcome> runRanks(
     const std::function<void(RankSide&)>& script,
     const std::function<void(kolo::test::ProcessRanks&)>& parent = nullptr) {
   kolo::test::ProcessRanks ranks(n, [&](int rank, const std::string& rendezvous) {
+    // A crash in a rank shows its stack in the rank's output (status 77).
     signal(SIGSEGV, [](int) {
       void* frames[40];
-      int n = backtrace(frames, 40);
-      backtrace_symbols_fd(frames, n, 1);
+      const int depth = backtrace(frames, 40);
+      backtrace_symbols_fd(frames, depth, 1);
       _exit(77);
     });
     try {
@@ -436,7 +437,7 @@ TEST(IpcProtocol, ASilentPeerIsNamedWithinTheTimeout) {
   const auto outcomes = runRanks(3, 1500ms, [](RankSide& s) {
     void* buf = s.device.allocate(1024 * sizeof(float));
     if (s.rank == 2) {
-      std::this_thread::sleep_for(3500ms);  // alive, never calls (past the timeout)
+      std::this_thread::sleep_for(5s);  // alive, never calls (past the timeout)
       return;
     }
     s.ipc.allreduce(buf, buf, 1024, DataType::kFloat32, ReduceOp::kSum, &s.stream);
@@ -446,7 +447,7 @@ TEST(IpcProtocol, ASilentPeerIsNamedWithinTheTimeout) {
     EXPECT_NE(o.output.find(codeText(ErrorCode::kTimeout)), std::string::npos)
         << o.output;
     EXPECT_NE(o.output.find("waiting for rank 2"), std::string::npos) << o.output;
-    EXPECT_LT(o.seconds, 5.0) << o.output;
+    EXPECT_LT(o.seconds, 4.5) << o.output;
   }
 }
 
