@@ -195,6 +195,60 @@ TEST(IpcCollectivesFactory, WithoutADeviceItSaysWhy) {
   std::filesystem::remove_all(dir);
 }
 
+// One rank, in this process: bad arguments are named before any step, and
+// leave the object usable; one rank's reductions are its values as they
+// are (a float16 NaN keeps its payload).
+TEST(IpcCollectivesFactory, BadArgumentsAreNamedAndLeaveTheObjectUsable) {
+  char dir[] = "/tmp/kolo-ipc-args-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  {
+    auto store = kolo::rendezvous::openStore(std::string("file://") + dir, false, 5s);
+    auto device = std::make_shared<kolo::test::IpcHostDevice>();
+    kolo::test::HostStream stream(0);
+    cuda::IpcOptions o;
+    o.globalRanks = {7};
+    o.name = "args";
+    auto ipc = cuda::makeIpcCollectives(o, *store, device);
+    EXPECT_EQ(ipc->name(), "ipc");
+    auto* buf = static_cast<uint16_t*>(device->allocate(64));
+    auto message = [&](const std::function<void()>& call) -> std::string {
+      try {
+        call();
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+        return e.what();
+      }
+      return "no error";
+    };
+    EXPECT_EQ(message([&] {
+                ipc->allreduce(nullptr, buf, 4, DataType::kFloat16, ReduceOp::kSum,
+                               &stream);
+              }),
+              "rank 7: allreduce through CUDA IPC: null send with 4 elements");
+    EXPECT_EQ(
+        message([&] { ipc->broadcast(buf, 4, DataType::kFloat16, 1, &stream); }),
+        "rank 7: broadcast through CUDA IPC: root 1 is not a rank of the group of 1");
+    EXPECT_EQ(message([&] {
+                ipc->allgather(buf, buf, {1, 2}, DataType::kFloat16, &stream);
+              }),
+              "rank 7: allgather through CUDA IPC: counts has 2 entries, the group has 1 "
+              "ranks");
+    int local = 0;
+    EXPECT_NE(message([&] {
+                ipc->allreduce(&local, &local, 1, DataType::kInt32, ReduceOp::kSum,
+                               &stream);
+              }).find("is not memory of CUDA device 0"),
+              std::string::npos);
+    buf[0] = 0x7e01;  // a float16 NaN with a payload
+    buf[1] = 0x3c00;  // 1.0
+    ipc->allreduce(buf, buf + 8, 2, DataType::kFloat16, ReduceOp::kAverage, &stream);
+    stream.drain();
+    EXPECT_EQ(buf[8], 0x7e01);
+    EXPECT_EQ(buf[9], 0x3c00);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // ---- the fan-in's per-element arithmetic, on the host
 // ----------------------------------
 

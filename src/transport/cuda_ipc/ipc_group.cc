@@ -144,6 +144,19 @@ void IpcGroup::exchangeEvents(rendezvous::Store& store) {
   }
 }
 
+void IpcGroup::checkBuffers(const char* what, const std::vector<Buffer>& buffers) {
+  for (const Buffer& buffer : buffers) {
+    Allocation a;
+    std::string why;
+    if (buffer.bytes == 0 || device_->locate(buffer.data, &a, &why)) continue;
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "rank " << globalRank(options_.localRank) << ": " << what
+                       << " through CUDA IPC: buffer " << buffer.data
+                       << " is not memory of CUDA device " << device_->device() << ": "
+                       << why);
+  }
+}
+
 void IpcGroup::describe(int b, const Buffer& buffer, void* out, void* stream) {
   auto* wire = static_cast<WireBuffer*>(out);
   std::memset(wire, 0, sizeof *wire);
