@@ -78,7 +78,8 @@ class IpcCollectives final : public DeviceCollectives {
   // breaks the object (later calls rethrow it).
   void guarded(const char* what, const std::vector<IpcGroup::Buffer>& buffers,
                const std::function<void()>& body);
-  void checkUsable(const char* what) const;
+  // Rethrows the error that broke the object.
+  void checkUsable() const;
   void checkDtype(const char* what, DataType dtype) const;
   void checkCounts(const char* what, const char* name,
                    const std::vector<size_t>& counts) const;
@@ -87,7 +88,7 @@ class IpcCollectives final : public DeviceCollectives {
                     DataType dtype) const;
   // Rank r's slice of an allreduce of `count` elements: [begin, end).
   std::pair<size_t, size_t> slice(size_t count, size_t elementBytes, int r) const;
-  void checkAlltoallCounts(const std::vector<size_t>& recvCounts) const;
+  void checkAlltoallCounts() const;
   int me() const { return options_.localRank; }
   int globalMe() const { return options_.globalRanks[options_.localRank]; }
 
@@ -109,8 +110,7 @@ void IpcCollectives::guarded(const char* what,
   }
 }
 
-void IpcCollectives::checkUsable(const char* what) const {
-  (void)what;
+void IpcCollectives::checkUsable() const {
   if (broken_) std::rethrow_exception(broken_);
 }
 
@@ -167,7 +167,7 @@ std::pair<size_t, size_t> IpcCollectives::slice(size_t count, size_t elementByte
 void IpcCollectives::allreduce(const void* send, void* recv, size_t count, DataType dtype,
                                ReduceOp op, void* stream) {
   constexpr const char* kWhat = "allreduce";
-  checkUsable(kWhat);
+  checkUsable();
   checkDtype(kWhat, dtype);
   if (!isValid(op)) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
@@ -219,7 +219,7 @@ void IpcCollectives::allreduce(const void* send, void* recv, size_t count, DataT
 void IpcCollectives::broadcast(void* buffer, size_t count, DataType dtype, int root,
                                void* stream) {
   constexpr const char* kWhat = "broadcast";
-  checkUsable(kWhat);
+  checkUsable();
   checkDtype(kWhat, dtype);
   if (root < 0 || root >= size()) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
@@ -251,7 +251,7 @@ void IpcCollectives::allgather(const void* send, void* recv,
                                const std::vector<size_t>& counts, DataType dtype,
                                void* stream) {
   constexpr const char* kWhat = "allgather";
-  checkUsable(kWhat);
+  checkUsable();
   checkDtype(kWhat, dtype);
   checkCounts(kWhat, "counts", counts);
   const std::vector<size_t> offsets = prefix(counts);
@@ -285,7 +285,7 @@ void IpcCollectives::reduceScatter(const void* send, void* recv,
                                    const std::vector<size_t>& counts, DataType dtype,
                                    ReduceOp op, void* stream) {
   constexpr const char* kWhat = "reduceScatter";
-  checkUsable(kWhat);
+  checkUsable();
   checkDtype(kWhat, dtype);
   if (!isValid(op)) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
@@ -330,8 +330,7 @@ void IpcCollectives::reduceScatter(const void* send, void* recv,
 // Every rank's send counts and recv counts are in the step's values: rank
 // i's sendCounts[j] must equal rank j's recvCounts[i], checked by every
 // rank over the whole matrix so that all fail alike.
-void IpcCollectives::checkAlltoallCounts(const std::vector<size_t>& recvCounts) const {
-  (void)recvCounts;
+void IpcCollectives::checkAlltoallCounts() const {
   const int n = size();
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < n; ++j) {
@@ -352,7 +351,7 @@ void IpcCollectives::alltoall(const void* send, const std::vector<size_t>& sendC
                               void* recv, const std::vector<size_t>& recvCounts,
                               DataType dtype, void* stream) {
   constexpr const char* kWhat = "alltoall";
-  checkUsable(kWhat);
+  checkUsable();
   checkDtype(kWhat, dtype);
   checkCounts(kWhat, "sendCounts", sendCounts);
   checkCounts(kWhat, "recvCounts", recvCounts);
@@ -372,7 +371,7 @@ void IpcCollectives::alltoall(const void* send, const std::vector<size_t>& sendC
     h.dtype = static_cast<int32_t>(dtype);
     group_->begin("alltoall", h, buffers, values, stream);
     group_->await(stream);
-    checkAlltoallCounts(recvCounts);
+    checkAlltoallCounts();
     for (int r = 0; r < size(); ++r) {
       if (recvCounts[r] == 0) continue;
       size_t from = 0;  // block me() of rank r's send
