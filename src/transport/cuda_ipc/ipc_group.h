@@ -103,6 +103,10 @@ class IpcGroup {
   int globalRank(int local) const { return options_.globalRanks[local]; }
   IpcDevice& device() { return *device_; }
 
+  // Error(kInvalidArgument) naming `what` when a buffer with bytes is not
+  // memory of the device (before any step: nothing changes).
+  void checkBuffers(const char* what, const std::vector<Buffer>& buffers);
+
   // Step 1. `values`: up to kValuesPerRank * localSize numbers peers may
   // read (value()).
   // `what` names the collective in errors.
