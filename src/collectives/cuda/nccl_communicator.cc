@@ -1,20 +1,21 @@
 // The NCCL communicator of the NCCL path (nccl_collectives.h), in a build
-// with CUDA: its non-blocking init, the collectives on the caller's stream,
-// and the watch that turns an NCCL or CUDA error, or a collective past
-// KOLO_TIMEOUT, into an aborted communicator and a kolo::Error instead of a
-// hang.
+// with CUDA: the device and event around the non-blocking init
+// (nccl_init.h), and the watch that turns an NCCL or CUDA error, or a
+// collective past KOLO_TIMEOUT, into an aborted communicator and a
+// kolo::Error instead of a hang.
 //
-// The communicator is made non-blocking (ncclConfig_t::blocking = 0):
-// ncclCommInitRankConfig, and any later call, may return ncclInProgress
-// while NCCL works in the background; ncclCommGetAsyncError then says
-// ncclInProgress until the work is enqueued (ncclSuccess) or failed.
-// settle() polls it against a deadline. A collective then records `event_`
-// on the caller's stream behind NCCL's kernels, and waitDone() polls the
-// event and the async error until the kernels finished (the contract's
-// "returns once its outputs are written"), aborting on an error or at the
-// deadline. The collectives' algorithms (which NCCL call runs what):
-// nccl_operations.cc.
+// The communicator is non-blocking (ncclConfig_t::blocking = 0): any call
+// may return ncclInProgress while NCCL works in the background, and
+// ncclCommGetAsyncError then says ncclInProgress until the work is
+// enqueued (ncclSuccess) or failed; enqueued() polls it against the
+// deadline. A collective then records `event_` on the caller's stream
+// behind NCCL's kernels, and waitDone() polls the event and the async
+// error until the kernels finished (the contract's "returns once its
+// outputs are written"), aborting on an error or at the deadline. Which
+// NCCL calls run each collective: nccl_operations.cc.
 #include "collectives/cuda/nccl_communicator_impl.h"
+
+#include "collectives/cuda/nccl_init.h"
 
 #include <cuda_runtime_api.h>
 
@@ -61,14 +62,6 @@ NcclDeviceGuard::NcclDeviceGuard(int device, const std::string& who) {
 
 NcclDeviceGuard::~NcclDeviceGuard() {
   if (restore_) (void)cudaSetDevice(previous_);
-}
-
-std::string ncclErrorText(const NcclLibrary& nccl, NcclLibrary::Result result,
-                          NcclLibrary::Comm comm) {
-  std::string text = nccl.getErrorString(result);
-  const char* last = nccl.getLastError ? nccl.getLastError(comm) : nullptr;
-  if (last != nullptr && *last != '\0') text += std::string(" (") + last + ")";
-  return text;
 }
 
 NcclCommunicator::NcclCommunicator(const NcclLibrary& nccl, const NcclOptions& options,
@@ -188,44 +181,14 @@ std::unique_ptr<DeviceCollectives> openNcclCommunicator(const NcclLibrary& nccl,
                            std::to_string(group.size) + " ranks, CUDA device " +
                            std::to_string(options.device) + ")";
   NcclDeviceGuard guard(options.device, what);
-  NcclLibrary::Config config;
-  config.blocking = 0;
-  NcclLibrary::Comm comm = nullptr;
-  NcclLibrary::Result state =
-      nccl.commInitRankConfig(&comm, group.size, id, group.rank, &config);
-  auto fail = [&](ErrorCode code, const std::string& why) {
-    const std::string text = what + ": " + why;
-    if (comm != nullptr) (void)nccl.commAbort(comm);
-    throw Error(code, text);
-  };
-  Backoff backoff;
-  while (state == nccl::kInProgress) {
-    const NcclLibrary::Result result = nccl.commGetAsyncError(comm, &state);
-    if (result != nccl::kSuccess) state = result;
-    if (state != nccl::kInProgress) break;
-    try {
-      rendezvous.checkPeers();
-    } catch (const Error&) {
-      (void)nccl.commAbort(comm);
-      throw;  // names the member that failed
-    }
-    if (Clock::now() >= rendezvous.deadline()) {
-      fail(ErrorCode::kTimeout, "ncclCommInitRankConfig not done within " +
-                                    seconds(options.timeout) +
-                                    " (KOLO_TIMEOUT), though every rank had joined; "
-                                    "the communicator was aborted");
-    }
-    if (backoff.idle()) std::this_thread::sleep_for(backoff.sleepHint());
-  }
-  if (state != nccl::kSuccess) {
-    fail(nccl::errorCodeOf(state),
-         "ncclCommInitRankConfig failed: " + ncclErrorText(nccl, state, comm));
-  }
+  const NcclLibrary::Comm comm = initCommunicator(nccl, id, rendezvous, what);
   cudaEvent_t event = nullptr;
   const cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    fail(ErrorCode::kInternal, "cudaEventCreateWithFlags failed: " + cudaErrorText(e));
+    (void)nccl.commAbort(comm);
+    KOLO_THROW(ErrorCode::kInternal,
+               what << ": cudaEventCreateWithFlags failed: " << cudaErrorText(e));
   }
   return std::make_unique<NcclCommunicator>(nccl, options, comm, event);
 }

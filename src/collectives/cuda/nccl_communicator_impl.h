@@ -11,6 +11,7 @@
 #include <string>
 
 #include "collectives/cuda/nccl_communicator.h"
+#include "collectives/cuda/nccl_init.h"
 
 namespace kolo::collectives::cuda {
 
@@ -37,10 +38,6 @@ class NcclDeviceGuard {
   int previous_ = 0;
   bool restore_ = false;
 };
-
-// ncclGetErrorString(result), with ncclGetLastError's text where NCCL has it.
-std::string ncclErrorText(const NcclLibrary& nccl, NcclLibrary::Result result,
-                          NcclLibrary::Comm comm);
 
 class NcclCommunicator final : public DeviceCollectives {
  public:
