@@ -215,6 +215,40 @@ TEST(NcclRendezvous, BadGroupsAreRefusedByName) {
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
 }
 
+TEST(NcclRendezvous, AKeyUsedAgainStartsAFreshRound) {
+  TempStore temp;
+  int made = 0;
+  auto makeId = [&] {
+    cuda::NcclLibrary::UniqueId id{};
+    id.internal[0] = static_cast<char>(++made);
+    return id;
+  };
+  // One round of a two-member group (members as threads): both join and
+  // read the id; rank 1 then publishes a failure.
+  auto round = [&](bool failAfter) {
+    const auto deadline = cuda::NcclRendezvous::Clock::now() + milliseconds(2000);
+    cuda::NcclRendezvous a(*temp.store, {0, 2, {}, "again", milliseconds(2000)},
+                           deadline);
+    cuda::NcclRendezvous b(*temp.store, {1, 2, {}, "again", milliseconds(2000)},
+                           deadline);
+    char ids[2] = {0, 0};
+    std::thread other([&] {
+      b.join();
+      ids[1] = b.exchangeId(makeId).internal[0];
+    });
+    a.join();
+    ids[0] = a.exchangeId(makeId).internal[0];
+    other.join();
+    if (failAfter) b.fail("rank 1: failed after the first round (test)");
+    EXPECT_EQ(ids[0], ids[1]);
+    return ids[0];
+  };
+  EXPECT_EQ(round(true), 1);
+  // The same key again: neither the old failure, nor the old arrivals, nor
+  // the old id is seen.
+  EXPECT_EQ(round(false), 2);
+}
+
 // ---- the store side across processes ---------------------------------------------
 
 // Every body opens the job's file store and runs one rank's part; it prints
