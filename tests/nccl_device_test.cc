@@ -469,15 +469,15 @@ TEST(NcclDevice, ACollectivePastTheTimeoutFailsByNameAndBreaksTheObject) {
 }
 
 // NCCL refuses two ranks on one GPU ("Duplicate GPU detected"): creation
-// fails on both, by name, without a hang (or, with an NCCL that allows it,
-// an allreduce works).
+// fails on both, by name, without a hang. (Were it to succeed, no
+// collective is run: a cudaFree on one rank's thread would wait for the
+// other's kernel on the shared device.)
 TEST(NcclDevice, TwoRanksOnOneGpuFailWithoutAHang) {
   SKIP_WITHOUT_NCCL();
 #if KOLO_TEST_EXPECT_CUDA
   const auto start = std::chrono::steady_clock::now();
   const auto failures = onThreads(
-      2, 5000, [](int) { return 0; },
-      [](cuda::DeviceCollectives& c) { return runGrid(c, {1}); });
+      2, 5000, [](int) { return 0; }, [](cuda::DeviceCollectives&) { return Notes{}; });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
   for (size_t r = 0; r < failures.size(); ++r) {
     for (const std::string& f : failures[r]) {
