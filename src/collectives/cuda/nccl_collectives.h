@@ -32,9 +32,10 @@
 //        ncclCommInitRankConfig, polled until done; past the deadline it
 //        aborts it (ncclCommAbort) and throws Error(kTimeout) naming this
 //        rank. A failed init throws Error(kInternal) with NCCL's error.
-//   Store keys live under "<key>/nccl/": the key must be unique per
-//   communicator and generation (a reused key would read a stale id).
-//   The store is used only during this call.
+//   Store keys live under "<key>/nccl/": the key must be unique per group
+//   of ranks; the same group making its communicator again under the same
+//   key is told apart by a round counter (nccl_rendezvous.h). The store is
+//   used only during this call.
 // - The object's calls follow DeviceCollectives. Each enqueues NCCL's
 //   work on the caller's stream, records an event after it and polls the
 //   event and ncclCommGetAsyncError until the work is done; an NCCL error
@@ -50,11 +51,14 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "collectives/cuda/device_collectives.h"
+#include "collectives/cuda/device_runtime.h"
+#include "collectives/cuda/nccl_library.h"
 
 namespace kolo::rendezvous {
 class Store;
@@ -69,6 +73,12 @@ struct NcclAvailability {
 
 // This process's answer, asked once (cached); never throws.
 NcclAvailability ncclAvailability();
+
+// The rule behind it, for tests: a build with CUDA, a device, an NCCL that
+// load() returns (or the kolo::Error it throws), its version and entry
+// points.
+NcclAvailability ncclAvailabilityOf(bool cudaBuilt, const DeviceProbe& devices,
+                                    const std::function<const NcclLibrary&()>& load);
 
 // The oldest NCCL the path takes: 2.14.3 (ncclCommInitRankConfig with
 // blocking = 0, ncclCommFinalize).
