@@ -26,8 +26,9 @@
 // more copy, same results.
 //
 // Status: the protocol ran between processes with a host double of the
-// device (tests/cuda_ipc_protocol_test.cc); the CUDA implementation
-// (cuda_ipc_device.cc) has been built but NOT run on a GPU.
+// device (tests/cuda_ipc_protocol_test.cc, tests/cuda_ipc_check.cc under
+// kolorun); the CUDA implementation (cuda_ipc_device.cc) and the kernel
+// have been built but NOT run on a GPU.
 #pragma once
 
 #include <chrono>
