@@ -402,13 +402,15 @@ std::vector<kolo::test::RankOutcome> runRanks(
     }
     return 0;
   });
+  std::vector<int> pids;  // waitAll forgets them
+  for (int r = 0; r < n; ++r) pids.push_back(ranks.pid(r));
   if (parent) parent(ranks);
   auto outcomes = ranks.waitAll(60s);
   for (auto& o : outcomes) {
     o.output += "\n[exited " + std::to_string(o.exited) + " code " +
                 std::to_string(o.exitCode) + " signal " + std::to_string(o.signal) + "]";
   }
-  for (int r = 0; r < n; ++r) kolo::test::removeHostDeviceSegments(ranks.pid(r));
+  for (int pid : pids) kolo::test::removeHostDeviceSegments(pid);
   return outcomes;
 }
 
