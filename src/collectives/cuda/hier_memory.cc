@@ -1,11 +1,18 @@
 // cudaDeviceMemory (hier_collectives.h) in a build with CUDA: copies on the
 // caller's stream, synchronised on that stream only; scratch grown by half
-// again when too small (cudaMalloc on the device, cudaHostAlloc pinned),
-// freed with the object.
+// again when too small (cudaMalloc on the device, cudaHostAlloc pinned).
+// Device scratch is never cudaFree'd: it is the intra-host collective's
+// buffer (allreduce's reduce-scatter output), and with the CUDA IPC path
+// the peers keep it mapped (cudaIpcOpenMemHandle, cached) past this
+// object's life; CUDA makes a cudaFree of memory another process still maps
+// undefined. Outgrown device scratch is kept, and the last is left to the
+// process's CUDA context (at most ~3x the largest scratch: growth by half).
+// Pinned host scratch is freed with the object.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "collectives/cuda/device_kernels.h"
 #include "collectives/cuda/device_staging.h"
@@ -21,8 +28,8 @@ class CudaDeviceMemory : public DeviceMemory {
   ~CudaDeviceMemory() override {
     for (int s = 0; s < 2; ++s) {
       if (host_[s].data != nullptr) (void)cudaFreeHost(host_[s].data);
-      if (device_mem_[s].data != nullptr) (void)cudaFree(device_mem_[s].data);
     }
+    // device_mem_ and retired_: left to the process (see the file comment).
   }
 
   void toHost(void* host, const void* device, size_t bytes, void* stream) override {
@@ -52,7 +59,7 @@ class CudaDeviceMemory : public DeviceMemory {
     Buffer& b = device_mem_[slot];
     if (b.data == nullptr || b.bytes < bytes) {
       Scope scope(device_);
-      if (b.data != nullptr) (void)cudaFree(b.data);
+      if (b.data != nullptr) retired_.push_back(b.data);  // peers may map it
       b = {};
       const size_t grown = std::max<size_t>(bytes + bytes / 2, 4096);
       check(cudaMalloc(&b.data, grown), "cudaMalloc");
@@ -98,6 +105,7 @@ class CudaDeviceMemory : public DeviceMemory {
   int device_;
   Buffer host_[2];
   Buffer device_mem_[2];
+  std::vector<void*> retired_;  // outgrown device scratch, never freed
 };
 
 }  // namespace
