@@ -16,7 +16,9 @@
 // (one rank 0) in place and not, reduceScatter with uneven counts (every
 // dtype and op), alltoall with uneven splits, and memory that cannot be
 // exported (host double: heap memory; CUDA: cudaMallocAsync pool memory),
-// and the allreduces again with IpcOptions::oneWriter.
+// and the allreduces again with IpcOptions::oneWriter; an allreduce whose
+// last rank's input reaches its stream 200 ms late (the peers must wait
+// for it on the device, and return only after it).
 // With CUDA also the reduceToMany kernel against the CPU kernels on
 // random values with NaN, infinities and subnormals (one rank).
 // --bench (CUDA): 256 MiB float32 allreduce through IPC against the
@@ -28,6 +30,7 @@
 // through a host allreduce of their failure counts), 1 otherwise.
 #include <kolo/communicator.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -100,6 +103,61 @@ struct Checker {
     expectSame(want, memory.download(recv, bytes), d,
                name(exportable ? "allreduce" : "allreduce (not exportable)", d, op, count,
                     inPlace));
+    memory.freeAll();
+  }
+
+  // The last rank's input reaches its stream only after `delay` ms of
+  // other work there (uploadLate): the peers' kernels must wait for its
+  // ready event (cudaStreamWaitEvent on an event recorded by another
+  // process, re-recorded every step), so they read its input, not the
+  // 0x7f bytes before it, and their calls return only after it.
+  void allreduceLate(DataType d, size_t count, bool inPlace, bool exportable) {
+    const int late = size - 1;
+    const size_t bytes = count * elementSize(d);
+    const Bytes input = test::smallValues(d, count, rank, 6);
+    Bytes want = input;
+    AllreduceOptions o;
+    o.send = o.recv = want.data();
+    o.count = count;
+    o.dtype = d;
+    o.op = ReduceOp::kSum;
+    host.allreduce(o);  // also lines the ranks up before the timed call
+    void* send = memory.alloc(bytes, exportable);
+    void* recv = inPlace ? send : memory.alloc(bytes, exportable);
+    int delayMs = 0;
+    if (rank == late) {
+      delayMs = memory.uploadLate(send, input.data(), bytes);
+    } else {
+      memory.upload(send, input.data(), bytes);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    ipc.allreduce(send, recv, count, d, ReduceOp::kSum, memory.stream());
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
+    const std::string what = name("allreduce", d, ReduceOp::kSum, count, inPlace) +
+                             (exportable ? "" : " (not exportable)") + " with rank " +
+                             std::to_string(late) + "'s input late on its stream";
+    expectSame(want, memory.download(recv, bytes), d, what);
+    int32_t delay = delayMs;  // the late rank's, for every rank's message
+    BroadcastOptions b;
+    b.buffer = &delay;
+    b.count = 1;
+    b.dtype = DataType::kInt32;
+    b.root = late;
+    host.broadcast(b);
+    if (rank != late) {
+      ++checks;
+      if (ms < delay / 2) {
+        ++failures;
+        std::printf(
+            "rank %d FAIL %s: returned after %lld ms, before rank %d's stream "
+            "reached the collective (%d ms behind): the wait on its IPC ready "
+            "event did not hold\n",
+            rank, what.c_str(), static_cast<long long>(ms), late,
+            static_cast<int>(delay));
+      }
+    }
     memory.freeAll();
   }
 
@@ -230,6 +288,9 @@ struct Checker {
     allreduce(DataType::kFloat32, ReduceOp::kAverage, 4099, true, false);
     allgather(DataType::kInt32, false, false);
     alltoall(DataType::kBFloat16, false);
+    allreduceLate(DataType::kFloat32, 70001, false, true);
+    allreduceLate(DataType::kFloat32, 70001, true, true);
+    allreduceLate(DataType::kFloat16, 4099, false, false);
   }
 };
 

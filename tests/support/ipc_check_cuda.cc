@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <thread>
 
 #include "collectives/cuda/device_reduce.h"
 #include "collectives/cuda/device_runtime.h"
@@ -78,6 +79,27 @@ class CudaCheckMemory final : public CheckMemory {
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
     check(cudaStreamSynchronize(stream_), "upload sync");
   }
+  // A host function sleeping on the stream, then the copy from pinned
+  // memory (a pageable source would make cudaMemcpyAsync wait here).
+  int uploadLate(void* dst, const void* src, size_t bytes) override {
+    static constexpr int kDelayMs = 200;
+    check(cudaMemsetAsync(dst, 0x7f, bytes, stream_), "late upload memset");
+    check(cudaStreamSynchronize(stream_), "late upload memset sync");
+    void* pinned = nullptr;
+    check(cudaMallocHost(&pinned, bytes), "cudaMallocHost");
+    pinned_.push_back(pinned);
+    std::memcpy(pinned, src, bytes);
+    check(cudaLaunchHostFunc(
+              stream_,
+              [](void*) {
+                std::this_thread::sleep_for(std::chrono::milliseconds(kDelayMs));
+              },
+              nullptr),
+          "cudaLaunchHostFunc");
+    check(cudaMemcpyAsync(dst, pinned, bytes, cudaMemcpyHostToDevice, stream_),
+          "late upload");
+    return kDelayMs;
+  }
   std::vector<uint8_t> download(const void* src, size_t bytes) override {
     std::vector<uint8_t> out(bytes);
     check(cudaMemcpyAsync(out.data(), src, bytes, cudaMemcpyDeviceToHost, stream_),
@@ -97,6 +119,8 @@ class CudaCheckMemory final : public CheckMemory {
     }
     cudaStreamSynchronize(stream_);
     live_.clear();
+    for (void* p : pinned_) cudaFreeHost(p);
+    pinned_.clear();
   }
   std::unique_ptr<collectives::cuda::DeviceCollectives> makeCollectives(
       const collectives::cuda::IpcOptions& options, rendezvous::Store& store) override {
@@ -110,6 +134,7 @@ class CudaCheckMemory final : public CheckMemory {
   std::map<void*, size_t> pool_;              // every cudaMalloc, by size
   std::vector<void*> free_;                   // pool blocks not in use
   std::vector<void*> async_;                  // cudaMallocAsync blocks, freed last
+  std::vector<void*> pinned_;                 // uploadLate's sources
 };
 
 // Random values with NaN, infinities, signed zeros and subnormals mixed in

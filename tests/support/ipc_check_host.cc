@@ -1,7 +1,9 @@
 // hostCheckMemory and the helpers of ipc_check_memory.h (every build).
 #include <stdlib.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "collectives/half_bits.h"
 #include "support/ipc_check_memory.h"
@@ -25,6 +27,17 @@ class HostCheckMemory final : public CheckMemory {
   void upload(void* dst, const void* src, size_t bytes) override {
     stream_.drain();
     std::memcpy(dst, src, bytes);
+  }
+  int uploadLate(void* dst, const void* src, size_t bytes) override {
+    static constexpr int kDelayMs = 200;
+    stream_.drain();
+    std::memset(dst, 0x7f, bytes);
+    const auto* p = static_cast<const uint8_t*>(src);
+    stream_.enqueue([dst, values = std::vector<uint8_t>(p, p + bytes)] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(kDelayMs));
+      std::memcpy(dst, values.data(), values.size());
+    });
+    return kDelayMs;
   }
   std::vector<uint8_t> download(const void* src, size_t bytes) override {
     stream_.drain();

@@ -26,6 +26,11 @@ class CheckMemory {
   // ordered after the stream's work).
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   virtual std::vector<uint8_t> download(const void* src, size_t bytes) = 0;
+  // Host -> device behind `delay` ms of other work on stream() (dst
+  // holds 0x7f bytes until then); returns at once with the delay. The
+  // collective that follows on stream() must hold its peers off until the
+  // copy ran (its ready event), and none returns before.
+  virtual int uploadLate(void* dst, const void* src, size_t bytes) = 0;
   virtual void* stream() = 0;
   // Frees everything alloc() gave.
   virtual void freeAll() = 0;
