@@ -371,10 +371,16 @@ struct RankSide {
 // Runs `script` on `n` forked ranks (a file store, the host double,
 // KOLO_TIMEOUT `timeout`); a kolo::Error ends the rank with "rank R error
 // code C: MESSAGE" (exitWithError).
+// `wrap` (optional) gives the device the collectives use in place of the
+// host double itself (which still serves RankSide::device).
+using WrapDevice = std::function<std::shared_ptr<ipc::IpcDevice>(
+    int rank, std::shared_ptr<kolo::test::IpcHostDevice>)>;
+
 std::vector<kolo::test::RankOutcome> runRanks(
     int n, std::chrono::milliseconds timeout,
     const std::function<void(RankSide&)>& script,
-    const std::function<void(kolo::test::ProcessRanks&)>& parent = nullptr) {
+    const std::function<void(kolo::test::ProcessRanks&)>& parent = nullptr,
+    const WrapDevice& wrap = nullptr) {
   kolo::test::ProcessRanks ranks(n, [&](int rank, const std::string& rendezvous) {
     // A crash in a rank shows its stack in the rank's output (status 77).
     signal(SIGSEGV, [](int) {
@@ -393,7 +399,8 @@ std::vector<kolo::test::RankOutcome> runRanks(
       for (int r = 0; r < n; ++r) o.globalRanks.push_back(r);
       o.timeout = timeout;
       o.name = "protocol";
-      auto collectives = cuda::makeIpcCollectives(o, *store, device);
+      auto collectives =
+          cuda::makeIpcCollectives(o, *store, wrap ? wrap(rank, device) : device);
       RankSide side{rank, *collectives, *device, stream};
       script(side);
       stream.drain();
@@ -487,6 +494,105 @@ TEST(IpcProtocol, DisagreeingCallsFailOnEveryRankAndBreakTheObject) {
     const std::string other = "rank " + std::to_string(1 - o.rank) + " called";
     EXPECT_NE(o.output.find(other), std::string::npos) << o.output;
   }
+}
+
+// The host double with CUDA's failure messages injected: mapping a peer's
+// buffer, or a copy on the device, fails.
+class FailingDevice final : public ipc::IpcDevice {
+ public:
+  enum class Fail { kOpenMemory, kCopy };
+  FailingDevice(std::shared_ptr<ipc::IpcDevice> inner, Fail fail)
+      : inner_(std::move(inner)), fail_(fail) {}
+  int device() const override { return inner_->device(); }
+  bool locate(const void* p, ipc::Allocation* out, std::string* why) override {
+    return inner_->locate(p, out, why);
+  }
+  bool exportMemory(const void* base, ipc::Handle* out, std::string* why) override {
+    return inner_->exportMemory(base, out, why);
+  }
+  void* openMemory(const ipc::Handle& handle) override {
+    if (fail_ == Fail::kOpenMemory) {
+      throw Error(ErrorCode::kInternal,
+                  "cudaIpcOpenMemHandle of a peer's buffer on CUDA device 0 failed: "
+                  "cudaErrorMapBufferObjectFailed");
+    }
+    return inner_->openMemory(handle);
+  }
+  void closeMemory(void* base) noexcept override { inner_->closeMemory(base); }
+  void* allocate(size_t bytes) override { return inner_->allocate(bytes); }
+  void release(void* p) noexcept override { inner_->release(p); }
+  Event createEvent() override { return inner_->createEvent(); }
+  ipc::Handle exportEvent(Event event) override { return inner_->exportEvent(event); }
+  Event openEvent(const ipc::Handle& handle) override {
+    return inner_->openEvent(handle);
+  }
+  void destroyEvent(Event event) noexcept override { inner_->destroyEvent(event); }
+  void record(Event event, void* stream) override { inner_->record(event, stream); }
+  void streamWait(void* stream, Event event) override {
+    inner_->streamWait(stream, event);
+  }
+  bool query(Event event) override { return inner_->query(event); }
+  void copy(void* dst, const void* src, size_t bytes, void* stream) override {
+    if (fail_ == Fail::kCopy) {
+      throw Error(ErrorCode::kInternal,
+                  "cudaMemcpyAsync (CUDA IPC) on CUDA device 0 failed: "
+                  "cudaErrorIllegalAddress");
+    }
+    inner_->copy(dst, src, bytes, stream);
+  }
+  void reduce(void* const* dsts, int m, const void* const* srcs, int n, size_t count,
+              DataType dtype, ReduceOp op, void* stream) override {
+    inner_->reduce(dsts, m, srcs, n, count, dtype, op, stream);
+  }
+
+ private:
+  std::shared_ptr<ipc::IpcDevice> inner_;
+  Fail fail_;
+};
+
+// A device error names this rank and the collective (and, for a peer's
+// buffer that cannot be mapped, the peer), then breaks the object.
+TEST(IpcProtocol, DeviceErrorsNameTheRankThePeerAndTheCollective) {
+  auto allreduce = [](RankSide& s) {
+    void* buf = s.device.allocate(1024 * sizeof(float));
+    s.ipc.allreduce(buf, buf, 1024, DataType::kFloat32, ReduceOp::kSum, &s.stream);
+  };
+  const auto opens = runRanks(2, 1500ms, allreduce, nullptr, [](int rank, auto device) {
+    return rank == 0
+               ? std::make_shared<FailingDevice>(device, FailingDevice::Fail::kOpenMemory)
+               : std::shared_ptr<ipc::IpcDevice>(device);
+  });
+  EXPECT_NE(opens[0].output.find(
+                "rank 0: allreduce through CUDA IPC: mapping buffer 0 of rank 1 (4096 "
+                "bytes) failed: cudaIpcOpenMemHandle of a peer's buffer on CUDA device 0 "
+                "failed: cudaErrorMapBufferObjectFailed"),
+            std::string::npos)
+      << opens[0].output;
+
+  const auto copies = runRanks(
+      1, 1500ms,
+      [](RankSide& s) {
+        auto* buf = static_cast<float*>(s.device.allocate(1024 * sizeof(float)));
+        try {
+          s.ipc.allgather(buf, buf + 512, {100}, DataType::kFloat32, &s.stream);
+        } catch (const Error& e) {
+          std::printf("first: %s\n", e.what());
+        }
+        s.ipc.allreduce(buf, buf, 8, DataType::kFloat32, ReduceOp::kSum, &s.stream);
+      },
+      nullptr,
+      [](int, auto device) {
+        return std::make_shared<FailingDevice>(device, FailingDevice::Fail::kCopy);
+      });
+  const std::string want =
+      "rank 0: allgather through CUDA IPC: cudaMemcpyAsync (CUDA IPC) on CUDA device 0 "
+      "failed: cudaErrorIllegalAddress";
+  EXPECT_NE(copies[0].output.find("first: " + want), std::string::npos)
+      << copies[0].output;
+  // Broken: the later allreduce throws the same error.
+  EXPECT_NE(copies[0].output.find(codeText(ErrorCode::kInternal) + want),
+            std::string::npos)
+      << copies[0].output;
 }
 
 TEST(IpcProtocol, ASilentPeerIsNamedWithinTheTimeout) {

@@ -104,6 +104,20 @@ void IpcCollectives::guarded(const char* what,
   group_->checkBuffers(what, buffers);
   try {
     body();
+  } catch (const Error& e) {
+    // The device's own errors (a failed copy, kernel launch or event call)
+    // name the call and the device; the rank and the collective go first.
+    const std::string text = e.what();
+    if (text.rfind("rank ", 0) == 0) {
+      broken_ = std::current_exception();
+    } else {
+      broken_ =
+          std::make_exception_ptr(Error(e.code(),
+                                        "rank " + std::to_string(globalMe()) + ": " +
+                                            what + " through CUDA IPC: " + text,
+                                        e.peer()));
+    }
+    std::rethrow_exception(broken_);
   } catch (...) {
     broken_ = std::current_exception();
     throw;

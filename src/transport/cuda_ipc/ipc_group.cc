@@ -156,8 +156,15 @@ void IpcGroup::exchangeEvents(rendezvous::Store& store) {
     }
     WireEvents theirs{};
     std::memcpy(&theirs, got.data(), sizeof theirs);
-    peerReady_[r] = device_->openEvent(theirs.ready);
-    peerWritten_[r] = device_->openEvent(theirs.written);
+    try {
+      peerReady_[r] = device_->openEvent(theirs.ready);
+      peerWritten_[r] = device_->openEvent(theirs.written);
+    } catch (const Error& e) {
+      KOLO_THROW_PEER(e.code(), globalRank(r),
+                      "rank " << globalRank(options_.localRank)
+                              << ": opening the CUDA IPC events of rank " << globalRank(r)
+                              << " (pid " << theirs.pid << ") failed: " << e.what());
+    }
     pids_[r] = theirs.pid;
   }
 }
@@ -278,7 +285,16 @@ void IpcGroup::await(void* stream) {
     const Wire& w = wireOf(*shm_, r, step_);
     for (uint32_t b = 0; b < w.buffers; ++b) {
       const WireBuffer& wb = w.buffer[b];
-      void* base = wb.bytes == 0 ? nullptr : mappings_->open(r, wb.id, wb.handle);
+      void* base = nullptr;
+      try {
+        if (wb.bytes != 0) base = mappings_->open(r, wb.id, wb.handle);
+      } catch (const Error& e) {
+        KOLO_THROW_PEER(e.code(), globalRank(r),
+                        "rank " << globalRank(options_.localRank) << ": " << what_
+                                << " through CUDA IPC: mapping buffer " << b
+                                << " of rank " << globalRank(r) << " (" << wb.bytes
+                                << " bytes) failed: " << e.what());
+      }
       mapped_[r * kMaxBuffers + b] =
           base == nullptr ? nullptr : static_cast<uint8_t*>(base) + wb.offset;
     }
