@@ -38,6 +38,15 @@ DeviceIdentity identifyDevice(int device) {
   char bus[32] = {};
   check(cudaDeviceGetPCIBusId(bus, sizeof(bus), device), "cudaDeviceGetPCIBusId", device);
   id.pciBusId = bus;
+  // A driver that does not know the attribute (older than CUDA 12) says
+  // nothing: IPC is then assumed, as before the attribute existed.
+  int ipcEvents = 1;
+  if (cudaDeviceGetAttribute(&ipcEvents, cudaDevAttrIpcEventSupport, device) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    ipcEvents = 1;
+  }
+  id.ipcEvents = ipcEvents != 0;
   int count = 0;
   check(cudaGetDeviceCount(&count), "cudaGetDeviceCount", device);
   for (int other = 0; other < count; ++other) {

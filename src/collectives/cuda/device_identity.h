@@ -4,7 +4,8 @@
 //
 // Contract
 // - identifyDevice(device) asks the CUDA runtime (cudaGetDeviceProperties,
-//   cudaDeviceCanAccessPeer: no kernel, no allocation) about `device`, an
+//   cudaDeviceCanAccessPeer, cudaDeviceGetAttribute: no kernel, no
+//   allocation) about `device`, an
 //   ordinal of this process (CUDA_VISIBLE_DEVICES applies). Throws
 //   checkDevice's Error(kInvalidArgument) when there is no such device (and
 //   always in a build without CUDA), Error(kInternal) naming the CUDA call
@@ -23,6 +24,9 @@ struct DeviceIdentity {
   // UUIDs of the other devices of this process that `device` can access
   // peer to peer.
   std::vector<std::string> peers;
+  // cudaDevAttrIpcEventSupport: false where the platform has no CUDA IPC
+  // (e.g. WSL), so that the choice stages instead of failing in the path.
+  bool ipcEvents = false;
 };
 
 DeviceIdentity identifyDevice(int device);

@@ -332,9 +332,11 @@ std::string ncclUnusableHere() {
 
 // Why CUDA IPC collectives cannot run in this process; empty when they can.
 // (Peer access between GPUs is the record's `peers`, judged per host by
-// the choice; a usable device in a CUDA build is all IPC needs here.)
-std::string ipcUnusableHere(int) {
-  return {};
+// the choice; here: the device must support IPC events.)
+std::string ipcUnusableHere(int device, const DeviceIdentity& id) {
+  if (id.ipcEvents) return {};
+  return "CUDA device " + std::to_string(device) +
+         " does not support IPC events (cudaDevAttrIpcEventSupport is 0)";
 }
 
 }  // namespace
@@ -346,15 +348,16 @@ RankDevice probeRankDevice(int device, int host, const std::string& hostId,
   d.hostId = hostId;
   d.setting = setting;
   d.device = device;
+  DeviceIdentity id;
   try {
-    DeviceIdentity id = identifyDevice(device);
-    d.uuid = std::move(id.uuid);
-    d.peers = std::move(id.peers);
+    id = identifyDevice(device);
   } catch (const Error& e) {
     d.unusable = e.what();
     return d;
   }
-  d.ipcUnusable = ipcUnusableHere(device);
+  d.uuid = std::move(id.uuid);
+  d.peers = std::move(id.peers);
+  d.ipcUnusable = ipcUnusableHere(device, id);
   d.ncclUnusable = ncclUnusableHere();
   return d;
 }
