@@ -1,0 +1,127 @@
+# The device paths of collectives on CUDA memory (docs/gpu.md, "The paths"
+# and "The GPU check"): sourced by scripts/gpu-check.sh. These checks run
+# right after cuda_tests, before the host-staged path's own checks, so a
+# run short of time still shows every figure of the device paths:
+#   gpu_bandwidth        kolo-gpu-bandwidth: the D2D copy against the kernels
+#   ipc_allreduce        kolo-gpu-allreduce, 2 ranks: 256 MiB through ipc and
+#                        staged, alternating, against the D2D copy
+#   ipc_c_2_3_ranks      cuda_collectives_test, KOLO_DEVICE_PATH=ipc, -np 2, 3
+#   nccl_1_rank          KOLO_DEVICE_PATH=nccl, -np 1: cuda_collectives_test
+#                        and kolo.torch (nccl_built() true after a collective)
+#   resnet50_ipc_staged  ResNet-50 synthetic, 2 ranks, ipc against staged
+#   ipc_torch_2_3_ranks  test_torch_cuda.py, KOLO_DEVICE_PATH=ipc, -np 2, 3
+# Alone on a machine with a GPU (after a build): scripts/gpu-check.sh
+#   --only 'build|gpu_bandwidth|ipc_' OUTDIR
+
+build_targets kolo-gpu-bandwidth kolo-gpu-allreduce
+
+# result from a program's last line "PASS|FAIL|SKIP figures" ($1); FAIL
+# naming $2 (the log) when there is none.
+result_line() {
+  case "$1" in
+    PASS*) result PASS "${1#PASS }" ;;
+    SKIP*) result SKIP "${1#SKIP }" ;;
+    FAIL*) result FAIL "${1#FAIL }" ;;
+    *) result FAIL "no result line (see $2): ${1:0:160}" ;;
+  esac
+}
+
+# The device's copy bandwidth against reduce2 / reduceMany / reduceToMany /
+# divideInPlace / compressToHalf / decompressFromHalf on 256 MiB buffers:
+# PASS when every kernel reaches half the copy's bandwidth and is right.
+chk_gpu_bandwidth() {
+  need_gpu
+  local b="$BUILD/bin/kolo-gpu-bandwidth"
+  [ -x "$b" ] || { result FAIL "kolo-gpu-bandwidth not built"; return; }
+  "$b" --json "$OUT/gpu_bandwidth.json" | tee "$OUT/gpu_bandwidth.txt"
+  result_line "$(tail -1 "$OUT/gpu_bandwidth.txt")" gpu_bandwidth.log
+}
+
+# 2 ranks sharing the GPU: a 256 MiB float32 allreduce through ipc and
+# through host staging in alternating rounds, the D2D copy in each round:
+# PASS at ipc/D2D >= 0.40 and ipc/staged >= 5x with every element right.
+chk_ipc_allreduce() {
+  need_gpu
+  local b="$BUILD/bin/kolo-gpu-allreduce" f="$OUT/ipc_allreduce.txt"
+  [ -x "$b" ] || { result FAIL "kolo-gpu-allreduce not built"; return; }
+  KOLO_TIMEOUT=60 KOLO_LOG_LEVEL=debug "$KOLORUN" -np 2 "$b" \
+    --json "$OUT/ipc_allreduce.json" >"$f" 2>&1
+  cat "$f"
+  # A rank's FAIL first (rank 0's summary may never come), else rank 0's.
+  local line
+  line=$(grep -m1 -E '^\[[0-9]+\] FAIL' "$f" || grep -E '^\[0\] (PASS|FAIL|SKIP)' "$f" | tail -1)
+  result_line "$(echo "$line" | sed -E 's/^\[[0-9]+\] //')" ipc_allreduce.log
+}
+
+# Every collective, dtype and op through the IPC path, 2 and 3 ranks
+# sharing the GPU, element by element against the host collectives.
+chk_ipc_c_ranks() {
+  need_gpu
+  c_ranks ipc 2 3
+}
+
+chk_ipc_torch_ranks() {
+  need_gpu
+  torch_ranks ipc 2 3
+}
+
+# A 1-rank NCCL communicator through kolo: cuda_collectives_test with
+# KOLO_DEVICE_PATH=nccl (every collective, dtype and op, the runtime and the
+# C calls), then kolo.torch (scripts/gpu_check/nccl_one_rank.py): results
+# right and nccl_built() false before, true after.
+chk_nccl_1_rank() {
+  need_gpu
+  py_env
+  local f="$OUT/nccl_c.txt" rc ok seen torch_line
+  [ -x "$BUILD/bin/cuda_collectives_test" ] ||
+    { result FAIL "cuda_collectives_test not built"; return; }
+  KOLO_DEVICE_PATH=nccl KOLO_LOG_LEVEL=debug KOLO_TIMEOUT=60 "$KOLORUN" -np 1 \
+    "$BUILD/bin/cuda_collectives_test" \
+    --gtest_filter=-CudaCollectives.DeviceAndHostMemoryUnderOneNameIsAMismatch >"$f" 2>&1
+  rc=$?
+  cat "$f"
+  ok=$(grep -c '\[       OK \]' "$f")
+  seen=$(paths_seen "$f")
+  KOLO_DEVICE_PATH=nccl KOLO_LOG_LEVEL=debug "$KOLORUN" -np 1 "$PY" \
+    "$ROOT/scripts/gpu_check/nccl_one_rank.py" >"$OUT/nccl_torch.txt" 2>&1
+  cat "$OUT/nccl_torch.txt"
+  torch_line=$(grep -E '^(\[0\] )?(PASS|FAIL) nccl_built' "$OUT/nccl_torch.txt" | sed -E 's/^\[0\] //')
+  seen="$seen/$(paths_seen "$OUT/nccl_torch.txt")"
+  local figures="C test rc $rc, $ok OK lines; kolo.torch: ${torch_line:-no answer}; path $seen"
+  if [ $rc -eq 0 ] && [ "$ok" -gt 0 ] && [ "$seen" = "nccl/nccl" ] &&
+     [ "${torch_line%% *}" = PASS ]; then
+    result PASS "$figures"
+  else
+    result FAIL "$figures"
+  fi
+}
+
+# ResNet-50 synthetic, batch 64 per rank, 2 ranks sharing the GPU, ipc
+# and host staging in alternating rounds of one run: images/s of each and
+# their ratio (PASS when ipc is not slower than staging).
+chk_resnet50_paths() {
+  need_gpu
+  py_env
+  KOLO_LOG_LEVEL=debug "$KOLORUN" -np 2 "$PY" "$ROOT/scripts/gpu_check/resnet50_paths.py" \
+    --json "$OUT/resnet50_paths.json" || { result FAIL "the benchmark failed"; return; }
+  "$PY" - "$OUT/resnet50_paths.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+fast, slow = r["paths"][0], r["paths"][-1]
+line = ("%d ranks sharing the GPU, batch %d each: %s %.1f img/s, %s %.1f img/s (%.2fx; "
+        "medians of %d alternating rounds of %d steps; %s)"
+        % (r["ranks"], r["batch_size"], fast, r["img_s"][fast], slow, r["img_s"][slow],
+           r["ratio"], r["rounds"], r["steps"], r["model"]))
+verdict = "PASS" if r["ratio"] >= 1.0 else "FAIL"
+open(sys.argv[1].rsplit("/", 1)[0] + "/.result", "w").write("%s %s\n" % (verdict, line))
+print(verdict, line)
+EOF
+}
+
+# Cheapest first; all before the host-staged path's checks (probe, ...).
+check gpu_bandwidth 40 chk_gpu_bandwidth probe
+check ipc_allreduce 60 chk_ipc_allreduce probe
+check ipc_c_2_3_ranks 90 chk_ipc_c_ranks probe
+check nccl_1_rank 60 chk_nccl_1_rank probe
+check resnet50_ipc_staged 120 chk_resnet50_paths probe
+check ipc_torch_2_3_ranks 150 chk_ipc_torch_ranks probe
