@@ -10,10 +10,11 @@
 // is every byte the operation reads plus every byte it writes in device
 // memory, each once: a copy of S bytes moves 2S; reduce2 on operands of S
 // bytes reads 2S and writes S (3S); reduceMany of k sources (k+1)S;
-// divideInPlace 2S; compressToHalf of S bytes of float32 reads S and writes
-// S/2 (1.5S), decompressFromHalf the same. For a streaming kernel that is
-// its memory traffic, so "fraction" (kernel GB/s / copy GB/s) is the share
-// of the device's copy bandwidth it reaches. Each figure is the median of
+// reduceToMany (the IPC collectives' kernel) of n sources to m
+// destinations (n+m)S; divideInPlace 2S; compressToHalf of S bytes of float32 reads S and
+// writes S/2 (1.5S), decompressFromHalf the same. For a streaming kernel that is its
+// memory traffic, so "fraction" (kernel GB/s / copy GB/s) is the share of the device's
+// copy bandwidth it reaches. Each figure is the median of
 // --reps launches timed with CUDA events (bench/gpu_timing.h); every
 // kernel's output is then checked element by element, so a kernel that
 // did not run cannot pass.
@@ -120,7 +121,8 @@ int run(int argc, char** argv) {
     b16.push_back(std::make_unique<Buffer>(S));
     b16[k]->fill<uint16_t>([k](size_t i) { return floatToBfloat16Bits(pattern(i, k)); });
   }
-  Buffer dst(S), half(S / 2), work(S);
+  Buffer dst(S), half(S / 2), work(S), dst2(S), dst3(S);
+  void* const dsts[3] = {dst.p, dst2.p, dst3.p};
   work.fill<float>([](size_t i) { return pattern(i, 0); });
   const void* srcs[kSources];
   for (int k = 0; k < kSources; ++k) srcs[k] = f32[k]->p;
@@ -172,6 +174,23 @@ int run(int argc, char** argv) {
          kc::reduceMany(dst.p, srcs, 8, n32, DataType::kFloat32, ReduceOp::kSum, s);
        },
        [&] { return dst.firstWrong<float>(n32, sumOf(8)); }},
+      // The IPC collectives' fan-in / fan-out: n sources to m destinations.
+      {"reduceToMany 2->2 float32 sum", 4,
+       [&] {
+         kc::reduceToMany(dsts, 2, srcs, 2, n32, DataType::kFloat32, ReduceOp::kSum, s);
+       },
+       [&] {
+         const long long a = dst.firstWrong<float>(n32, sumOf(2));
+         return a >= 0 ? a : dst2.firstWrong<float>(n32, sumOf(2));
+       }},
+      {"reduceToMany 3->3 float32 sum", 6,
+       [&] {
+         kc::reduceToMany(dsts, 3, srcs, 3, n32, DataType::kFloat32, ReduceOp::kSum, s);
+       },
+       [&] {
+         const long long a = dst.firstWrong<float>(n32, sumOf(3));
+         return a >= 0 ? a : dst3.firstWrong<float>(n32, sumOf(3));
+       }},
       {"divideInPlace float32", 2,
        [&] { kc::divideInPlace(work.p, n32, DataType::kFloat32, 2.0, s); },
        [&] {
