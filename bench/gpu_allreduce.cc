@@ -25,7 +25,8 @@
 // speedup = staged time / fast time.
 //
 // Last line (rank 0): "PASS|FAIL|SKIP <figures>": PASS when every result
-// on every rank is right, ratio >= --min-ratio and speedup >=
+// on every rank is right, every round ran on the path it asked for (the
+// communicator's devicePathText()), ratio >= --min-ratio and speedup >=
 // --min-speedup; SKIP without a CUDA device (exit status 0).
 #include <cuda_runtime_api.h>
 #include <kolo/cuda.h>
@@ -38,6 +39,8 @@
 #include <string>
 #include <vector>
 
+#include "api/communicator_impl.h"
+#include "capi/capi_internal.h"
 #include "gpu_timing.h"
 
 namespace {
@@ -54,9 +57,10 @@ void die(const char* what) {
   std::exit(1);
 }
 
-struct Run {  // one path's timed reps and wrong elements, every round
+struct Run {  // one path's timed reps, wrong elements and the paths that ran
   std::vector<double> ms;
   long long wrong = 0;
+  std::string ran;  // devicePathText() of kolo_init's communicator, each round
 };
 
 struct Options {
@@ -122,6 +126,10 @@ void timePath(const Options& o, Buffers& b, const std::string& path, int timed,
     die("kolo_allreduce of the checks");
   run.ms.insert(run.ms.end(), ms.begin(), ms.end());
   run.wrong += wrong;
+  auto* world = dynamic_cast<kolo::api::CommunicatorImpl*>(kolo::capi::world().get());
+  const std::string ran = world ? world->devicePathText() : "?";
+  if (run.ran.find(ran) == std::string::npos)
+    run.ran += (run.ran.empty() ? "" : ",") + ran;
 }
 
 // Rank 0's figures and verdict; the exit status.
@@ -133,13 +141,19 @@ int report(const Options& o, const std::string& device, int size,
   const auto gbs = [&o](double ms) { return o.bytes / 1e6 / ms; };
   const double ratio = tCopy / tFast, speedup = tStaged / tFast;
   const bool right = runs[0].wrong == 0 && runs[1].wrong == 0;
-  const bool pass = right && ratio >= o.minRatio && speedup >= o.minSpeedup;
+  bool asked = true;  // every round ran on the path it asked for
+  for (size_t p = 0; p < paths.size(); ++p)
+    asked = asked && runs[p].ran.rfind(paths[p], 0) == 0 &&
+            runs[p].ran.find(',') == std::string::npos;
+  const bool pass = right && asked && ratio >= o.minRatio && speedup >= o.minSpeedup;
   std::printf("kolo-gpu-allreduce: %s, %d ranks, %zu B float32 sum, %d rounds\n",
               device.c_str(), size, o.bytes, o.rounds);
   for (size_t p = 0; p < paths.size(); ++p)
-    std::printf("%-8s %9.3f ms %8.1f GB/s  (median of %zu reps; %lld wrong elements)\n",
-                paths[p].c_str(), median(runs[p].ms), gbs(median(runs[p].ms)),
-                runs[p].ms.size(), runs[p].wrong);
+    std::printf(
+        "%-8s %9.3f ms %8.1f GB/s  (median of %zu reps; %lld wrong elements; "
+        "ran on: %s)\n",
+        paths[p].c_str(), median(runs[p].ms), gbs(median(runs[p].ms)), runs[p].ms.size(),
+        runs[p].wrong, runs[p].ran.c_str());
   std::printf("%-8s %9.3f ms %8.1f GB/s  (cudaMemcpy device to device, rank 0 alone)\n",
               "D2D copy", tCopy, gbs(tCopy));
   if (FILE* f = o.json.empty() ? nullptr : std::fopen(o.json.c_str(), "w")) {
@@ -154,11 +168,12 @@ int report(const Options& o, const std::string& device, int size,
   std::printf(
       "%s %d ranks, %zu MiB float32: %s %.3f ms (%.0f GB/s), staged %.1f ms, "
       "D2D copy %.3f ms (%.0f GB/s); %s/D2D %.2f (>= %.2f wanted), %s/staged "
-      "%.1fx (>= %.0fx wanted); %s\n",
+      "%.1fx (>= %.0fx wanted); %s; ran on %s / %s\n",
       pass ? "PASS" : "FAIL", size, o.bytes >> 20, o.fast.c_str(), tFast, gbs(tFast),
       tStaged, tCopy, gbs(tCopy), o.fast.c_str(), ratio, o.minRatio, o.fast.c_str(),
       speedup, o.minSpeedup,
-      right ? "every element right on every rank" : "WRONG RESULTS");
+      right ? "every element right on every rank" : "WRONG RESULTS", runs[0].ran.c_str(),
+      runs[1].ran.c_str());
   return pass ? 0 : 1;
 }
 

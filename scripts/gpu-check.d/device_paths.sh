@@ -5,6 +5,8 @@
 #   gpu_bandwidth        kolo-gpu-bandwidth: the D2D copy against the kernels
 #   ipc_allreduce        kolo-gpu-allreduce, 2 ranks: 256 MiB through ipc and
 #                        staged, alternating, against the D2D copy
+#   device_path_tests    the paths' own test programs on the GPU
+#                        (cuda_ipc_check --device=cuda -np 2, 3, --bench)
 #   ipc_c_2_3_ranks      cuda_collectives_test, KOLO_DEVICE_PATH=ipc, -np 2, 3
 #   nccl_1_rank          KOLO_DEVICE_PATH=nccl, -np 1: cuda_collectives_test
 #                        and kolo.torch (nccl_built() true after a collective)
@@ -13,7 +15,7 @@
 # Alone on a machine with a GPU (after a build): scripts/gpu-check.sh
 #   --only 'build|gpu_bandwidth|ipc_' OUTDIR
 
-build_targets kolo-gpu-bandwidth kolo-gpu-allreduce
+build_targets kolo-gpu-bandwidth kolo-gpu-allreduce cuda_ipc_check
 
 # result from a program's last line "PASS|FAIL|SKIP figures" ($1); FAIL
 # naming $2 (the log) when there is none.
@@ -51,6 +53,35 @@ chk_ipc_allreduce() {
   local line
   line=$(grep -m1 -E '^\[[0-9]+\] FAIL' "$f" || grep -E '^\[0\] (PASS|FAIL|SKIP)' "$f" | tail -1)
   result_line "$(echo "$line" | sed -E 's/^\[[0-9]+\] //')" ipc_allreduce.log
+}
+
+# The paths' own test programs on the GPU, each "NP|PROGRAM ARGS|what a
+# passing run prints (regex)": the IPC collectives object itself
+# (cuda_ipc_check: every collective, dtype and op against the host
+# collectives, and the reduceToMany kernel against the CPU kernels; its
+# --bench, the 256 MiB allreduce without the runtime or the C API).
+chk_device_path_tests() {
+  need_gpu
+  local entry np cmd want f i=0 fails=0 figures="" rc line
+  for entry in \
+    "2|cuda_ipc_check --device=cuda|checks, 0 failed here, 0 in all" \
+    "3|cuda_ipc_check --device=cuda|checks, 0 failed here, 0 in all" \
+    "2|cuda_ipc_check --device=cuda --bench|bench ipc_allreduce_GBps="; do
+    IFS='|' read -r np cmd want <<<"$entry"
+    i=$((i + 1)); f="$OUT/device_path_test$i.txt"
+    echo "== kolorun -np $np $cmd"
+    # shellcheck disable=SC2086
+    KOLO_TIMEOUT=60 "$KOLORUN" -np "$np" "$BUILD/bin/"$cmd >"$f" 2>&1
+    rc=$?
+    cat "$f"
+    line=$(grep -m1 -E "$want" "$f" | sed -E 's/^\[[0-9]+\] //' | cut -c1-120)
+    if [ $rc -eq 0 ] && [ -n "$line" ] && ! grep -qE 'FAIL|SKIP' "$f"; then
+      figures+="-np $np $cmd: ${line}; "
+    else
+      figures+="-np $np $cmd: FAILED (rc $rc; log); "; fails=$((fails + 1))
+    fi
+  done
+  if [ $fails -eq 0 ]; then result PASS "$figures"; else result FAIL "$figures"; fi
 }
 
 # Every collective, dtype and op through the IPC path, 2 and 3 ranks
@@ -98,29 +129,26 @@ chk_nccl_1_rank() {
 
 # ResNet-50 synthetic, batch 64 per rank, 2 ranks sharing the GPU, ipc
 # and host staging in alternating rounds of one run: images/s of each and
-# their ratio (PASS when ipc is not slower than staging).
+# their ratio (PASS when ipc is not slower than staging and the runtime's
+# log names both paths).
 chk_resnet50_paths() {
   need_gpu
   py_env
+  local f="$OUT/resnet50_paths.txt"
   KOLO_LOG_LEVEL=debug "$KOLORUN" -np 2 "$PY" "$ROOT/scripts/gpu_check/resnet50_paths.py" \
-    --json "$OUT/resnet50_paths.json" || { result FAIL "the benchmark failed"; return; }
-  "$PY" - "$OUT/resnet50_paths.json" <<'EOF'
-import json, sys
-r = json.load(open(sys.argv[1]))
-fast, slow = r["paths"][0], r["paths"][-1]
-line = ("%d ranks sharing the GPU, batch %d each: %s %.1f img/s, %s %.1f img/s (%.2fx; "
-        "medians of %d alternating rounds of %d steps; %s)"
-        % (r["ranks"], r["batch_size"], fast, r["img_s"][fast], slow, r["img_s"][slow],
-           r["ratio"], r["rounds"], r["steps"], r["model"]))
-verdict = "PASS" if r["ratio"] >= 1.0 else "FAIL"
-open(sys.argv[1].rsplit("/", 1)[0] + "/.result", "w").write("%s %s\n" % (verdict, line))
-print(verdict, line)
-EOF
+    --json "$OUT/resnet50_paths.json" >"$f" 2>&1
+  cat "$f"
+  local line seen
+  line=$(grep -E '^\[0\] (PASS|FAIL) ' "$f" | tail -1 | sed 's/^\[0\] //')
+  seen=$(paths_seen "$f")  # the runtime's debug line of each round
+  [ "$seen" = "ipc,staged" ] || line="FAIL ${line#* }; the runtime ran on: $seen"
+  result_line "$line" resnet50_ipc_staged.log
 }
 
 # Cheapest first; all before the host-staged path's checks (probe, ...).
 check gpu_bandwidth 40 chk_gpu_bandwidth probe
 check ipc_allreduce 60 chk_ipc_allreduce probe
+check device_path_tests 90 chk_device_path_tests probe
 check ipc_c_2_3_ranks 90 chk_ipc_c_ranks probe
 check nccl_1_rank 60 chk_nccl_1_rank probe
 check resnet50_ipc_staged 120 chk_resnet50_paths probe

@@ -10,7 +10,9 @@ synchronizations (and a barrier, so the slowest rank counts), and shuts
 kolo down. One model and optimizer serve every round: the paths reduce the
 same gradients and only the reduction differs. Figures: images/s of the
 job (every rank's batch) per path, the medians of its rounds, and the
-ratio first path / last path.
+ratio first path / last path; the last line (rank 0) is the verdict,
+"PASS|FAIL <figures>": PASS when the ratio is at least --min-ratio (1.0:
+the first path is not slower).
 
     kolorun -np 2 python3 scripts/gpu_check/resnet50_paths.py --json OUT
     # without a GPU (the script's own test): --device cpu --model small
@@ -48,6 +50,7 @@ def main():
     p.add_argument("--paths", default="ipc,staged")
     p.add_argument("--device", default="cuda")
     p.add_argument("--model", default="resnet50", choices=["resnet50", "small"])
+    p.add_argument("--min-ratio", type=float, default=1.0)
     p.add_argument("--json", default=None)
     a = p.parse_args()
     paths = a.paths.split(",")
@@ -112,6 +115,13 @@ def main():
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(record, f)
+        fast, slow = paths[0], paths[-1]
+        print("%s %d ranks sharing the GPU, batch %d each: %s %.1f img/s, %s %.1f img/s "
+              "(%.2fx, >= %.2f wanted; medians of %d alternating rounds of %d steps; %s)"
+              % ("PASS" if record["ratio"] >= a.min_ratio else "FAIL", size,
+                 a.batch_size, fast, record["img_s"][fast], slow, record["img_s"][slow],
+                 record["ratio"], a.min_ratio, a.rounds, a.steps, record["model"]),
+              flush=True)
 
 
 if __name__ == "__main__":
