@@ -27,6 +27,8 @@
 
 #include "collectives/elementwise.h"
 #include "collectives/reduce.h"
+#include "common/logging.h"
+#include "runtime/allreduce_bucket.h"
 #include "runtime/runtime.h"
 
 namespace kolo::runtime {
@@ -45,34 +47,6 @@ int64_t rowElements(const OpSpec& s) {
 }
 
 }  // namespace
-
-// What every path of a fused allreduce shares.
-struct Runtime::AllreduceBucket {
-  const std::vector<ReadyOp*>& members;
-  size_t bytes;
-  DataType dtype;
-  ReduceOp op;
-  ReduceOp commOp;  // what the Communicator runs
-  bool averaged;    // the Communicator divides (its own average)
-  std::shared_ptr<TimelineWriter> tl;
-  std::string args;  // the COLLECTIVE phase's (only with a timeline)
-
-  AllreduceOptions options() const {
-    AllreduceOptions ar;
-    ar.count = bytes / elementSize(dtype);
-    ar.dtype = dtype;
-    ar.op = commOp;
-    return ar;
-  }
-  // After the collective: the average's division when the collective did
-  // not do it, and postscale, from `src` into `dst` in one pass.
-  void finishValues(const ReadyOp& r, void* dst, const void* src) const {
-    const size_t n = static_cast<size_t>(r.spec->elements());
-    const int divisor =
-        op == ReduceOp::kAverage && !averaged ? std::max(1, r.contributors()) : 1;
-    finishInto(dst, src, n, dtype, divisor, r.spec->postscale);
-  }
-};
 
 void Runtime::runBucket(const std::vector<size_t>& members, std::vector<ReadyOp>& ready,
                         size_t bytes, int bucketIndex) {
@@ -98,6 +72,23 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
       return;
     }
   }
+  // Device memory: on the communicator's device path, or staged; members
+  // that can run on neither fail here (runtime_device.cc).
+  collectives::cuda::DeviceCollectives* path = nullptr;
+  std::vector<ReadyOp*> routed;
+  const bool onDevice = members.front()->spec->onDevice;
+  if (onDevice) {
+    path = routeDeviceBucket(members, routed);
+    if (routed.empty()) return;
+    bytes = 0;
+    for (const ReadyOp* m : routed) bytes += m->spec->bytes();
+  }
+  return runAllreduceOn(onDevice ? routed : members, bytes, bucketIndex, path);
+}
+
+void Runtime::runAllreduceOn(const std::vector<ReadyOp*>& members, size_t bytes,
+                             int bucketIndex,
+                             collectives::cuda::DeviceCollectives* path) {
   const OpSpec& first = *members.front()->spec;
   // An average over the team's size is the Communicator's own average
   // (divided inside the shm algorithm while in cache): always so when every
@@ -119,15 +110,21 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
       timeline(),
       {}};
   if (b.tl) {
-    b.args =
-        timelineArgs({{"algorithm", algorithm_.empty() ? comm_->allreduceAlgorithm(bytes)
-                                                       : algorithm_},
-                      {"bytes", std::to_string(bytes)},
-                      {"bucket", std::to_string(bucketIndex)},
-                      {"tensors", std::to_string(members.size())}});
+    std::vector<std::pair<std::string, std::string>> args{
+        {"algorithm", algorithm_.empty() ? comm_->allreduceAlgorithm(bytes) : algorithm_},
+        {"bytes", std::to_string(bytes)},
+        {"bucket", std::to_string(bucketIndex)},
+        {"tensors", std::to_string(members.size())}};
+    if (first.onDevice) args.emplace_back("path", std::string(pathName(path)));
+    b.args = timelineArgs(args);
   }
   cycleBytes_ += bytes;
-  if (first.onDevice) return allreduceStaged(b);
+  if (first.onDevice) {
+    KOLO_LOG(kDebug) << "runtime: allreduce bucket " << bucketIndex << " ("
+                     << members.size() << " tensors, " << bytes << " bytes) on the "
+                     << pathName(path) << " path";
+    return path ? allreduceOnPath(b, *path) : allreduceStaged(b);
+  }
   if (members.size() == 1 && members[0]->localId) return allreduceInPlace(b);
   const bool allLocal = std::all_of(members.begin(), members.end(), [](const ReadyOp* m) {
     return m->localId.has_value();
@@ -326,15 +323,34 @@ void Runtime::runOne(ReadyOp& r, int bucketIndex) {
   }
   Op* o = r.localId ? &opAt(*r.localId) : nullptr;
   std::exception_ptr opError = joinedRankError(r);
+  // Device memory: on the device path, staged, or (an error alike on every
+  // rank) nowhere.
+  DeviceRoute route;
+  if (s.onDevice && !opError) {
+    route = deviceRoute(r);
+    opError = route.error;
+  }
   StagedIo io;
-  const bool staged = o && !opError && s.onDevice;
+  const bool staged = o && !opError && s.onDevice && !route.path;
   if (staged) stageIn(r, *o, io);
   {
     auto tl = timeline();
-    TimelineSpan span(o ? tl.get() : nullptr, s.name, phase::kCollective,
-                      tl && o ? timelineArgs({{"bytes", std::to_string(s.bytes())},
-                                              {"bucket", std::to_string(bucketIndex)}})
-                              : std::string());
+    std::string args;
+    if (tl && o) {
+      std::vector<std::pair<std::string, std::string>> fields{
+          {"bytes", std::to_string(s.bytes())}, {"bucket", std::to_string(bucketIndex)}};
+      if (s.onDevice) fields.emplace_back("path", std::string(pathName(route.path)));
+      args = timelineArgs(fields);
+    }
+    TimelineSpan span(o ? tl.get() : nullptr, s.name, phase::kCollective, args);
+    if (s.onDevice && !opError) {
+      KOLO_LOG(kDebug) << "runtime: " << toString(s.kind) << " '" << s.name << "' on the "
+                       << pathName(route.path) << " path";
+    }
+    if (route.path) {
+      runOnPath(r, *o, *route.path);
+      return finish(*r.localId);
+    }
     switch (opError ? OpKind::kJoin : s.kind) {  // kJoin: run nothing
       case OpKind::kBarrier: comm_->barrier(); break;
       case OpKind::kBroadcast: opError = runBroadcast(r, o); break;
@@ -447,17 +463,12 @@ void Runtime::runAllgather(const ReadyOp& r, Op* o) {
   comm_->allgather(ag);
 }
 
-// Exchanges the splits (rows to each rank) first: matrix[src][dst]. Equal
-// splits everywhere go straight from the input to the output; others go
-// through padded blocks of the largest split, compacted afterwards.
-void Runtime::runAlltoall(const ReadyOp& r, Op* o) {
-  const OpSpec& s = *r.spec;
-  const size_t esize = elementSize(s.dtype);
-  const size_t row = static_cast<size_t>(rowElements(s));
-  std::vector<int64_t> mine(size_, 0);
+std::vector<int64_t> Runtime::alltoallMatrix(const ReadyOp& r, const Op* o,
+                                             std::vector<int64_t>& mine) {
+  mine.assign(size_, 0);
   if (o) {
     if (o->splits.empty()) {
-      std::fill(mine.begin(), mine.end(), s.shape[0] / size_);
+      std::fill(mine.begin(), mine.end(), r.spec->shape[0] / size_);
     } else {
       mine = o->splits;
     }
@@ -469,6 +480,18 @@ void Runtime::runAlltoall(const ReadyOp& r, Op* o) {
   ag.count = size_;
   ag.dtype = DataType::kInt64;
   comm_->allgather(ag);
+  return matrix;
+}
+
+// Exchanges the splits (rows to each rank) first: matrix[src][dst]. Equal
+// splits everywhere go straight from the input to the output; others go
+// through padded blocks of the largest split, compacted afterwards.
+void Runtime::runAlltoall(const ReadyOp& r, Op* o) {
+  const OpSpec& s = *r.spec;
+  const size_t esize = elementSize(s.dtype);
+  const size_t row = static_cast<size_t>(rowElements(s));
+  std::vector<int64_t> mine;
+  const std::vector<int64_t> matrix = alltoallMatrix(r, o, mine);
   int64_t most = 0;
   bool uniform = true;
   for (int64_t v : matrix) {
