@@ -262,6 +262,7 @@ void CommunicatorImpl::setUp(const CommunicatorConfig& config, bool engineMpi,
   topology_ = Topology::discover(config.rank, config.size, hostId, store,
                                  toMillis(settings_.connectTimeoutSeconds));
   const Links links = connectTransports(store, engineMpi, secret);
+  remoteMpi_ = links.mpi;
   if (links.shm) createShmGroup(store, config.name);
   if (topology_.layout.crossSize > 1) createHostGroups();
   createSelector(store, links);

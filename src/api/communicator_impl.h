@@ -17,6 +17,8 @@
 #include "api/topology.h"
 #include "collectives/agreement_host.h"
 #include "collectives/context.h"
+#include "collectives/cuda/device_collectives.h"
+#include "collectives/cuda/device_path.h"
 #include "collectives/descriptor_check.h"
 #include "collectives/selection.h"
 #include "collectives/staging_stores.h"
@@ -24,6 +26,10 @@
 #include "rendezvous/store.h"
 #include "transport/shm/shm_group.h"
 #include "transport/transport.h"
+
+namespace kolo::collectives::cuda {
+class DeviceMemory;
+}
 
 namespace kolo::api {
 
@@ -107,6 +113,38 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
   // caller keeps it so, e.g. by using only teams split from it), from one
   // thread at a time.
   transport::Transport& pointToPoint() { return *world_; }
+
+  // ---- the device path (communicator_device.cc, docs/gpu.md "The paths") ----
+  // The path of this communicator's collectives on CUDA memory of `device`
+  // (this rank's ordinal). The first call is collective: every rank calls it
+  // at the same point of its order of operations, each with its own device;
+  // it gathers the ranks' devices (gatherDeviceTopology) and chooses by
+  // KOLO_DEVICE_PATH (collectives/cuda/device_path.h), logging the choice
+  // once at debug level. Returns nullptr for host staging (no usable device,
+  // nothing faster applies, or KOLO_DEVICE_PATH=staged), else the object,
+  // owned by the communicator. Later calls with the same device return the
+  // same answer without communication. Throws Error(kInvalidArgument) when a
+  // forced path cannot run, Error(kMismatch) when the ranks' settings differ
+  // (the same error on every rank); a failed first call throws its error
+  // again on every later call. One device per rank and communicator: a later
+  // call with another device throws Error(kInvalidArgument) naming both
+  // (on that rank only). Thread-safe; not from inside this communicator's
+  // operations.
+  collectives::cuda::DeviceCollectives* deviceCollectives(int device);
+  // The choice in words ("staged", "ipc", "nccl", "hier (ipc inside hosts,
+  // tcp between)"); empty before deviceCollectives decided.
+  std::string devicePathText() const;
+  // Collective: every rank's record, `mine` being this rank's (for the
+  // first deviceCollectives call, and tests).
+  collectives::cuda::DeviceTopology gatherDeviceTopology(
+      const collectives::cuda::RankDevice& mine);
+  // The hierarchical composition over this communicator's hosts (hier
+  // path; tests give a host double for `intra` and `memory`): `intra` serves
+  // this rank's host. Host collectives run as this communicator's
+  // operations (HierHost, hier_collectives.h).
+  std::unique_ptr<collectives::cuda::DeviceCollectives> hierarchical(
+      std::unique_ptr<collectives::cuda::DeviceCollectives> intra,
+      std::unique_ptr<collectives::cuda::DeviceMemory> memory);
 
   // collectives::AgreementHost: an AgreedScope holds the operation queue
   // and marks the holder's operations agreed (agree() skips the exchange).
@@ -231,6 +269,17 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
       std::make_shared<std::atomic<bool>>(false);
   std::mutex shutdownMu_;
   bool shut_ = false;
+  // The device path (communicator_device.cc); before queue_: destroyed
+  // after it, before the transports it uses.
+  bool remoteMpi_ = false;  // peers on other hosts over mpi (else tcp)
+  class DeviceHost;
+  struct DevicePath;
+  std::unique_ptr<collectives::cuda::DeviceCollectives> buildDevicePath(
+      int device, const collectives::cuda::DevicePathChoice& choice);
+  mutable std::mutex deviceMu_;             // guards devicePath_; taken before the queue
+  std::shared_ptr<DevicePath> devicePath_;  // null until the first choice
+  std::mutex deviceHostMu_;                 // guards deviceHost_
+  std::shared_ptr<DeviceHost> deviceHost_;  // HierHost of the hier path
   OpQueue queue_;  // last member: destroyed first, draining pending work
 };
 

@@ -5,7 +5,9 @@
 // repeated: nothing can run here, whatever the arguments.
 #include "collectives/cuda/device_reduce.h"
 #include "collectives/cuda/device_runtime.h"
+#include "collectives/cuda/cuda_ipc_device.h"
 #include "collectives/cuda/device_staging.h"
+#include "collectives/cuda/ipc_support.h"
 #include "common/check.h"
 
 namespace kolo::collectives::cuda {
@@ -118,6 +120,21 @@ void compressToHalf(uint16_t*, const float*, size_t, void*) {
 }
 void decompressFromHalf(float*, const uint16_t*, size_t, void*) {
   noCuda("cuda::decompressFromHalf");
+}
+
+void reduceToMany(void* const*, int, const void* const*, int, size_t, DataType, ReduceOp,
+                  void*) {
+  noCuda("cuda::reduceToMany");
+}
+
+std::shared_ptr<cuda_ipc::IpcDevice> makeCudaIpcDevice(int) {
+  KOLO_THROW(ErrorCode::kInvalidArgument, "CUDA IPC collectives: " << kNoCuda);
+}
+std::string devicePciBusId(int) {
+  noCuda("devicePciBusId");
+}
+IpcSupport ipcSupport(const std::vector<std::string>&) {
+  return {false, kNoCuda};
 }
 
 }  // namespace kolo::collectives::cuda

@@ -103,6 +103,56 @@ __global__ void decompressKernel(float* dst, const uint16_t* src, size_t count) 
     dst[i] = halfBitsToFloat(src[i]);
 }
 
+// The IPC collectives' fan-in / fan-out (reduceToMany): element i of every
+// source reduced (element_ops.h's fanIn*, the average's division
+// included) and written to every destination. One thread owns an element
+// (or a 16-byte vector of them): it reads all sources before it writes,
+// so a destination may equal a source.
+struct Targets {
+  void* p[kMaxSources];
+};
+
+template <class L, OpKind K>
+__global__ void fanKernel(Targets dsts, int m, Sources srcs, int n, size_t count,
+                          double divisor) {
+  using S = typename L::Storage;
+  for (size_t i = firstIndex(); i < count; i += stride()) {
+    const S v = ops::fanInElement<L, K>(srcs.p, n, i, divisor);
+    for (int j = 0; j < m; ++j) static_cast<S*>(dsts.p[j])[i] = v;
+  }
+}
+
+// The same on 16-byte vectors (every pointer 16-byte aligned): one load
+// and one store instruction per vector and buffer, the lanes computed
+// with the same element functions in the same order.
+template <class L, OpKind K>
+__global__ void fanVectorKernel(Targets dsts, int m, Sources srcs, int n, size_t vectors,
+                                double divisor) {
+  using S = typename L::Storage;
+  using C = typename L::Compute;
+  constexpr int kLanes = 16 / sizeof(S);
+  union Pack {
+    uint4 raw;
+    S lane[kLanes];
+  };
+  for (size_t v = firstIndex(); v < vectors; v += stride()) {
+    Pack in;
+    in.raw = static_cast<const uint4*>(srcs.p[0])[v];
+    C acc[kLanes];
+#pragma unroll
+    for (int l = 0; l < kLanes; ++l) acc[l] = ops::fanInStart<L, K>(in.lane[l]);
+    for (int k = 1; k < n; ++k) {
+      in.raw = static_cast<const uint4*>(srcs.p[k])[v];
+#pragma unroll
+      for (int l = 0; l < kLanes; ++l) acc[l] = ops::fanInStep<L, K>(acc[l], in.lane[l]);
+    }
+    Pack out;
+#pragma unroll
+    for (int l = 0; l < kLanes; ++l) out.lane[l] = ops::fanInFinish<L>(acc[l], divisor);
+    for (int j = 0; j < m; ++j) static_cast<uint4*>(dsts.p[j])[v] = out.raw;
+  }
+}
+
 constexpr unsigned kThreads = 256;
 
 unsigned blocksFor(size_t count) {
@@ -137,6 +187,57 @@ int reduceManyFor(void* dst, const Sources& srcs, int n, size_t count, ReduceOp 
     case ReduceOp::kProduct:
       reduceManyKernel<L, OpKind::kProduct>
           <<<blocks, kThreads, 0, s>>>(d, srcs, n, count);
+      break;
+  }
+  return launched();
+}
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Vectors over the aligned prefix, then the scalar kernel over the rest.
+template <class L, OpKind K>
+void fanLaunch(const Targets& dsts, int m, const Sources& srcs, int n, size_t count,
+               double divisor, cudaStream_t s) {
+  using S = typename L::Storage;
+  constexpr size_t kLanes = 16 / sizeof(S);
+  bool vectorizable = count >= kLanes;
+  for (int k = 0; k < n && vectorizable; ++k) vectorizable = aligned16(srcs.p[k]);
+  for (int j = 0; j < m && vectorizable; ++j) vectorizable = aligned16(dsts.p[j]);
+  size_t done = 0;
+  if (vectorizable) {
+    const size_t vectors = count / kLanes;
+    fanVectorKernel<L, K><<<blocksFor(vectors), kThreads, 0, s>>>(dsts, m, srcs, n, vectors,
+                                                                   divisor);
+    done = vectors * kLanes;
+  }
+  if (done == count) return;
+  Targets tailDsts = dsts;
+  Sources tailSrcs = srcs;
+  for (int j = 0; j < m; ++j) tailDsts.p[j] = static_cast<S*>(dsts.p[j]) + done;
+  for (int k = 0; k < n; ++k) tailSrcs.p[k] = static_cast<const S*>(srcs.p[k]) + done;
+  fanKernel<L, K><<<blocksFor(count - done), kThreads, 0, s>>>(tailDsts, m, tailSrcs, n,
+                                                                count - done, divisor);
+}
+
+template <class L>
+int fanFor(const Targets& dsts, int m, const Sources& srcs, int n, size_t count,
+           ReduceOp op, cudaStream_t s) {
+  const double divisor = op == ReduceOp::kAverage ? static_cast<double>(n) : 0.0;
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      fanLaunch<L, OpKind::kSum>(dsts, m, srcs, n, count, divisor, s);
+      break;
+    case ReduceOp::kMin:
+      fanLaunch<L, OpKind::kMin>(dsts, m, srcs, n, count, divisor, s);
+      break;
+    case ReduceOp::kMax:
+      fanLaunch<L, OpKind::kMax>(dsts, m, srcs, n, count, divisor, s);
+      break;
+    case ReduceOp::kProduct:
+      fanLaunch<L, OpKind::kProduct>(dsts, m, srcs, n, count, divisor, s);
       break;
   }
   return launched();
@@ -248,6 +349,32 @@ int compressToHalf(uint16_t* dst, const float* src, size_t count, void* stream) 
 int decompressFromHalf(float* dst, const uint16_t* src, size_t count, void* stream) {
   decompressKernel<<<blocksFor(count), kThreads, 0, asStream(stream)>>>(dst, src, count);
   return launched();
+}
+
+int reduceToMany(void* const* dsts, int m, const void* const* srcs, int n, size_t count,
+                 DataType dtype, ReduceOp op, void* stream) {
+  Targets targets{};
+  Sources sources{};
+  for (int j = 0; j < m; ++j) targets.p[j] = dsts[j];
+  for (int k = 0; k < n; ++k) sources.p[k] = srcs[k];
+  const cudaStream_t s = asStream(stream);
+  switch (dtype) {
+    case DataType::kFloat32:
+      return fanFor<PlainLanes<float>>(targets, m, sources, n, count, op, s);
+    case DataType::kFloat64:
+      return fanFor<PlainLanes<double>>(targets, m, sources, n, count, op, s);
+    case DataType::kFloat16:
+      return fanFor<HalfLanes>(targets, m, sources, n, count, op, s);
+    case DataType::kBFloat16:
+      return fanFor<BFloat16Lanes>(targets, m, sources, n, count, op, s);
+    case DataType::kInt32:
+      return fanFor<PlainLanes<int32_t>>(targets, m, sources, n, count, op, s);
+    case DataType::kInt64:
+      return fanFor<PlainLanes<int64_t>>(targets, m, sources, n, count, op, s);
+    case DataType::kUInt8:
+      return fanFor<PlainLanes<uint8_t>>(targets, m, sources, n, count, op, s);
+  }
+  return static_cast<int>(cudaErrorInvalidValue);
 }
 
 }  // namespace kolo::collectives::cuda::launch

@@ -26,5 +26,8 @@ int divide(void* buf, size_t count, DataType dtype, double divisor, void* stream
 int scale(void* buf, size_t count, DataType dtype, double factor, void* stream);
 int compressToHalf(uint16_t* dst, const float* src, size_t count, void* stream);
 int decompressFromHalf(float* dst, const uint16_t* src, size_t count, void* stream);
+// 1 <= n, m <= kMaxSources; count > 0.
+int reduceToMany(void* const* dsts, int m, const void* const* srcs, int n, size_t count,
+                 DataType dtype, ReduceOp op, void* stream);
 
 }  // namespace kolo::collectives::cuda::launch

@@ -183,4 +183,25 @@ void decompressFromHalf(float* dst, const uint16_t* src, size_t count, void* str
   checkLaunch(kWhat, launch::decompressFromHalf(dst, src, count, stream));
 }
 
+void reduceToMany(void* const* dsts, int m, const void* const* srcs, int n, size_t count,
+                  DataType dtype, ReduceOp op, void* stream) {
+  constexpr const char* kWhat = "cuda::reduceToMany";
+  checkDtypeAndCount(kWhat, dtype, count);
+  checkOp(kWhat, op);
+  if (n < 1 || n > kMaxSources || m < 1 || m > kMaxSources) {
+    KOLO_THROW(ErrorCode::kInvalidArgument, kWhat << ": needs 1 to " << kMaxSources
+                                                  << " sources and destinations, got n = "
+                                                  << n << ", m = " << m);
+  }
+  checkNotNull(kWhat, "dsts", dsts, count);
+  checkNotNull(kWhat, "srcs", srcs, count);
+  for (int k = 0; k < n && count != 0; ++k) checkNotNull(kWhat, "source", srcs[k], count);
+  for (int j = 0; j < m && count != 0; ++j) checkNotNull(kWhat, "destination", dsts[j], count);
+  checkHaveDevice(kWhat);
+  if (count == 0) return;
+  for (int j = 0; j < m; ++j) checkDeviceAddressable(kWhat, "destination", dsts[j]);
+  for (int k = 0; k < n; ++k) checkDeviceAddressable(kWhat, "source", srcs[k]);
+  checkLaunch(kWhat, launch::reduceToMany(dsts, m, srcs, n, count, dtype, op, stream));
+}
+
 }  // namespace kolo::collectives::cuda

@@ -65,4 +65,16 @@ void scaleInPlace(void* buf, size_t count, DataType dtype, double factor, void* 
 void compressToHalf(uint16_t* dst, const float* src, size_t count, void* stream);
 void decompressFromHalf(float* dst, const uint16_t* src, size_t count, void* stream);
 
+// The IPC collectives' fan-in / fan-out (collectives/cuda/ipc_collectives.h):
+// for every j < m, dsts[j][i] = srcs[0][i] (op) ... (op) srcs[n-1][i], as
+// reduceMany computes it, and for kAverage divided by n in the same pass
+// (the sum rounded to the dtype, then divided as divideInPlace does): one
+// kernel reads every source once and writes every destination once.
+// `dsts` and `srcs` are host arrays of 1..kMaxSources device pointers
+// (peers' buffers mapped by CUDA IPC included). A destination may equal a
+// source (each element is read from every source before it is written);
+// destinations must not overlap each other.
+void reduceToMany(void* const* dsts, int m, const void* const* srcs, int n, size_t count,
+                  DataType dtype, ReduceOp op, void* stream);
+
 }  // namespace kolo::collectives::cuda

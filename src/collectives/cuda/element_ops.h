@@ -116,4 +116,46 @@ KOLO_HOST_DEVICE T scaleIntegerElement(T v, double factor) {
   return static_cast<T>(static_cast<double>(v) * factor);
 }
 
+// The fan-in of the IPC collectives (reduceToMany, device_reduce.h): one
+// element of srcs[0] op ... op srcs[n-1] (n >= 1) as reduceElement does it
+// (the chain in the compute type, in order, rounded once), then for an
+// average the division by `divisor` as divideInPlace does it (the sum
+// rounded to the dtype first, then divided in the compute precision, or
+// truncating for integers): the CPU's reduce-then-divide, element by
+// element. The kernel calls these per lane of a vector load; the host
+// double of the IPC tests calls them per element.
+template <class L, OpKind K>
+KOLO_HOST_DEVICE typename L::Compute fanInStart(typename L::Storage s) {
+  return L::in(s);
+}
+
+template <class L, OpKind K>
+KOLO_HOST_DEVICE typename L::Compute fanInStep(typename L::Compute acc,
+                                               typename L::Storage s) {
+  return apply<K, typename L::Compute>(acc, L::in(s));
+}
+
+// `divisor` 0: no division (every op but the average).
+template <class L>
+KOLO_HOST_DEVICE typename L::Storage fanInFinish(typename L::Compute acc,
+                                                 double divisor) {
+  using S = typename L::Storage;
+  const S v = L::out(acc);
+  if (divisor == 0) return v;
+  if constexpr (std::is_integral_v<typename L::Compute>) {
+    return divideIntegerElement<S>(v, static_cast<long long>(divisor));
+  } else {
+    return divideElement<L>(v, static_cast<typename L::Compute>(divisor));
+  }
+}
+
+template <class L, OpKind K>
+KOLO_HOST_DEVICE typename L::Storage fanInElement(const void* const* srcs, int n, size_t i,
+                                                  double divisor) {
+  using S = typename L::Storage;
+  auto acc = fanInStart<L, K>(static_cast<const S*>(srcs[0])[i]);
+  for (int k = 1; k < n; ++k) acc = fanInStep<L, K>(acc, static_cast<const S*>(srcs[k])[i]);
+  return fanInFinish<L>(acc, divisor);
+}
+
 }  // namespace kolo::collectives::cuda::ops
