@@ -31,6 +31,13 @@ void resolve(void* handle, const std::string& name, const char* symbol, Fn*& out
   out = reinterpret_cast<Fn*>(address);
 }
 
+// An entry point of a later NCCL version: nullptr when absent.
+template <typename Fn>
+void resolveOptional(void* handle, const char* symbol, Fn*& out) {
+  out = reinterpret_cast<Fn*>(dlsym(handle, symbol));
+  dlerror();
+}
+
 }  // namespace
 
 std::unique_ptr<NcclLibrary> NcclLibrary::open(const std::string& name) {
@@ -63,6 +70,10 @@ std::unique_ptr<NcclLibrary> NcclLibrary::open(const std::string& name) {
   resolve(handle, name, "ncclRecv", nccl->recv);
   resolve(handle, name, "ncclGroupStart", nccl->groupStart);
   resolve(handle, name, "ncclGroupEnd", nccl->groupEnd);
+  resolve(handle, name, "ncclReduce", nccl->reduce);
+  resolveOptional(handle, "ncclCommInitRankConfig", nccl->commInitRankConfig);
+  resolveOptional(handle, "ncclCommFinalize", nccl->commFinalize);
+  resolveOptional(handle, "ncclGetLastError", nccl->getLastError);
   return nccl;
 }
 

@@ -13,7 +13,10 @@
 // - The entry points have NCCL's C signatures with opaque types (ncclComm_t
 //   as Comm, ncclUniqueId as UniqueId, the enums as int, cudaStream_t as
 //   void*), so no nccl.h or CUDA header is needed. Calling them needs a
-//   CUDA device; loading the library and version() do not.
+//   CUDA device; loading the library, version() and getUniqueId do not.
+// - Entry points of later NCCL versions (commInitRankConfig and
+//   commFinalize: 2.14; getLastError: 2.13) are optional: nullptr when the
+//   library lacks them, and load() succeeds without them.
 // - Thread-safety: load() may race; the entry points are NCCL's.
 #pragma once
 
@@ -64,6 +67,22 @@ class NcclLibrary {
                  void* stream) = nullptr;
   Result (*groupStart)() = nullptr;
   Result (*groupEnd)() = nullptr;
+  Result (*reduce)(const void* send, void* recv, size_t count, int dtype, int op,
+                   int root, Comm comm, void* stream) = nullptr;
+
+  // ncclConfig_t as NCCL 2.14 laid it out (ncclConfig_v21400): later
+  // versions read the fields of the version it names and default the rest.
+  struct Config {
+    size_t size = sizeof(Config);
+    unsigned int magic = 0xcafebeef;  // NCCL_API_MAGIC
+    unsigned int version = 21400;
+    int blocking = 1;
+  };
+  // Optional (see the contract): nullptr when this NCCL lacks them.
+  Result (*commInitRankConfig)(Comm* comm, int nranks, UniqueId id, int rank,
+                               Config* config) = nullptr;
+  Result (*commFinalize)(Comm comm) = nullptr;
+  const char* (*getLastError)(Comm comm) = nullptr;
 
  private:
   NcclLibrary() = default;
