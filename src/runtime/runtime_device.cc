@@ -50,8 +50,9 @@ std::shared_ptr<cuda::DeviceCollectives> communicatorPath(Communicator& comm,
                                                           int device) {
   auto* impl = dynamic_cast<api::CommunicatorImpl*>(&comm);
   if (impl == nullptr) return nullptr;
-  (void)device;
-  return nullptr;
+  // Owned by the communicator, which outlives this runtime.
+  return std::shared_ptr<cuda::DeviceCollectives>(std::shared_ptr<void>(),
+                                                  impl->deviceCollectives(device));
 }
 
 }  // namespace
