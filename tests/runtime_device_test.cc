@@ -25,6 +25,7 @@
 #include "collectives/cuda/device_staging.h"
 #include "collectives/elementwise.h"
 #include "collectives/reduce.h"
+#include "common/check.h"
 #include "runtime/runtime.h"
 #include "support/comm_world.h"
 
@@ -522,6 +523,43 @@ TEST(RuntimeDevice, AJoinedRanksOperationRunsStagedAndThePathIsMadeLater) {
     EXPECT_EQ(d.pathsMade, 1) << "made at the first operation every rank submitted";
     ASSERT_NE(d.path, nullptr);
     EXPECT_EQ(d.path->sends.size(), 1u);
+  });
+}
+
+TEST(RuntimeDevice, APathThatCannotBeMadeFailsEveryDeviceOperation) {
+  test::withCommunicators(2, test::testSettings(), [&](Communicator& c) {
+    RuntimeOptions options;
+    options.cycleTimeMs = 0.5;
+    options.stallWarningSeconds = 0;
+    options.makeStager = [] { return std::make_unique<DeviceDouble>(); };
+    int asked = 0;
+    options.makeDevicePath = [&asked](Communicator&, int) -> std::shared_ptr<HostPath> {
+      ++asked;
+      KOLO_THROW(ErrorCode::kInvalidArgument, "KOLO_DEVICE_PATH=nccl cannot run here");
+    };
+    Runtime rt(borrow(c), options);
+    for (const char* name : {"one", "two"}) {
+      std::vector<float> buf(3, 1.0f);
+      try {
+        rt.enqueue(floats(name, OpKind::kAllreduce, buf, buf.data(), true))->wait();
+        ADD_FAILURE() << name << " ran without its path";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+        EXPECT_NE(std::string(e.what()).find("KOLO_DEVICE_PATH=nccl cannot run here"),
+                  std::string::npos)
+            << e.what();
+      }
+      EXPECT_EQ(buf, std::vector<float>(3, 1.0f));
+    }
+    EXPECT_EQ(asked, 1) << "asked once";
+    std::vector<float> host(2, 1.0f);
+    rt.enqueue(floats("host", OpKind::kAllreduce, host, host.data(), false))->wait();
+    EXPECT_EQ(host, std::vector<float>(2, 2.0f)) << "the runtime goes on";
+    OpRequest end;
+    end.spec.name = "test.end";
+    end.spec.kind = OpKind::kBarrier;
+    rt.enqueue(end)->wait();
+    rt.shutdown();
   });
 }
 

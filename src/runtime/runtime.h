@@ -308,6 +308,7 @@ class Runtime {
   // rank's device it is bound to (that operation's devices).
   bool pathAsked_ = false;
   std::shared_ptr<collectives::cuda::DeviceCollectives> path_;
+  std::exception_ptr pathError_;  // making the path failed: every device operation fails
   std::vector<int32_t> pathDevices_;
   std::unique_ptr<StallInspector> stall_;     // rank 0 only
   std::string stallReason_;                   // rank 0: announced next cycle

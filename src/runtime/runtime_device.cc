@@ -68,15 +68,24 @@ Runtime::DeviceRoute Runtime::deviceRoute(const ReadyOp& r) {
   if (!pathAsked_) {
     pathAsked_ = true;
     const int device = r.devices[rank_];
-    path_ = options_.makeDevicePath ? options_.makeDevicePath(*comm_, device)
-                                    : communicatorPath(*comm_, device);
+    try {
+      path_ = options_.makeDevicePath ? options_.makeDevicePath(*comm_, device)
+                                      : communicatorPath(*comm_, device);
+    } catch (const Error&) {
+      // A forced path that cannot run, or settings that differ: the same
+      // error on every rank, for this and every later device operation.
+      pathError_ = std::current_exception();
+    }
     if (path_) pathDevices_ = r.devices;
-    KOLO_LOG(kDebug) << "runtime: device operations run on the "
-                     << (path_ ? std::string(path_->name()) + " path"
-                               : "host-staged path")
-                     << " (this rank's device " << device << ", from '" << r.spec->name
-                     << "')";
+    if (!pathError_) {
+      KOLO_LOG(kDebug) << "runtime: device operations run on the "
+                       << (path_ ? std::string(path_->name()) + " path"
+                                 : "host-staged path")
+                       << " (this rank's device " << device << ", from '" << r.spec->name
+                       << "')";
+    }
   }
+  if (pathError_) return {nullptr, pathError_};
   if (!path_) return {};
   for (int q = 0; q < size_; ++q) {
     if (r.devices[q] == pathDevices_[q]) continue;
