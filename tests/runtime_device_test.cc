@@ -391,10 +391,11 @@ TEST(RuntimeDevice, EveryKindMatchesTheHostPath) {
       OpRequest b = floats(p + "b", OpKind::kBroadcast, bin, bout.data(), onDevice);
       b.spec.root = 2;
       auto hb = rt.enqueue(b);
-      // Allgather: rank r gives r + 1 rows of 2.
-      std::vector<float> rows(2 * (rank + 1), float(rank));
+      // Allgather: rank r gives r rows of 2 (rank 0 none: the agreed
+      // spec's first dimension is 0).
+      std::vector<float> rows(2 * rank, float(rank));
       OpRequest g = floats(p + "g", OpKind::kAllgather, rows, nullptr, onDevice);
-      g.spec.shape = {rank + 1, 2};
+      g.spec.shape = {rank, 2};
       auto hg = rt.enqueue(g);
       // Reducescatter: 3 blocks of 2, average with pre- and postscale.
       std::vector<float> rsIn(6);
@@ -422,9 +423,9 @@ TEST(RuntimeDevice, EveryKindMatchesTheHostPath) {
       ha->wait();
       EXPECT_EQ(bout, std::vector<float>(6, 3.0f)) << p;
       std::vector<float> gathered;
-      for (int q = 0; q < n; ++q) gathered.insert(gathered.end(), 2 * (q + 1), float(q));
+      for (int q = 0; q < n; ++q) gathered.insert(gathered.end(), 2 * q, float(q));
       EXPECT_EQ(outputOf(hg), gathered) << p;
-      EXPECT_EQ(hg->outputShape(), (std::vector<int64_t>{6, 2})) << p;
+      EXPECT_EQ(hg->outputShape(), (std::vector<int64_t>{3, 2})) << p;
       // mean over r of 3 * (r + i) * 0.5 = 1.5 * (1 + i), i = 2 * rank + k.
       EXPECT_EQ(rsOut, (std::vector<float>{1.5f * float(2 * rank + 1),
                                            1.5f * float(2 * rank + 2)}))

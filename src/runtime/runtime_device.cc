@@ -195,6 +195,14 @@ void Runtime::runOnPath(const ReadyOp& r, Op& o, cuda::DeviceCollectives& path) 
 
 namespace {
 
+// Elements per row (first dimension) of an allgather or alltoall: the
+// agreed spec's first dimension is one rank's, and may be 0.
+size_t rowElements(const OpSpec& s) {
+  size_t n = 1;
+  for (size_t i = 1; i < s.shape.size(); ++i) n *= static_cast<size_t>(s.shape[i]);
+  return n;
+}
+
 // The one piece of a single operation's device input (or output).
 cuda::StagedPiece onePiece(int device, size_t bytes, const void* input, void* output,
                            const cuda::DeviceEntry* entry) {
@@ -234,7 +242,7 @@ void Runtime::allgatherOnPath(const ReadyOp& r, Op& o, cuda::DeviceCollectives& 
   cuda::DeviceStager& st = stager();
   const int device = path.device();
   const size_t esize = elementSize(s.dtype);
-  const size_t row = static_cast<size_t>(s.elements() / std::max<int64_t>(1, s.shape[0]));
+  const size_t row = rowElements(s);
   std::vector<size_t> counts(size_);
   int64_t rows = 0;
   for (int q = 0; q < size_; ++q) {
@@ -292,7 +300,7 @@ void Runtime::alltoallOnPath(const ReadyOp& r, Op& o, cuda::DeviceCollectives& p
   cuda::DeviceStager& st = stager();
   const int device = path.device();
   const size_t esize = elementSize(s.dtype);
-  const size_t row = static_cast<size_t>(s.elements() / std::max<int64_t>(1, s.shape[0]));
+  const size_t row = rowElements(s);
   std::vector<int64_t> mine;
   const std::vector<int64_t> matrix = alltoallMatrix(r, &o, mine);
   std::vector<size_t> sendCounts(size_), recvCounts(size_);
