@@ -1,24 +1,30 @@
 // The hierarchical device path (collectives/cuda/hier_collectives.h) across
-// real processes on pretend hosts, with host doubles for what needs a GPU:
-// the intra-host DeviceCollectives is a team of the host's ranks running
-// kolo's host collectives (TeamCollectives), and the device memory is host
-// memory (HostDeviceMemory). What runs for real: the composition, the
-// communicator's cross-host transport and host algorithms, the tags of
-// HierHost, uneven hosts. Every result is compared bit for bit with the
+// real processes on pretend hosts, with host doubles for what needs a GPU.
+// Inside hosts: (1) a team of the host's ranks running kolo's host
+// collectives (TeamCollectives), on host memory; (2) the real CUDA IPC
+// collectives over the IPC host double (support/ipc_host_device.h: "device
+// memory" in POSIX shared memory, a stream as a worker thread). What runs
+// for real: the composition, the communicator's cross-host transport and
+// host algorithms, the tags of HierHost, uneven hosts, and in (2) the IPC
+// protocol under it. Every result is compared bit for bit with the
 // same reduction done locally by kolo's CPU kernels.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "api/communicator_impl.h"
 #include "collectives/cuda/hier_collectives.h"
+#include "collectives/cuda/ipc_collectives.h"
 #include "collectives/reduce.h"
 #include "common/check.h"
 #include "support/comm_world.h"
+#include "support/device_checks.h"
+#include "support/ipc_host_device.h"
 #include "support/process_ranks.h"
 
 namespace kolo {
@@ -77,141 +83,18 @@ class TeamCollectives : public dc::DeviceCollectives {
   std::shared_ptr<Communicator> team_;
 };
 
-// Small whole numbers, exact in every dtype and under every op's reduction
-// in any order: 1..5 (products of 1s and 2s for kProduct).
-double valueAt(int rank, size_t i, ReduceOp op) {
-  if (op == ReduceOp::kProduct) return (rank + i) % 3 == 0 ? 2 : 1;
-  return double((rank * 7 + i * 3) % 5 + 1);
-}
+// The cases: the pretend host of every rank.
+const std::vector<std::vector<int>> kHostCases = {
+    {0, 0, 1, 1},     // even
+    {0, 0, 0, 1, 1},  // uneven: two shards
+    {0, 1, 0, 1, 2},  // interleaved, one host of one rank: one shard
+};
 
-void store(DataType t, void* buf, size_t i, double v) {
-  switch (t) {
-    case DataType::kFloat32: static_cast<float*>(buf)[i] = float(v); break;
-    case DataType::kFloat64: static_cast<double*>(buf)[i] = v; break;
-    case DataType::kFloat16:
-      static_cast<uint16_t*>(buf)[i] = collectives::floatToHalf(float(v));
-      break;
-    case DataType::kBFloat16:
-      static_cast<uint16_t*>(buf)[i] = collectives::floatToBfloat16(float(v));
-      break;
-    case DataType::kInt32: static_cast<int32_t*>(buf)[i] = int32_t(v); break;
-    case DataType::kInt64: static_cast<int64_t*>(buf)[i] = int64_t(v); break;
-    case DataType::kUInt8: static_cast<uint8_t*>(buf)[i] = uint8_t(v); break;
-  }
-}
-
-std::vector<uint8_t> inputOf(int rank, size_t count, DataType t, ReduceOp op) {
-  std::vector<uint8_t> buf(count * elementSize(t) + 1);
-  for (size_t i = 0; i < count; ++i) store(t, buf.data(), i, valueAt(rank, i, op));
-  return buf;
-}
-
-// The reduction of every rank's input by the CPU kernels, rank by rank.
-std::vector<uint8_t> expectedOf(int size, size_t count, DataType t, ReduceOp op) {
-  const ReduceOp r = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
-  std::vector<uint8_t> acc = inputOf(0, count, t, op);
-  for (int q = 1; q < size; ++q) {
-    const std::vector<uint8_t> in = inputOf(q, count, t, op);
-    if (count > 0) collectives::reduce2(acc.data(), acc.data(), in.data(), count, t, r);
-  }
-  if (op == ReduceOp::kAverage && count > 0) {
-    collectives::divideInPlace(acc.data(), count, t, size);
-  }
-  return acc;
-}
-
-// Reports a mismatch on this rank's output; false when there was one.
-bool same(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, size_t bytes,
-          const std::string& what) {
-  if (bytes == 0 || std::memcmp(got.data(), want.data(), bytes) == 0) return true;
-  size_t at = 0;
-  while (got[at] == want[at]) ++at;
-  std::printf("MISMATCH %s at byte %zu: %d != %d\n", what.c_str(), at, got[at], want[at]);
-  return false;
-}
-
-bool checkAllreduce(dc::DeviceCollectives& hier, int rank, int size) {
-  bool ok = true;
-  for (int t = 0; t < kNumDataTypes; ++t) {
-    for (int o = 0; o < kNumReduceOps; ++o) {
-      const auto dtype = static_cast<DataType>(t);
-      const auto op = static_cast<ReduceOp>(o);
-      for (size_t count : {size_t{0}, size_t{1}, size_t{4}, size_t{1003}}) {
-        const std::string what = "allreduce " + std::string(toString(dtype)) + " " +
-                                 std::string(toString(op)) + " count " +
-                                 std::to_string(count);
-        const size_t bytes = count * elementSize(dtype);
-        const std::vector<uint8_t> want = expectedOf(size, count, dtype, op);
-        std::vector<uint8_t> buf = inputOf(rank, count, dtype, op);
-        std::vector<uint8_t> out(buf.size());
-        hier.allreduce(buf.data(), out.data(), count, dtype, op, nullptr);
-        ok &= same(out, want, bytes, what);
-        hier.allreduce(buf.data(), buf.data(), count, dtype, op, nullptr);  // in place
-        ok &= same(buf, want, bytes, what + " in place");
-      }
-    }
-  }
-  return ok;
-}
-
-// broadcast from every root; allgather, reduceScatter and alltoall with
-// counts that differ by rank (zeros included).
-bool checkOthers(dc::DeviceCollectives& hier, int rank, int size) {
-  bool ok = true;
-  const DataType t = DataType::kFloat32;
-  for (int root = 0; root < size; ++root) {
-    std::vector<uint8_t> buf = inputOf(rank, 37, t, ReduceOp::kSum);
-    hier.broadcast(buf.data(), 37, t, root, nullptr);
-    ok &= same(buf, inputOf(root, 37, t, ReduceOp::kSum), 37 * 4,
-               "broadcast from " + std::to_string(root));
-  }
-  std::vector<size_t> counts(size);
-  for (int r = 0; r < size; ++r) counts[r] = r % 3 == 1 ? 0 : size_t(r + 2);
-  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
-  std::vector<uint8_t> want(total * 4 + 1), got(total * 4 + 1);
-  for (int r = 0, at = 0; r < size; at += int(counts[r]), ++r) {
-    for (size_t i = 0; i < counts[r]; ++i) store(t, want.data(), at + i, r * 100 + i);
-  }
-  const size_t mine = std::accumulate(counts.begin(), counts.begin() + rank, size_t{0});
-  hier.allgather(want.data() + mine * 4, got.data(), counts, t, nullptr);
-  ok &= same(got, want, total * 4, "allgather");
-
-  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax}) {
-    const std::vector<uint8_t> whole = expectedOf(size, total, t, op);
-    std::vector<uint8_t> in = inputOf(rank, total, t, op), block(total * 4 + 1);
-    hier.reduceScatter(in.data(), block.data(), counts, t, op, nullptr);
-    std::vector<uint8_t> expect(whole.begin() + mine * 4, whole.end());
-    ok &= same(block, expect, counts[rank] * 4,
-               "reducescatter " + std::string(toString(op)));
-  }
-
-  // alltoall: rank r sends (r + j) % 3 elements to rank j, valued r*1000 + j*10 + i.
-  auto n = [](int from, int to) { return size_t((from + to) % 3); };
-  std::vector<size_t> sendCounts(size), recvCounts(size);
-  for (int j = 0; j < size; ++j) sendCounts[j] = n(rank, j), recvCounts[j] = n(j, rank);
-  std::vector<uint8_t> out(64 * 4), in(64 * 4), expect(64 * 4);
-  for (int j = 0, s = 0, r = 0; j < size;
-       s += int(sendCounts[j]), r += int(recvCounts[j]), ++j) {
-    for (size_t i = 0; i < sendCounts[j]; ++i)
-      store(t, out.data(), s + i, rank * 1000 + j * 10 + i);
-    for (size_t i = 0; i < recvCounts[j]; ++i)
-      store(t, expect.data(), r + i, j * 1000 + rank * 10 + i);
-  }
-  hier.alltoall(out.data(), sendCounts, in.data(), recvCounts, t, nullptr);
-  ok &= same(in, expect,
-             std::accumulate(recvCounts.begin(), recvCounts.end(), size_t{0}) * 4,
-             "alltoall");
-  return ok;
-}
-
-// Each case: the pretend host of every rank.
-TEST(HierCollectives, EveryCollectiveAcrossPretendHostsMatchesTheCpu) {
-  const std::vector<std::vector<int>> cases = {
-      {0, 0, 1, 1},     // even
-      {0, 0, 0, 1, 1},  // uneven: two shards
-      {0, 1, 0, 1, 2},  // interleaved, one host of one rank: one shard
-  };
-  for (const std::vector<int>& hostOf : cases) {
+// Runs body(comm, the host's ranks) on forked ranks on the pretend hosts
+// of each case; every rank must exit with 0.
+void runCases(const std::function<int(api::CommunicatorImpl&, const std::vector<int>&,
+                                      const std::string& address)>& body) {
+  for (const std::vector<int>& hostOf : kHostCases) {
     const int n = static_cast<int>(hostOf.size());
     test::ProcessRanks ranks(n, [&](int rank, const std::string& address) {
       CommunicatorConfig config;
@@ -225,23 +108,109 @@ TEST(HierCollectives, EveryCollectiveAcrossPretendHostsMatchesTheCpu) {
       for (int r = 0; r < n; ++r) {
         if (hostOf[r] == hostOf[rank]) mates.push_back(r);
       }
-      auto team = comm.split(mates, "intra" + std::to_string(hostOf[rank]));
-      auto hier = comm.hierarchical(std::make_unique<TeamCollectives>(team),
-                                    std::make_unique<dc::HostDeviceMemory>());
-      bool ok = checkAllreduce(*hier, rank, n);
-      ok = checkOthers(*hier, rank, n) && ok;
-      hier.reset();
-      team.reset();
+      const int code = body(comm, mates, address);
       comm.barrier();
-      return ok ? 0 : 1;
+      return code;
     });
-    for (const test::RankOutcome& o : ranks.waitAll(std::chrono::seconds(90))) {
+    const auto outcomes = ranks.waitAll(std::chrono::seconds(90));
+    for (const test::RankOutcome& o : outcomes) {
+      test::removeHostDeviceSegments(ranks.pid(o.rank));
       EXPECT_TRUE(o.exited && o.exitCode == 0 && !o.hung)
           << "hosts case of " << n << " ranks, rank " << o.rank << " exit " << o.exitCode
           << (o.hung ? " hung" : "") << ":\n"
           << o.output;
     }
   }
+}
+
+// The intra-host path as a team running kolo's host collectives; buffers in
+// plain host memory.
+TEST(HierCollectives, OverATeamInsideHostsEveryCollectiveMatchesTheCpu) {
+  runCases(
+      [](api::CommunicatorImpl& comm, const std::vector<int>& mates, const std::string&) {
+        auto team = comm.split(mates, "intra" + std::to_string(comm.layout().crossRank));
+        auto hier = comm.hierarchical(std::make_unique<TeamCollectives>(team),
+                                      std::make_unique<dc::HostDeviceMemory>());
+        std::vector<uint8_t> a(test::kRigBufferBytes), b(test::kRigBufferBytes);
+        test::Rig rig =
+            test::Rig::hostAddressable(hier.get(), a.data(), b.data(), nullptr, [] {});
+        return test::checkAll(rig, comm.rank(), comm.size()) ? 0 : 1;
+      });
+}
+
+// DeviceMemory over the CUDA IPC host double: "device memory" is the
+// double's (exportable) shared memory, the stream its worker thread.
+class IpcDoubleMemory : public dc::DeviceMemory {
+ public:
+  IpcDoubleMemory(std::shared_ptr<test::IpcHostDevice> device, test::HostStream& stream)
+      : device_(std::move(device)), stream_(stream) {}
+  ~IpcDoubleMemory() override {
+    for (auto& s : scratch_) {
+      if (s.data != nullptr) device_->release(s.data);
+    }
+  }
+  void toHost(void* host, const void* device, size_t bytes, void*) override {
+    stream_.drain();
+    if (bytes > 0) std::memcpy(host, device, bytes);
+  }
+  void toDevice(void* device, const void* host, size_t bytes, void*) override {
+    stream_.drain();
+    if (bytes > 0) std::memcpy(device, host, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes, void*) override {
+    stream_.drain();
+    if (bytes > 0) std::memmove(dst, src, bytes);
+  }
+  uint8_t* hostScratch(size_t bytes, int slot) override {
+    if (host_[slot].size() <= bytes) host_[slot].resize(bytes + 1);
+    return host_[slot].data();
+  }
+  void* deviceScratch(size_t bytes, int slot) override {
+    Scratch& s = scratch_[slot];
+    if (s.data == nullptr || s.bytes <= bytes) {
+      stream_.drain();
+      if (s.data != nullptr) device_->release(s.data);
+      s.bytes = bytes + 1;
+      s.data = device_->allocate(s.bytes);
+    }
+    return s.data;
+  }
+
+ private:
+  struct Scratch {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  std::shared_ptr<test::IpcHostDevice> device_;
+  test::HostStream& stream_;
+  std::vector<uint8_t> host_[2];
+  Scratch scratch_[2];
+};
+
+// The intra-host path is the real CUDA IPC collectives (IpcCollectives)
+// over the host double of the device.
+TEST(HierCollectives, OverCudaIpcInsideHostsEveryCollectiveMatchesTheCpu) {
+  runCases([](api::CommunicatorImpl& comm, const std::vector<int>& mates,
+              const std::string& address) {
+    auto store = rendezvous::openStore(address, false, std::chrono::seconds(20));
+    auto device = std::make_shared<test::IpcHostDevice>();
+    test::HostStream stream(20);
+    dc::IpcOptions o;
+    o.localRank = comm.layout().localRank;
+    o.localSize = comm.layout().localSize;
+    o.globalRanks = mates;
+    o.timeout = std::chrono::seconds(20);
+    o.name = "hier/host" + std::to_string(comm.layout().crossRank);
+    auto hier = comm.hierarchical(dc::makeIpcCollectives(o, *store, device),
+                                  std::make_unique<IpcDoubleMemory>(device, stream));
+    test::Rig rig = test::Rig::hostAddressable(
+        hier.get(), device->allocate(test::kRigBufferBytes),
+        device->allocate(test::kRigBufferBytes), &stream, [&] { stream.drain(); });
+    const bool ok = test::checkAll(rig, comm.rank(), comm.size());
+    stream.drain();
+    hier.reset();
+    return ok ? 0 : 1;
+  });
 }
 
 }  // namespace

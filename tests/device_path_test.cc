@@ -356,6 +356,14 @@ TEST_F(DevicePathProcesses, WithoutADeviceEveryRankStages) {
   }
 }
 
+// A job of one rank (no store): the same answer.
+TEST_F(DevicePathProcesses, OneRankStagesToo) {
+  const auto outputs = runJob(
+      {"a"}, [](int) { return "auto"; },
+      [](api::CommunicatorImpl& comm, int) { return printPath(comm, 0); });
+  EXPECT_TRUE(contains(outputs.at(0), "path staged text 'staged'\n")) << outputs.at(0);
+}
+
 TEST_F(DevicePathProcesses, ForcedPathsFailByNameOnEveryRank) {
   for (const char* forced : {"ipc", "nccl", "hier"}) {
     const auto outputs = runJob(

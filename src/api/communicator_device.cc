@@ -3,10 +3,14 @@
 // allgathers (the records' lengths, then the records), the pure choice of
 // collectives/cuda/device_path.h, then the chosen object built once and
 // kept for the communicator's life.
+#include <condition_variable>
+#include <map>
 #include <sstream>
 
 #include "api/communicator_impl.h"
 #include "collectives/cuda/hier_collectives.h"
+#include "collectives/cuda/ipc_collectives.h"
+#include "collectives/cuda/nccl_collectives.h"
 #include "common/check.h"
 #include "common/logging.h"
 
@@ -39,6 +43,40 @@ struct CommunicatorImpl::DevicePath {
   std::exception_ptr failed;  // the first call's error, thrown again
   std::unique_ptr<dc::DeviceCollectives> collectives;
 };
+
+namespace {
+
+// The store of a one-rank communicator, which has none: the device paths'
+// factories meet their peers through a store, and with one rank there are
+// none to meet.
+class LocalStore : public rendezvous::Store {
+ public:
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    values_[key] = value;
+    changed_.notify_all();
+  }
+  std::vector<uint8_t> get(const std::string& key,
+                           std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!changed_.wait_for(lock, timeout, [&] { return values_.count(key) > 0; })) {
+      KOLO_THROW(ErrorCode::kTimeout, "store key '" << key << "' never set (one rank)");
+    }
+    return values_[key];
+  }
+  int64_t add(const std::string& key, int64_t delta) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return counters_[key] += delta;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<std::string, std::vector<uint8_t>> values_;
+  std::map<std::string, int64_t> counters_;
+};
+
+}  // namespace
 
 dc::DeviceTopology CommunicatorImpl::gatherDeviceTopology(const dc::RankDevice& mine) {
   const std::vector<uint8_t> bytes = dc::encodeRankDevice(mine);
@@ -124,19 +162,42 @@ std::unique_ptr<dc::DeviceCollectives> CommunicatorImpl::hierarchical(
       std::move(intra), *deviceHost_, std::move(memory), topology_.hosts, rank());
 }
 
-// The chosen path's object; nullptr for staging. The flat and intra-host
-// paths come from the CUDA IPC and NCCL backends.
+// The chosen path's object; nullptr for staging. ipc serves the ranks of
+// this host (for the flat path, all ranks); nccl the whole group, or the
+// host's ranks inside hier. Store keys live under this communicator's name
+// (its generation included).
 std::unique_ptr<dc::DeviceCollectives> CommunicatorImpl::buildDevicePath(
     int device, const dc::DevicePathChoice& choice) {
-  switch (choice.path) {
-    case dc::DevicePath::kStaged: return nullptr;
-    case dc::DevicePath::kIpc:
-    case dc::DevicePath::kNccl:
-    case dc::DevicePath::kHier: break;
+  const bool flat = choice.path != dc::DevicePath::kHier;
+  const dc::DevicePath kind = flat ? choice.path : choice.intra;
+  if (kind == dc::DevicePath::kStaged) return nullptr;
+  if (!store_ && !localStore_) localStore_ = std::make_shared<LocalStore>();
+  rendezvous::Store& store = store_ ? *store_ : *localStore_;
+  const std::string host = "/host" + std::to_string(layout().crossRank);
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(settings_.timeoutSeconds * 1000));
+  std::unique_ptr<dc::DeviceCollectives> inner;
+  if (kind == dc::DevicePath::kIpc) {
+    dc::IpcOptions o;
+    o.localRank = layout().localRank;
+    o.localSize = layout().localSize;
+    o.globalRanks = topology_.localRanks();
+    o.device = device;
+    o.timeout = timeout;
+    o.name = config_.name + "/device/ipc" + host;
+    inner = dc::makeIpcCollectives(o, store);
+  } else {
+    dc::NcclOptions o;
+    o.rank = flat ? rank() : layout().localRank;
+    o.size = flat ? size() : layout().localSize;
+    if (!flat) o.globalRanks = topology_.localRanks();
+    o.device = device;
+    o.timeout = timeout;
+    o.key = config_.name + "/device/nccl" + (flat ? std::string() : host);
+    inner = dc::makeNcclCollectives(o, store);
   }
-  KOLO_THROW(ErrorCode::kInternal, "device path " << choice.text() << " for CUDA device "
-                                                  << device
-                                                  << " is not built in this kolo");
+  if (flat) return inner;
+  return hierarchical(std::move(inner), dc::cudaDeviceMemory(device));
 }
 
 }  // namespace kolo::api

@@ -280,6 +280,8 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
   std::shared_ptr<DevicePath> devicePath_;  // null until the first choice
   std::mutex deviceHostMu_;                 // guards deviceHost_
   std::shared_ptr<DeviceHost> deviceHost_;  // HierHost of the hier path
+  // With one rank (no store_): the store the device paths' factories use.
+  std::shared_ptr<rendezvous::Store> localStore_;
   OpQueue queue_;  // last member: destroyed first, draining pending work
 };
 

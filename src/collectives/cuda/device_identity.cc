@@ -30,7 +30,7 @@ std::string uuidOf(const cudaDeviceProp& prop) {
 }  // namespace
 
 DeviceIdentity identifyDevice(int device) {
-  checkDevice("device topology", device);
+  checkDevice("collectives", device);
   DeviceIdentity id;
   cudaDeviceProp prop{};
   check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties", device);

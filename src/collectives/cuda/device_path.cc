@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "collectives/cuda/device_identity.h"
-#include "collectives/cuda/nccl_library.h"
+#include "collectives/cuda/nccl_collectives.h"
 #include "common/byte_codec.h"
 #include "common/check.h"
 #include "common/rank_text.h"
@@ -327,17 +327,14 @@ namespace {
 
 // Why NCCL cannot run in this process; empty when it can.
 std::string ncclUnusableHere() {
-  try {
-    (void)NcclLibrary::load();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return {};
+  return ncclAvailability().reason;  // empty when NCCL can run
 }
 
 // Why CUDA IPC collectives cannot run in this process; empty when they can.
+// (Peer access between GPUs is the record's `peers`, judged per host by
+// the choice; a usable device in a CUDA build is all IPC needs here.)
 std::string ipcUnusableHere(int) {
-  return "the CUDA IPC collectives are not in this build";
+  return {};
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 namespace kolo::collectives::cuda {
 
 DeviceIdentity identifyDevice(int device) {
-  checkDevice("device topology", device);  // throws: no CUDA support
+  checkDevice("collectives", device);  // throws: no CUDA support
   KOLO_THROW(ErrorCode::kInternal, "identifyDevice without CUDA support");
 }
 
