@@ -36,7 +36,9 @@ struct CudaSupport {
   bool built = false;   // libkolo was built with CUDA (KOLO_WITH_CUDA)
   int devices = 0;      // devices this process can use
   std::string reason;   // why devices is 0; empty otherwise
-  int ncclVersion = 0;  // NCCL behind the collectives (0: none yet)
+  int ncclVersion = 0;  // NCCL's version when it is usable as a backend (a
+                        // build with CUDA where libnccl.so.2 >= 2.14.3
+                        // loads), else 0
 };
 
 CudaSupport cudaSupport();
