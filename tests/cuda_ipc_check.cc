@@ -15,12 +15,14 @@
 // 70001 elements), broadcast from every root, allgather with uneven counts
 // (one rank 0) in place and not, reduceScatter with uneven counts (every
 // dtype and op), alltoall with uneven splits, and memory that cannot be
-// exported (host double: heap memory; CUDA: cudaMallocAsync pool memory).
+// exported (host double: heap memory; CUDA: cudaMallocAsync pool memory),
+// and the allreduces again with IpcOptions::oneWriter.
 // With CUDA also the reduceToMany kernel against the CPU kernels on
 // random values with NaN, infinities and subnormals (one rank).
 // --bench (CUDA): 256 MiB float32 allreduce through IPC against the
-// device's own device-to-device cudaMemcpy of the same buffer, one line
-// "bench ipc_allreduce_GBps=... d2d_copy_GBps=... ratio=..." (rank 0).
+// device's own device-to-device cudaMemcpy of the same buffer, a line
+// "bench slices ranks=N ipc_allreduce_GBps=... d2d_copy_GBps=... ratio=..."
+// (rank 0), then the same with IpcOptions::oneWriter ("bench one_writer").
 //
 // Exit status 0 when every check of every rank passed (the ranks agree
 // through a host allreduce of their failure counts), 1 otherwise.
@@ -46,8 +48,8 @@ namespace cuda = kolo::collectives::cuda;
 using test::CheckMemory;
 using Bytes = std::vector<uint8_t>;
 
-const DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                            DataType::kBFloat16, DataType::kInt32, DataType::kInt64,
+const DataType kDtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+                            DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
                             DataType::kUInt8};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
                          ReduceOp::kMax, ReduceOp::kProduct};
@@ -74,9 +76,11 @@ struct Checker {
     }
   }
 
-  static std::string name(const char* c, DataType d, ReduceOp op, size_t count, bool inPlace) {
-    return std::string(c) + " " + std::string(toString(d)) + " " + std::string(toString(op)) +
-           " count " + std::to_string(count) + (inPlace ? " in place" : "");
+  static std::string name(const char* c, DataType d, ReduceOp op, size_t count,
+                          bool inPlace) {
+    return std::string(c) + " " + std::string(toString(d)) + " " +
+           std::string(toString(op)) + " count " + std::to_string(count) +
+           (inPlace ? " in place" : "");
   }
 
   void allreduce(DataType d, ReduceOp op, size_t count, bool inPlace, bool exportable) {
@@ -141,7 +145,8 @@ struct Checker {
     ipc.allgather(send, recv, counts, d, memory.stream());
     expectSame(want, memory.download(recv, total * es), d,
                std::string("allgather ") + std::string(toString(d)) +
-                   (inPlace ? " in place" : "") + (exportable ? "" : " (not exportable)"));
+                   (inPlace ? " in place" : "") +
+                   (exportable ? "" : " (not exportable)"));
     memory.freeAll();
   }
 
@@ -163,7 +168,8 @@ struct Checker {
     o.dtype = d;
     o.op = op;
     host.allreduce(o);
-    const Bytes want(all.begin() + offset * es, all.begin() + (offset + counts[rank]) * es);
+    const Bytes want(all.begin() + offset * es,
+                     all.begin() + (offset + counts[rank]) * es);
     void* send = memory.alloc(total * es, true);
     void* recv = memory.alloc(counts[rank] * es, true);
     memory.upload(send, input.data(), total * es);
@@ -271,15 +277,28 @@ int run(int argc, char** argv) {
   options.localSize = size;
   for (int r = 0; r < size; ++r) options.globalRanks.push_back(r);
   options.device = memory->device();
-  options.timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(settings.timeoutSeconds * 1000));
+  options.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(settings.timeoutSeconds * 1000));
   options.name = "cuda_ipc_check";
   auto ipc = memory->makeCollectives(options, *store);
   Checker checker{*host, *ipc, *memory, rank, size};
   if (bench) {
-    test::benchAllreduce(*ipc, *memory, rank);
+    test::benchAllreduce(*ipc, *memory, rank, "slices");
+    options.oneWriter = true;
+    options.name = "cuda_ipc_check_one_writer";
+    auto oneWriter = memory->makeCollectives(options, *store);
+    test::benchAllreduce(*oneWriter, *memory, rank, "one_writer");
   } else {
     checker.runAll();
+    // The same allreduces with one kernel on local rank 0 (oneWriter).
+    options.oneWriter = true;
+    options.name = "cuda_ipc_check_one_writer";
+    auto oneWriter = memory->makeCollectives(options, *store);
+    Checker second{*host, *oneWriter, *memory, rank, size};
+    for (DataType d : kDtypes)
+      for (ReduceOp op : kOps) second.allreduce(d, op, 1037, d == DataType::kInt32, true);
+    checker.checks += second.checks;
+    checker.failures += second.failures;
     if (device == "cuda")
       checker.failures += test::checkKernelOnDevice(*memory, rank, &checker.checks);
   }

@@ -11,6 +11,7 @@
 //   in the middle of a collective, each named within KOLO_TIMEOUT.
 // Every collective, dtype and op between 2 and 3 processes runs in
 // cuda_ipc_check (CTest cuda_ipc_host_2ranks / _3ranks, under kolorun).
+#include <execinfo.h>
 #include <gtest/gtest.h>
 #include <kolo/error.h>
 #include <signal.h>
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <random>
@@ -145,19 +147,20 @@ TEST(IpcSupport, OneGpuOrEveryPairWithPeerAccessVisibleHere) {
   const auto all = [](const std::string&) { return true; };
   const auto none = [](const std::string&, const std::string&) { return false; };
   const auto peers = [](const std::string&, const std::string&) { return true; };
-  auto r = cuda::ipcSupportWith({"0000:3b:00.0", "0000:3b:00.0", "0000:3b:00.0"}, all, none);
+  auto r =
+      cuda::ipcSupportWith({"0000:3b:00.0", "0000:3b:00.0", "0000:3b:00.0"}, all, none);
   EXPECT_TRUE(r.usable) << r.reason;
   EXPECT_NE(r.reason.find("share GPU 0000:3b:00.0"), std::string::npos) << r.reason;
   r = cuda::ipcSupportWith({"0000:3b:00.0", "0000:5e:00.0"}, all, peers);
   EXPECT_TRUE(r.usable) << r.reason;
-  r = cuda::ipcSupportWith({"0000:3b:00.0", "0000:5e:00.0"}, all,
-                           [](const std::string& a, const std::string&) {
-                             return a == "0000:3b:00.0";
-                           });
+  r = cuda::ipcSupportWith(
+      {"0000:3b:00.0", "0000:5e:00.0"}, all,
+      [](const std::string& a, const std::string&) { return a == "0000:3b:00.0"; });
   EXPECT_FALSE(r.usable);
   EXPECT_EQ(r.reason, "GPU 0000:5e:00.0 has no peer access to GPU 0000:3b:00.0");
-  r = cuda::ipcSupportWith({"0000:3b:00.0", "0000:5e:00.0"},
-                           [](const std::string& g) { return g != "0000:5e:00.0"; }, peers);
+  r = cuda::ipcSupportWith(
+      {"0000:3b:00.0", "0000:5e:00.0"},
+      [](const std::string& g) { return g != "0000:5e:00.0"; }, peers);
   EXPECT_FALSE(r.usable);
   EXPECT_EQ(r.reason, "GPU 0000:5e:00.0 is not visible to this process");
   r = cuda::ipcSupportWith({"0000:3b:00.0", ""}, all, peers);
@@ -172,7 +175,28 @@ TEST(IpcSupport, WithoutADeviceItSaysWhy) {
   EXPECT_FALSE(r.reason.empty());
 }
 
-// ---- the fan-in's per-element arithmetic, on the host ----------------------------------
+TEST(IpcCollectivesFactory, WithoutADeviceItSaysWhy) {
+  if (cuda::probeDevices().count > 0) GTEST_SKIP() << "a CUDA device is present";
+  char dir[] = "/tmp/kolo-ipc-factory-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  auto store = kolo::rendezvous::openStore(std::string("file://") + dir, false, 5s);
+  cuda::IpcOptions o;
+  o.globalRanks = {0};
+  try {
+    cuda::makeIpcCollectives(o, *store);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("CUDA IPC collectives: "), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(cuda::probeDevices().reason), std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// ---- the fan-in's per-element arithmetic, on the host
+// ----------------------------------
 
 // Floats mostly in [-4, 4] with NaN, infinities, signed zeros, subnormals
 // and values near overflow; integers over their whole range.
@@ -204,7 +228,9 @@ std::vector<uint8_t> randomInput(DataType dtype, size_t count, unsigned seed) {
         put(kolo::collectives::floatToBfloat16Bits(static_cast<float>(v)));
         break;
       case DataType::kInt32: put(static_cast<int32_t>(rng())); break;
-      case DataType::kInt64: put(static_cast<int64_t>((uint64_t{rng()} << 32) ^ rng())); break;
+      case DataType::kInt64:
+        put(static_cast<int64_t>((uint64_t{rng()} << 32) ^ rng()));
+        break;
       case DataType::kUInt8: put(static_cast<uint8_t>(rng())); break;
     }
   }
@@ -228,9 +254,9 @@ bool isNan(DataType dtype, const uint8_t* p) {
   }
 }
 
-constexpr DataType kDtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                                DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
-                                DataType::kUInt8};
+constexpr DataType kDtypes[] = {
+    DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
+    DataType::kInt32,   DataType::kInt64,   DataType::kUInt8};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
                              ReduceOp::kMax, ReduceOp::kProduct};
 
@@ -256,7 +282,8 @@ TEST(IpcFanIn, EveryDtypeAndOpMatchesTheCpuKernelsOnTheHost) {
           kolo::collectives::divideInPlace(want.data(), count, dtype, n);
         std::vector<uint8_t> other(count * es);
         std::vector<uint8_t> firstInput = inputs[0];
-        void* dsts[2] = {inputs[0].data(), other.data()};  // dsts[0] is source 0: in place
+        void* dsts[2] = {inputs[0].data(),
+                         other.data()};  // dsts[0] is source 0: in place
         device.reduce(dsts, 2, srcs.data(), n, count, dtype, op, &stream);
         stream.drain();
         for (const auto* got : {&inputs[0], &other}) {
@@ -264,8 +291,9 @@ TEST(IpcFanIn, EveryDtypeAndOpMatchesTheCpuKernelsOnTheHost) {
             if (std::memcmp(&want[i], &(*got)[i], es) == 0 ||
                 (isNan(dtype, &want[i]) && isNan(dtype, &(*got)[i])))
               continue;
-            ADD_FAILURE() << kolo::toString(dtype) << " " << kolo::toString(op) << " n=" << n
-                          << ": element " << i / es << " differs from the CPU kernels";
+            ADD_FAILURE() << kolo::toString(dtype) << " " << kolo::toString(op)
+                          << " n=" << n << ": element " << i / es
+                          << " differs from the CPU kernels";
             break;
           }
         }
@@ -274,7 +302,8 @@ TEST(IpcFanIn, EveryDtypeAndOpMatchesTheCpuKernelsOnTheHost) {
   }
 }
 
-// ---- the protocol between processes ----------------------------------------------------
+// ---- the protocol between processes
+// ----------------------------------------------------
 
 // A rank's side of a test: its collectives (over its own host double),
 // stream and device.
@@ -293,6 +322,12 @@ std::vector<kolo::test::RankOutcome> runRanks(
     const std::function<void(RankSide&)>& script,
     const std::function<void(kolo::test::ProcessRanks&)>& parent = nullptr) {
   kolo::test::ProcessRanks ranks(n, [&](int rank, const std::string& rendezvous) {
+    signal(SIGSEGV, [](int) {
+      void* frames[40];
+      int n = backtrace(frames, 40);
+      backtrace_symbols_fd(frames, n, 1);
+      _exit(77);
+    });
     try {
       auto store = kolo::rendezvous::openStore(rendezvous, false, 20s);
       auto device = std::make_shared<kolo::test::IpcHostDevice>();
@@ -314,6 +349,10 @@ std::vector<kolo::test::RankOutcome> runRanks(
   });
   if (parent) parent(ranks);
   auto outcomes = ranks.waitAll(60s);
+  for (auto& o : outcomes) {
+    o.output += "\n[exited " + std::to_string(o.exited) + " code " +
+                std::to_string(o.exitCode) + " signal " + std::to_string(o.signal) + "]";
+  }
   for (int r = 0; r < n; ++r) kolo::test::removeHostDeviceSegments(ranks.pid(r));
   return outcomes;
 }
@@ -346,6 +385,31 @@ TEST(IpcProtocol, MappingsAreMadeOncePerPeerBufferAcrossCalls) {
   }
 }
 
+// Stream order: each rank's input is written by work on its stream,
+// enqueued right before the call, rank 0's late (150 ms); every rank's
+// kernel must still read it (the peers' streams wait on its ready event).
+TEST(IpcProtocol, InputsWrittenOnTheStreamBeforeTheCallAreRead) {
+  const auto outcomes = runRanks(3, 20s, [](RankSide& s) {
+    constexpr int kCount = 3000;
+    auto* send = static_cast<int32_t*>(s.device.allocate(kCount * sizeof(int32_t)));
+    auto* recv = static_cast<int32_t*>(s.device.allocate(kCount * sizeof(int32_t)));
+    for (int i = 0; i < kCount; ++i) send[i] = -1000;
+    const int rank = s.rank;
+    s.stream.enqueue([send, rank] {
+      if (rank == 0) std::this_thread::sleep_for(150ms);
+      for (int i = 0; i < kCount; ++i) send[i] = rank + 1;
+    });
+    s.ipc.allreduce(send, recv, kCount, DataType::kInt32, ReduceOp::kSum, &s.stream);
+    for (int i = 0; i < kCount; ++i) {
+      if (recv[i] != 6) {
+        std::printf("rank %d element %d = %d\n", s.rank, i, recv[i]);
+        _exit(3);
+      }
+    }
+  });
+  for (const auto& o : outcomes) EXPECT_TRUE(o.exited && o.exitCode == 0) << o.output;
+}
+
 TEST(IpcProtocol, DisagreeingCallsFailOnEveryRankAndBreakTheObject) {
   const auto outcomes = runRanks(2, 20s, [](RankSide& s) {
     void* buf = s.device.allocate(64 * sizeof(float));
@@ -359,7 +423,8 @@ TEST(IpcProtocol, DisagreeingCallsFailOnEveryRankAndBreakTheObject) {
     s.ipc.allreduce(buf, buf, 10, DataType::kFloat32, ReduceOp::kSum, &s.stream);
   });
   for (const auto& o : outcomes) {
-    EXPECT_NE(o.output.find(codeText(ErrorCode::kMismatch)), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find(codeText(ErrorCode::kMismatch)), std::string::npos)
+        << o.output;
     EXPECT_NE(o.output.find("count 12"), std::string::npos) << o.output;
     EXPECT_NE(o.output.find("count 10"), std::string::npos) << o.output;
     const std::string other = "rank " + std::to_string(1 - o.rank) + " called";
@@ -371,14 +436,15 @@ TEST(IpcProtocol, ASilentPeerIsNamedWithinTheTimeout) {
   const auto outcomes = runRanks(3, 1500ms, [](RankSide& s) {
     void* buf = s.device.allocate(1024 * sizeof(float));
     if (s.rank == 2) {
-      std::this_thread::sleep_for(6s);  // alive, never calls
+      std::this_thread::sleep_for(3500ms);  // alive, never calls (past the timeout)
       return;
     }
     s.ipc.allreduce(buf, buf, 1024, DataType::kFloat32, ReduceOp::kSum, &s.stream);
   });
   for (int r = 0; r < 2; ++r) {
     const auto& o = outcomes[r];
-    EXPECT_NE(o.output.find(codeText(ErrorCode::kTimeout)), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find(codeText(ErrorCode::kTimeout)), std::string::npos)
+        << o.output;
     EXPECT_NE(o.output.find("waiting for rank 2"), std::string::npos) << o.output;
     EXPECT_LT(o.seconds, 5.0) << o.output;
   }
@@ -401,7 +467,8 @@ void hangRankTwo(RankSide& s) {
 TEST(IpcProtocol, APeerWhoseDeviceWorkNeverRunsIsNamedWithinTheTimeout) {
   const auto outcomes = runRanks(3, 1500ms, hangRankTwo);
   for (const auto& o : outcomes) {
-    EXPECT_NE(o.output.find(codeText(ErrorCode::kTimeout)), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find(codeText(ErrorCode::kTimeout)), std::string::npos)
+        << o.output;
     EXPECT_LT(o.seconds, 5.0) << o.output;
   }
   for (int r = 0; r < 2; ++r) {
@@ -424,7 +491,8 @@ TEST(IpcProtocol, APeerKilledInTheMiddleOfACollectiveIsNamed) {
       });
   for (int r = 0; r < 2; ++r) {
     const auto& o = outcomes[r];
-    EXPECT_NE(o.output.find(codeText(ErrorCode::kPeerLost)), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find(codeText(ErrorCode::kPeerLost)), std::string::npos)
+        << o.output;
     EXPECT_NE(o.output.find("rank 2 (pid"), std::string::npos) << o.output;
     EXPECT_LT(o.seconds, 8.0) << o.output;
   }

@@ -112,7 +112,9 @@ std::vector<uint8_t> randomValues(DataType dtype, size_t count, unsigned seed) {
         put(collectives::floatToBfloat16Bits(static_cast<float>(v)));
         break;
       case DataType::kInt32: put(static_cast<int32_t>(rng())); break;
-      case DataType::kInt64: put(static_cast<int64_t>((uint64_t{rng()} << 32) ^ rng())); break;
+      case DataType::kInt64:
+        put(static_cast<int64_t>((uint64_t{rng()} << 32) ^ rng()));
+        break;
       case DataType::kUInt8: put(static_cast<uint8_t>(rng())); break;
     }
   }
@@ -151,8 +153,8 @@ std::unique_ptr<CheckMemory> cudaCheckMemory(int rank, std::string* why) {
 // unaligned / tail path) and at none (its vector path).
 int checkKernelOnDevice(CheckMemory& memory, int rank, int* checks) {
   if (rank != 0) return 0;
-  const DataType dtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                             DataType::kBFloat16, DataType::kInt32, DataType::kInt64,
+  const DataType dtypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+                             DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
                              DataType::kUInt8};
   const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin,
                           ReduceOp::kMax, ReduceOp::kProduct};
@@ -175,10 +177,12 @@ int checkKernelOnDevice(CheckMemory& memory, int rank, int* checks) {
           }
           std::vector<uint8_t> want(count * es);
           collectives::reduceMany(want.data(), hostSrcs.data(), n, count, d, op);
-          if (op == ReduceOp::kAverage) collectives::divideInPlace(want.data(), count, d, n);
+          if (op == ReduceOp::kAverage)
+            collectives::divideInPlace(want.data(), count, d, n);
           void* dsts[2];
           for (auto& dst : dsts)
-            dst = static_cast<uint8_t*>(memory.alloc((count + shift) * es, true)) + shift * es;
+            dst = static_cast<uint8_t*>(memory.alloc((count + shift) * es, true)) +
+                  shift * es;
           collectives::cuda::reduceToMany(dsts, 2, devSrcs.data(), n, count, d, op,
                                           memory.stream());
           for (void* dst : dsts) {
@@ -204,7 +208,7 @@ int checkKernelOnDevice(CheckMemory& memory, int rank, int* checks) {
 }
 
 void benchAllreduce(collectives::cuda::DeviceCollectives& ipc, CheckMemory& memory,
-                    int rank) {
+                    int rank, const char* label) {
   using Clock = std::chrono::steady_clock;
   const size_t bytes = size_t{256} << 20;
   const size_t count = bytes / 4;
@@ -234,9 +238,10 @@ void benchAllreduce(collectives::cuda::DeviceCollectives& ipc, CheckMemory& memo
     copySeconds = std::chrono::duration<double>(Clock::now() - t0).count();
     const double ipcGBps = bytes * iterations / ipcSeconds / 1e9;
     const double copyGBps = bytes * iterations / copySeconds / 1e9;
-    std::printf("bench ipc_allreduce_GBps=%.1f d2d_copy_GBps=%.1f ratio=%.3f (256 MiB "
-                "float32, %d iterations, bandwidth = buffer bytes / time)\n",
-                ipcGBps, copyGBps, ipcGBps / copyGBps, iterations);
+    std::printf(
+        "bench %s ranks=%d ipc_allreduce_GBps=%.1f d2d_copy_GBps=%.1f ratio=%.3f "
+        "(256 MiB float32, %d iterations, bandwidth = buffer bytes / time)\n",
+        label, ipc.size(), ipcGBps, copyGBps, ipcGBps / copyGBps, iterations);
   }
   memory.freeAll();
 }
@@ -250,7 +255,8 @@ std::unique_ptr<CheckMemory> cudaCheckMemory(int, std::string* why) {
 int checkKernelOnDevice(CheckMemory&, int, int*) {
   return 0;
 }
-void benchAllreduce(collectives::cuda::DeviceCollectives&, CheckMemory&, int) {}
+void benchAllreduce(collectives::cuda::DeviceCollectives&, CheckMemory&, int,
+                    const char*) {}
 
 #endif
 

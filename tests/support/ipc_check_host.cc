@@ -17,7 +17,8 @@ class HostCheckMemory final : public CheckMemory {
 
   int device() const override { return 0; }
   void* alloc(size_t bytes, bool exportable) override {
-    void* p = exportable ? device_->allocate(bytes) : device_->allocateUnexportable(bytes);
+    void* p =
+        exportable ? device_->allocate(bytes) : device_->allocateUnexportable(bytes);
     live_.push_back(p);
     return p;
   }

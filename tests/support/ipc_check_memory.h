@@ -48,8 +48,8 @@ std::string privateTempDir();
 // CPU kernels, every dtype and op (rank 0); returns the failures.
 int checkKernelOnDevice(CheckMemory& memory, int rank, int* checks);
 // CUDA only: 256 MiB float32 allreduce through `ipc` against the device's
-// device-to-device copy; rank 0 prints the figures.
+// device-to-device copy; rank 0 prints the figures under `label`.
 void benchAllreduce(collectives::cuda::DeviceCollectives& ipc, CheckMemory& memory,
-                    int rank);
+                    int rank, const char* label);
 
 }  // namespace kolo::test

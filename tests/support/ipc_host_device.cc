@@ -84,8 +84,7 @@ void fanInAny(void* const* dsts, int m, const void* const* srcs, int n, size_t c
       return fanInFor<ops::PlainLanes<float>>(dsts, m, srcs, n, count, op);
     case DataType::kFloat64:
       return fanInFor<ops::PlainLanes<double>>(dsts, m, srcs, n, count, op);
-    case DataType::kFloat16:
-      return fanInFor<ops::HalfLanes>(dsts, m, srcs, n, count, op);
+    case DataType::kFloat16: return fanInFor<ops::HalfLanes>(dsts, m, srcs, n, count, op);
     case DataType::kBFloat16:
       return fanInFor<ops::BFloat16Lanes>(dsts, m, srcs, n, count, op);
     case DataType::kInt32:
@@ -128,6 +127,12 @@ void HostStream::drain() {
   cv_.wait(lock, [&] { return finished_ >= target || stopping_; });
 }
 
+bool HostStream::drainFor(std::chrono::milliseconds limit) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const uint64_t target = enqueued_;
+  return cv_.wait_for(lock, limit, [&] { return finished_ >= target || stopping_; });
+}
+
 void HostStream::run() {
   std::minstd_rand random(static_cast<unsigned>(getpid()));
   for (;;) {
@@ -151,6 +156,7 @@ void HostStream::run() {
 }
 
 IpcHostDevice::~IpcHostDevice() {
+  for (auto& [p, bytes] : deferred_) munmap(p, bytes);
   for (auto& [base, bytes] : opened_) munmap(base, bytes);
   for (auto& [event, name] : events_) {
     munmap(event, sizeof(SharedEvent));
@@ -168,7 +174,8 @@ IpcHostDevice::~IpcHostDevice() {
 }
 
 void* IpcHostDevice::mapSegment(const std::string& name, bool create, size_t bytes) {
-  const int fd = shm_open(name.c_str(), create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
+  const int fd =
+      shm_open(name.c_str(), create ? O_CREAT | O_EXCL | O_RDWR : O_RDWR, 0600);
   KOLO_SYSCHECK(fd, "host double: shm_open(" << name << ")");
   if (create && ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     close(fd);
@@ -200,14 +207,31 @@ void* IpcHostDevice::allocateUnexportable(size_t bytes) {
   return p;
 }
 
+bool IpcHostDevice::settle() {
+  bool all = true;
+  for (HostStream* s : streams_) all = s->drainFor(std::chrono::milliseconds(200)) && all;
+  return all;
+}
+
+HostStream* IpcHostDevice::seen(void* stream) {
+  HostStream* s = asStream(stream);
+  streams_.insert(s);
+  return s;
+}
+
 void IpcHostDevice::release(void* p) noexcept {
   auto it = blocks_.find(static_cast<const uint8_t*>(p));
   if (it == blocks_.end()) return;
+  const bool idle = settle();
   if (it->second.name.empty()) {
-    std::free(p);
+    if (idle) std::free(p);  // else leaked: a stuck stream may still write it
   } else {
-    munmap(p, it->second.bytes);
     shm_unlink(it->second.name.c_str());
+    if (idle) {
+      munmap(p, it->second.bytes);
+    } else {
+      deferred_.emplace_back(p, it->second.bytes);
+    }
   }
   blocks_.erase(it);
 }
@@ -228,7 +252,8 @@ bool IpcHostDevice::locate(const void* p, cuda_ipc::Allocation* out, std::string
   return false;
 }
 
-bool IpcHostDevice::exportMemory(const void* base, cuda_ipc::Handle* out, std::string* why) {
+bool IpcHostDevice::exportMemory(const void* base, cuda_ipc::Handle* out,
+                                 std::string* why) {
   auto it = blocks_.find(static_cast<const uint8_t*>(base));
   if (it == blocks_.end() || it->second.name.empty()) {
     *why = "host double: memory that cannot be exported (as a VMM allocation)";
@@ -253,7 +278,11 @@ void* IpcHostDevice::openMemory(const cuda_ipc::Handle& handle) {
 void IpcHostDevice::closeMemory(void* base) noexcept {
   auto it = opened_.find(base);
   if (it == opened_.end()) return;
-  munmap(base, it->second);
+  if (settle()) {
+    munmap(base, it->second);
+  } else {
+    deferred_.emplace_back(base, it->second);
+  }
   opened_.erase(it);
 }
 
@@ -276,25 +305,30 @@ cuda_ipc::IpcDevice::Event IpcHostDevice::openEvent(const cuda_ipc::Handle& hand
 }
 
 void IpcHostDevice::destroyEvent(Event event) noexcept {
+  const bool idle = settle();
   if (auto it = events_.find(event); it != events_.end()) {
-    munmap(event, sizeof(SharedEvent));
     shm_unlink(it->second.c_str());
     events_.erase(it);
-  } else if (openedEvents_.erase(event) != 0) {
+  } else if (openedEvents_.erase(event) == 0) {
+    return;
+  }
+  if (idle) {
     munmap(event, sizeof(SharedEvent));
+  } else {
+    deferred_.emplace_back(event, sizeof(SharedEvent));
   }
 }
 
 void IpcHostDevice::record(Event event, void* stream) {
   SharedEvent* e = asEvent(event);
   const uint64_t v = e->recorded.fetch_add(1) + 1;
-  asStream(stream)->enqueue([e, v] { e->completed.store(v); });
+  seen(stream)->enqueue([e, v] { e->completed.store(v); });
 }
 
 void IpcHostDevice::streamWait(void* stream, Event event) {
   SharedEvent* e = asEvent(event);
   const uint64_t target = e->recorded.load();
-  HostStream* s = asStream(stream);
+  HostStream* s = seen(stream);
   s->enqueue([e, target, s] {
     while (e->completed.load() < target && !s->cancelled())
       std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -307,14 +341,14 @@ bool IpcHostDevice::query(Event event) {
 }
 
 void IpcHostDevice::copy(void* dst, const void* src, size_t bytes, void* stream) {
-  asStream(stream)->enqueue([=] { std::memmove(dst, src, bytes); });
+  seen(stream)->enqueue([=] { std::memmove(dst, src, bytes); });
 }
 
 void IpcHostDevice::reduce(void* const* dsts, int m, const void* const* srcs, int n,
                            size_t count, DataType dtype, ReduceOp op, void* stream) {
   std::vector<void*> d(dsts, dsts + m);
   std::vector<const void*> s(srcs, srcs + n);
-  asStream(stream)->enqueue([d, s, count, dtype, op] {
+  seen(stream)->enqueue([d, s, count, dtype, op] {
     fanInAny(d.data(), static_cast<int>(d.size()), s.data(), static_cast<int>(s.size()),
              count, dtype, op);
   });
@@ -326,7 +360,8 @@ void removeHostDeviceSegments(int pid) {
   if (dir == nullptr) return;
   std::vector<std::string> names;
   while (dirent* e = readdir(dir)) {
-    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) names.push_back(e->d_name);
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0)
+      names.push_back(e->d_name);
   }
   closedir(dir);
   for (const auto& n : names) shm_unlink(("/" + n).c_str());

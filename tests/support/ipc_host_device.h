@@ -18,16 +18,23 @@
 //   the protocol shows up as wrong data, not as luck).
 // - reduce(): element_ops.h's fanInElement, the device kernel's own
 //   per-element functions, on the host.
+// - release() and destroyEvent() first let the streams this device has
+//   seen finish what they hold (as cudaFree synchronises), for at most
+//   200 ms; memory still in use then (a stream stuck on a dead peer) is
+//   unmapped by the destructor. Streams must outlive these calls.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "transport/cuda_ipc/ipc_device.h"
 
@@ -42,6 +49,8 @@ class HostStream {
   void enqueue(std::function<void()> work);
   // Blocks until everything enqueued so far has run.
   void drain();
+  // The same for at most `limit`; false when work is still pending.
+  bool drainFor(std::chrono::milliseconds limit);
   // True once the stream is being destroyed (waits in work items give up).
   bool cancelled() const { return cancelled_.load(); }
 
@@ -98,12 +107,17 @@ class IpcHostDevice final : public cuda_ipc::IpcDevice {
     bool owned = true;  // allocated here (else a peer's mapping)
   };
   void* mapSegment(const std::string& name, bool create, size_t bytes);
+  // True when every stream seen finished its work (within 200 ms).
+  bool settle();
+  HostStream* seen(void* stream);
 
   std::map<const uint8_t*, Block> blocks_;  // by base: this process's memory
   std::map<void*, size_t> opened_;          // peers' mappings: base -> bytes
   std::map<void*, std::string> events_;     // own events: pointer -> segment name
   std::map<void*, bool> openedEvents_;      // peers' events
   uint64_t nextId_ = 0;
+  std::set<HostStream*> streams_;
+  std::vector<std::pair<void*, size_t>> deferred_;  // unmapped by the destructor
 };
 
 // Removes what processes `pid` left in /dev/shm (a killed rank's segments).

@@ -20,15 +20,16 @@ static_assert(sizeof(cudaIpcMemHandle_t) == cuda_ipc::Handle::kBytes);
 static_assert(sizeof(cudaIpcEventHandle_t) == cuda_ipc::Handle::kBytes);
 
 // cuda.h: CUpointer_attribute values (stable since CUDA 7 / 11.3).
-constexpr int kAttributeBufferId = 7;        // CU_POINTER_ATTRIBUTE_BUFFER_ID
-constexpr int kAttributeDeviceOrdinal = 9;   // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-constexpr int kAttributeRangeStart = 11;     // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
-constexpr int kAttributeRangeSize = 12;      // CU_POINTER_ATTRIBUTE_RANGE_SIZE
+constexpr int kAttributeBufferId = 7;       // CU_POINTER_ATTRIBUTE_BUFFER_ID
+constexpr int kAttributeDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr int kAttributeRangeStart = 11;    // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+constexpr int kAttributeRangeSize = 12;     // CU_POINTER_ATTRIBUTE_RANGE_SIZE
 using GetAttributes = int (*)(unsigned, int*, void**, unsigned long long);
 
+// The driver's cuPointerGetAttributes. Called with the device current
+// (DeviceScope), so the runtime has loaded the driver by then.
 GetAttributes driverQuery() {
   static const GetAttributes query = [] {
-    (void)cudaFree(nullptr);  // the runtime loads the driver
     void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
     return lib == nullptr
                ? GetAttributes{nullptr}
@@ -70,6 +71,7 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
   int device() const override { return device_; }
 
   bool locate(const void* p, cuda_ipc::Allocation* out, std::string* why) override {
+    DeviceScope scope(device_);
     const GetAttributes query = driverQuery();
     if (query == nullptr) {
       *why = "the CUDA driver's cuPointerGetAttributes was not found";
@@ -173,8 +175,8 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
 
   void record(Event event, void* stream) override {
     DeviceScope scope(device_);
-    const cudaError_t rc =
-        cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream));
+    const cudaError_t rc = cudaEventRecord(static_cast<cudaEvent_t>(event),
+                                           static_cast<cudaStream_t>(stream));
     if (rc != cudaSuccess) fail("cudaEventRecord", device_, rc);
   }
 
@@ -194,7 +196,7 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
 
   void copy(void* dst, const void* src, size_t bytes, void* stream) override {
     DeviceScope scope(device_);
-    const cudaError_t rc = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+    const cudaError_t rc = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
                                            static_cast<cudaStream_t>(stream));
     if (rc != cudaSuccess) fail("cudaMemcpyAsync (CUDA IPC)", device_, rc);
   }
@@ -203,7 +205,8 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
               DataType dtype, ReduceOp op, void* stream) override {
     DeviceScope scope(device_);
     const int rc = launch::reduceToMany(dsts, m, srcs, n, count, dtype, op, stream);
-    if (rc != 0) fail("the CUDA IPC reduction kernel", device_, static_cast<cudaError_t>(rc));
+    if (rc != 0)
+      fail("the CUDA IPC reduction kernel", device_, static_cast<cudaError_t>(rc));
   }
 
  private:
@@ -229,14 +232,15 @@ std::shared_ptr<cuda_ipc::IpcDevice> makeCudaIpcDevice(int device) {
 std::string devicePciBusId(int device) {
   const DeviceProbe& probe = probeDevices();
   if (probe.count == 0) {
-    KOLO_THROW(ErrorCode::kInvalidArgument, "devicePciBusId: no CUDA device: " << probe.reason);
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "devicePciBusId: no CUDA device: " << probe.reason);
   }
   char id[32] = {};
   const cudaError_t e = cudaDeviceGetPCIBusId(id, sizeof id, device);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    KOLO_THROW(ErrorCode::kInvalidArgument, "devicePciBusId: CUDA device "
-                                                << device << ": " << cudaErrorText(e));
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "devicePciBusId: CUDA device " << device << ": " << cudaErrorText(e));
   }
   return id;
 }

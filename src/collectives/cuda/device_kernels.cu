@@ -208,8 +208,8 @@ void fanLaunch(const Targets& dsts, int m, const Sources& srcs, int n, size_t co
   size_t done = 0;
   if (vectorizable) {
     const size_t vectors = count / kLanes;
-    fanVectorKernel<L, K><<<blocksFor(vectors), kThreads, 0, s>>>(dsts, m, srcs, n, vectors,
-                                                                   divisor);
+    fanVectorKernel<L, K>
+        <<<blocksFor(vectors), kThreads, 0, s>>>(dsts, m, srcs, n, vectors, divisor);
     done = vectors * kLanes;
   }
   if (done == count) return;
@@ -218,7 +218,7 @@ void fanLaunch(const Targets& dsts, int m, const Sources& srcs, int n, size_t co
   for (int j = 0; j < m; ++j) tailDsts.p[j] = static_cast<S*>(dsts.p[j]) + done;
   for (int k = 0; k < n; ++k) tailSrcs.p[k] = static_cast<const S*>(srcs.p[k]) + done;
   fanKernel<L, K><<<blocksFor(count - done), kThreads, 0, s>>>(tailDsts, m, tailSrcs, n,
-                                                                count - done, divisor);
+                                                               count - done, divisor);
 }
 
 template <class L>

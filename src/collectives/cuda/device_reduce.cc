@@ -189,14 +189,15 @@ void reduceToMany(void* const* dsts, int m, const void* const* srcs, int n, size
   checkDtypeAndCount(kWhat, dtype, count);
   checkOp(kWhat, op);
   if (n < 1 || n > kMaxSources || m < 1 || m > kMaxSources) {
-    KOLO_THROW(ErrorCode::kInvalidArgument, kWhat << ": needs 1 to " << kMaxSources
-                                                  << " sources and destinations, got n = "
-                                                  << n << ", m = " << m);
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               kWhat << ": needs 1 to " << kMaxSources
+                     << " sources and destinations, got n = " << n << ", m = " << m);
   }
   checkNotNull(kWhat, "dsts", dsts, count);
   checkNotNull(kWhat, "srcs", srcs, count);
   for (int k = 0; k < n && count != 0; ++k) checkNotNull(kWhat, "source", srcs[k], count);
-  for (int j = 0; j < m && count != 0; ++j) checkNotNull(kWhat, "destination", dsts[j], count);
+  for (int j = 0; j < m && count != 0; ++j)
+    checkNotNull(kWhat, "destination", dsts[j], count);
   checkHaveDevice(kWhat);
   if (count == 0) return;
   for (int j = 0; j < m; ++j) checkDeviceAddressable(kWhat, "destination", dsts[j]);

@@ -150,11 +150,12 @@ KOLO_HOST_DEVICE typename L::Storage fanInFinish(typename L::Compute acc,
 }
 
 template <class L, OpKind K>
-KOLO_HOST_DEVICE typename L::Storage fanInElement(const void* const* srcs, int n, size_t i,
-                                                  double divisor) {
+KOLO_HOST_DEVICE typename L::Storage fanInElement(const void* const* srcs, int n,
+                                                  size_t i, double divisor) {
   using S = typename L::Storage;
   auto acc = fanInStart<L, K>(static_cast<const S*>(srcs[0])[i]);
-  for (int k = 1; k < n; ++k) acc = fanInStep<L, K>(acc, static_cast<const S*>(srcs[k])[i]);
+  for (int k = 1; k < n; ++k)
+    acc = fanInStep<L, K>(acc, static_cast<const S*>(srcs[k])[i]);
   return fanInFinish<L>(acc, divisor);
 }
 

@@ -108,9 +108,10 @@ void IpcCollectives::checkUsable(const char* what) const {
 
 void IpcCollectives::checkDtype(const char* what, DataType dtype) const {
   if (!isValid(dtype)) {
-    KOLO_THROW(ErrorCode::kInvalidArgument, "rank " << globalMe() << ": " << what
-                                                    << " through CUDA IPC: unknown dtype value "
-                                                    << static_cast<int>(dtype));
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "rank " << globalMe() << ": " << what
+                       << " through CUDA IPC: unknown dtype value "
+                       << static_cast<int>(dtype));
   }
 }
 
@@ -135,6 +136,9 @@ void IpcCollectives::checkPointer(const char* what, const char* name, const void
 
 std::pair<size_t, size_t> IpcCollectives::slice(size_t count, size_t elementBytes,
                                                 int r) const {
+  if (options_.oneWriter)
+    return r == 0 ? std::pair<size_t, size_t>{0, count}
+                  : std::pair<size_t, size_t>{count, count};
   const size_t n = static_cast<size_t>(size());
   const size_t align = kSliceBytes / elementBytes;
   auto start = [&](size_t k) -> size_t {
@@ -152,9 +156,9 @@ void IpcCollectives::allreduce(const void* send, void* recv, size_t count, DataT
   checkUsable(kWhat);
   checkDtype(kWhat, dtype);
   if (!isValid(op)) {
-    KOLO_THROW(ErrorCode::kInvalidArgument, "rank " << globalMe() << ": " << kWhat
-                                                    << " through CUDA IPC: unknown op value "
-                                                    << static_cast<int>(op));
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "rank " << globalMe() << ": " << kWhat
+                       << " through CUDA IPC: unknown op value " << static_cast<int>(op));
   }
   checkPointer(kWhat, "send", send, count);
   checkPointer(kWhat, "recv", recv, count);
@@ -174,6 +178,7 @@ void IpcCollectives::allreduce(const void* send, void* recv, size_t count, DataT
     h.dtype = static_cast<int32_t>(dtype);
     h.op = static_cast<int32_t>(op);
     h.count = count;
+    h.root = options_.oneWriter ? 1 : 0;  // every rank must split the work alike
     group_->begin("allreduce", h, buffers, {}, stream);
     group_->await(stream);
     const auto [lo, hi] = slice(count, es, me());
@@ -197,10 +202,9 @@ void IpcCollectives::broadcast(void* buffer, size_t count, DataType dtype, int r
   checkUsable(kWhat);
   checkDtype(kWhat, dtype);
   if (root < 0 || root >= size()) {
-    KOLO_THROW(ErrorCode::kInvalidArgument, "rank " << globalMe() << ": " << kWhat
-                                                    << " through CUDA IPC: root " << root
-                                                    << " is not a rank of the group of "
-                                                    << size());
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "rank " << globalMe() << ": " << kWhat << " through CUDA IPC: root "
+                       << root << " is not a rank of the group of " << size());
   }
   checkPointer(kWhat, "buffer", buffer, count);
   if (count == 0 || size() == 1) return;
@@ -211,11 +215,13 @@ void IpcCollectives::broadcast(void* buffer, size_t count, DataType dtype, int r
     h.dtype = static_cast<int32_t>(dtype);
     h.root = root;
     h.count = count;
-    group_->begin("broadcast", h, {{buffer, bytes, me() == root ? Use::kInput : Use::kOutput}},
-                  {}, stream);
+    group_->begin("broadcast", h,
+                  {{buffer, bytes, me() == root ? Use::kInput : Use::kOutput}}, {},
+                  stream);
     group_->await(stream);
     if (me() != root) {
-      group_->device().copy(group_->buffer(me(), 0), group_->buffer(root, 0), bytes, stream);
+      group_->device().copy(group_->buffer(me(), 0), group_->buffer(root, 0), bytes,
+                            stream);
     }
     group_->finish(stream);
   });
@@ -262,9 +268,9 @@ void IpcCollectives::reduceScatter(const void* send, void* recv,
   checkUsable(kWhat);
   checkDtype(kWhat, dtype);
   if (!isValid(op)) {
-    KOLO_THROW(ErrorCode::kInvalidArgument, "rank " << globalMe() << ": " << kWhat
-                                                    << " through CUDA IPC: unknown op value "
-                                                    << static_cast<int>(op));
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "rank " << globalMe() << ": " << kWhat
+                       << " through CUDA IPC: unknown op value " << static_cast<int>(op));
   }
   checkCounts(kWhat, "counts", counts);
   const std::vector<size_t> offsets = prefix(counts);
@@ -363,17 +369,16 @@ std::unique_ptr<DeviceCollectives> makeIpcCollectives(
       options.localRank >= options.localSize ||
       static_cast<int>(options.globalRanks.size()) != options.localSize) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
-               "makeIpcCollectives: local rank " << options.localRank << " of "
-                                                 << options.localSize << " with "
-                                                 << options.globalRanks.size()
-                                                 << " global ranks");
+               "makeIpcCollectives: local rank "
+                   << options.localRank << " of " << options.localSize << " with "
+                   << options.globalRanks.size() << " global ranks");
   }
   if (options.localSize > kMaxSources) {
-    KOLO_THROW(ErrorCode::kInvalidArgument, "makeIpcCollectives: "
-                                                << options.localSize
-                                                << " ranks on one host; CUDA IPC serves at "
-                                                   "most "
-                                                << kMaxSources);
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "makeIpcCollectives: " << options.localSize
+                                      << " ranks on one host; CUDA IPC serves at "
+                                         "most "
+                                      << kMaxSources);
   }
   cuda_ipc::IpcGroup::Options go;
   go.localRank = options.localRank;

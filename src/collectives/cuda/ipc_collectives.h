@@ -49,10 +49,17 @@ namespace kolo::collectives::cuda {
 struct IpcOptions {
   int localRank = 0;  // this rank among the host's ranks of the group
   int localSize = 1;
-  std::vector<int> globalRanks;  // the group rank of each local rank (errors)
-  int device = 0;                // this rank's CUDA device ordinal
+  std::vector<int> globalRanks;              // the group rank of each local rank (errors)
+  int device = 0;                            // this rank's CUDA device ordinal
   std::chrono::milliseconds timeout{30000};  // KOLO_TIMEOUT
   std::string name;  // unique per job and group: store keys, segment names
+  // Allreduce by ONE kernel of local rank 0 over the whole vector (the
+  // others only take part in the synchronisation) instead of one slice per
+  // rank: the same traffic, one kernel instead of n. For ranks sharing one
+  // GPU, whose processes' kernels are time-sliced rather than run side by
+  // side (without MPS); which is faster is measured by cuda_ipc_check
+  // --bench (not yet run on a GPU). Every rank must pass the same value.
+  bool oneWriter = false;
 };
 
 // Collective over the local ranks (every one calls it with its own

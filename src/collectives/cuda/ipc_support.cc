@@ -5,10 +5,10 @@
 
 namespace kolo::collectives::cuda {
 
-IpcSupport ipcSupportWith(const std::vector<std::string>& pciBusIds,
-                          const std::function<bool(const std::string&)>& visible,
-                          const std::function<bool(const std::string&, const std::string&)>&
-                              canAccessPeer) {
+IpcSupport ipcSupportWith(
+    const std::vector<std::string>& pciBusIds,
+    const std::function<bool(const std::string&)>& visible,
+    const std::function<bool(const std::string&, const std::string&)>& canAccessPeer) {
   if (pciBusIds.empty()) return {false, "no local ranks"};
   for (size_t r = 0; r < pciBusIds.size(); ++r) {
     if (pciBusIds[r].empty())
@@ -16,8 +16,8 @@ IpcSupport ipcSupportWith(const std::vector<std::string>& pciBusIds,
   }
   const std::set<std::string> gpus(pciBusIds.begin(), pciBusIds.end());
   if (gpus.size() == 1) {
-    return {true, "the " + std::to_string(pciBusIds.size()) +
-                      " local ranks share GPU " + *gpus.begin()};
+    return {true, "the " + std::to_string(pciBusIds.size()) + " local ranks share GPU " +
+                      *gpus.begin()};
   }
   for (const std::string& g : gpus) {
     if (!visible(g)) return {false, "GPU " + g + " is not visible to this process"};

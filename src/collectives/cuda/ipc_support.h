@@ -34,9 +34,9 @@ IpcSupport ipcSupport(const std::vector<std::string>& pciBusIds);
 // `visible(busId)` whether this process sees that GPU, `canAccessPeer(a,
 // b)` whether GPU a can access GPU b's memory. ipcSupport is this with
 // CUDA's answers.
-IpcSupport ipcSupportWith(const std::vector<std::string>& pciBusIds,
-                          const std::function<bool(const std::string&)>& visible,
-                          const std::function<bool(const std::string&, const std::string&)>&
-                              canAccessPeer);
+IpcSupport ipcSupportWith(
+    const std::vector<std::string>& pciBusIds,
+    const std::function<bool(const std::string&)>& visible,
+    const std::function<bool(const std::string&, const std::string&)>& canAccessPeer);
 
 }  // namespace kolo::collectives::cuda

@@ -88,8 +88,9 @@ IpcGroup::IpcGroup(const Options& options, std::shared_ptr<IpcDevice> device)
       device_(std::move(device)),
       exports_(*device_, options.exportCacheEntries) {
   const size_t floor = 4 * static_cast<size_t>(options.localSize);
-  mappings_ = std::make_unique<MappingCache>(
-      *device_, options.mappingCacheEntries < floor ? floor : options.mappingCacheEntries);
+  mappings_ = std::make_unique<MappingCache>(*device_, options.mappingCacheEntries < floor
+                                                           ? floor
+                                                           : options.mappingCacheEntries);
   peerReady_.assign(options.localSize, nullptr);
   peerWritten_.assign(options.localSize, nullptr);
   pids_.assign(options.localSize, 0);
@@ -130,9 +131,10 @@ void IpcGroup::exchangeEvents(rendezvous::Store& store) {
     const std::vector<uint8_t> got = store.get(key + std::to_string(r), options_.timeout);
     if (got.size() != sizeof(WireEvents)) {
       KOLO_THROW_PEER(ErrorCode::kMismatch, globalRank(r),
-                      "rank " << globalRank(options_.localRank) << ": CUDA IPC events of rank "
-                              << globalRank(r) << " are " << got.size() << " bytes, expected "
-                              << sizeof(WireEvents) << " (a different kolo build?)");
+                      "rank " << globalRank(options_.localRank)
+                              << ": CUDA IPC events of rank " << globalRank(r) << " are "
+                              << got.size() << " bytes, expected " << sizeof(WireEvents)
+                              << " (a different kolo build?)");
     }
     WireEvents theirs{};
     std::memcpy(&theirs, got.data(), sizeof theirs);
@@ -159,8 +161,8 @@ void IpcGroup::describe(int b, const Buffer& buffer, void* out, void* stream) {
   }
   if (exports_.handleFor(a, &wire->handle, &why)) {
     wire->id = a.id;
-    wire->offset = static_cast<const uint8_t*>(buffer.data) -
-                   static_cast<const uint8_t*>(a.base);
+    wire->offset =
+        static_cast<const uint8_t*>(buffer.data) - static_cast<const uint8_t*>(a.base);
     return;
   }
   // Not exportable (e.g. a virtual-memory allocation): through a kolo-owned
@@ -180,14 +182,16 @@ void IpcGroup::describe(int b, const Buffer& buffer, void* out, void* stream) {
                                              << why);
   }
   wire->id = a.id;
-  wire->offset = static_cast<const uint8_t*>(s.data) - static_cast<const uint8_t*>(a.base);
-  if (buffer.use != Use::kOutput) device_->copy(s.data, buffer.data, buffer.bytes, stream);
+  wire->offset =
+      static_cast<const uint8_t*>(s.data) - static_cast<const uint8_t*>(a.base);
+  if (buffer.use != Use::kOutput)
+    device_->copy(s.data, buffer.data, buffer.bytes, stream);
   local = s.data;
 }
 
 void IpcGroup::begin(const char* what, const Header& header,
-                     const std::vector<Buffer>& buffers, const std::vector<uint64_t>& values,
-                     void* stream) {
+                     const std::vector<Buffer>& buffers,
+                     const std::vector<uint64_t>& values, void* stream) {
   KOLO_CHECK_LE(buffers.size(), static_cast<size_t>(kMaxBuffers));
   KOLO_CHECK_LE(values.size(), static_cast<size_t>(kValuesPerRank * options_.localSize));
   what_ = what;
@@ -213,8 +217,8 @@ void IpcGroup::checkHeaders() const {
     if (w.step != step_) {
       KOLO_THROW_PEER(ErrorCode::kInternal, globalRank(r),
                       "rank " << globalRank(options_.localRank) << ": " << what_
-                              << ": rank " << globalRank(r) << " published step " << w.step
-                              << " where step " << step_ << " was expected");
+                              << ": rank " << globalRank(r) << " published step "
+                              << w.step << " where step " << step_ << " was expected");
     }
     const IpcGroup::Header& a = mine.header;
     const IpcGroup::Header& b = w.header;
@@ -222,12 +226,13 @@ void IpcGroup::checkHeaders() const {
         a.count != b.count || a.countsDigest != b.countsDigest) {
       KOLO_THROW_PEER(
           ErrorCode::kMismatch, globalRank(r),
-          "rank " << globalRank(options_.localRank) << ": " << what_ << " through CUDA IPC: rank "
-                  << globalRank(r) << " called collective " << b.kind << " (dtype " << b.dtype
-                  << ", op " << b.op << ", root " << b.root << ", count " << b.count
-                  << ", counts digest " << b.countsDigest << "), this rank collective "
-                  << a.kind << " (dtype " << a.dtype << ", op " << a.op << ", root " << a.root
-                  << ", count " << a.count << ", counts digest " << a.countsDigest << ")");
+          "rank " << globalRank(options_.localRank) << ": " << what_
+                  << " through CUDA IPC: rank " << globalRank(r) << " called collective "
+                  << b.kind << " (dtype " << b.dtype << ", op " << b.op << ", root "
+                  << b.root << ", count " << b.count << ", counts digest "
+                  << b.countsDigest << "), this rank collective " << a.kind << " (dtype "
+                  << a.dtype << ", op " << a.op << ", root " << a.root << ", count "
+                  << a.count << ", counts digest " << a.countsDigest << ")");
     }
   }
 }
@@ -319,8 +324,9 @@ void IpcGroup::throwStuck() const {
   int stuck = -1;
   std::string cause = "this rank's own work of the step has not finished";
   if (!done(ready_)) {
-    cause = "this rank's stream has not reached the collective (work enqueued before it "
-            "has not finished)";
+    cause =
+        "this rank's stream has not reached the collective (work enqueued before it "
+        "has not finished)";
   } else {
     for (int pass = 0; pass < 2 && stuck < 0; ++pass) {
       for (int r = 0; r < options_.localSize && stuck < 0; ++r) {
@@ -337,9 +343,9 @@ void IpcGroup::throwStuck() const {
   const int peer = stuck < 0 ? -1 : globalRank(stuck);
   KOLO_THROW_PEER(ErrorCode::kTimeout, peer,
                   "rank " << globalRank(options_.localRank) << " timed out after "
-                          << options_.timeout.count() / 1000.0 << " s waiting for " << what_
-                          << " through CUDA IPC to finish on the device: " << cause
-                          << " (KOLO_TIMEOUT)");
+                          << options_.timeout.count() / 1000.0 << " s waiting for "
+                          << what_ << " through CUDA IPC to finish on the device: "
+                          << cause << " (KOLO_TIMEOUT)");
 }
 
 }  // namespace kolo::cuda_ipc
