@@ -6,6 +6,7 @@
 // a rank that never came, a published failure ending the others' wait at
 // once, and the errors without a device. What needs a GPU is in
 // tests/nccl_device_test.cc.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -19,6 +20,7 @@
 
 #include "collectives/cuda/device_runtime.h"
 #include "collectives/cuda/nccl_collectives.h"
+#include "collectives/cuda/nccl_init.h"
 #include "collectives/cuda/nccl_library.h"
 #include "collectives/cuda/nccl_rendezvous.h"
 #include "collectives/cuda/nccl_types.h"
@@ -213,6 +215,40 @@ TEST(NcclRendezvous, BadGroupsAreRefusedByName) {
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
 }
 
+TEST(NcclRendezvous, AKeyUsedAgainStartsAFreshRound) {
+  TempStore temp;
+  int made = 0;
+  auto makeId = [&] {
+    cuda::NcclLibrary::UniqueId id{};
+    id.internal[0] = static_cast<char>(++made);
+    return id;
+  };
+  // One round of a two-member group (members as threads): both join and
+  // read the id; rank 1 then publishes a failure.
+  auto round = [&](bool failAfter) {
+    const auto deadline = cuda::NcclRendezvous::Clock::now() + milliseconds(2000);
+    cuda::NcclRendezvous a(*temp.store, {0, 2, {}, "again", milliseconds(2000)},
+                           deadline);
+    cuda::NcclRendezvous b(*temp.store, {1, 2, {}, "again", milliseconds(2000)},
+                           deadline);
+    char ids[2] = {0, 0};
+    std::thread other([&] {
+      b.join();
+      ids[1] = b.exchangeId(makeId).internal[0];
+    });
+    a.join();
+    ids[0] = a.exchangeId(makeId).internal[0];
+    other.join();
+    if (failAfter) b.fail("rank 1: failed after the first round (test)");
+    EXPECT_EQ(ids[0], ids[1]);
+    return ids[0];
+  };
+  EXPECT_EQ(round(true), 1);
+  // The same key again: neither the old failure, nor the old arrivals, nor
+  // the old id is seen.
+  EXPECT_EQ(round(false), 2);
+}
+
 // ---- the store side across processes ---------------------------------------------
 
 // Every body opens the job's file store and runs one rank's part; it prints
@@ -394,6 +430,100 @@ TEST(NcclCollectives, AFailedMemberEndsTheOthersCreationAtOnce) {
                "unavailable"))
       << outcomes[1].output;
   EXPECT_LT(outcomes[1].seconds, 10.0) << outcomes[1].output;
+}
+
+// ---- the init's poll, against a stand-in NCCL ------------------------------------
+
+// tests/support/fake_nccl.cc, opened by path as NcclLibrary opens NCCL.
+struct FakeNccl {
+  FakeNccl() : lib(cuda::NcclLibrary::open(KOLO_TEST_FAKE_NCCL)) {
+    void* handle = ::dlopen(KOLO_TEST_FAKE_NCCL, RTLD_NOW | RTLD_NOLOAD);
+    script = reinterpret_cast<void (*)(int, int)>(::dlsym(handle, "fakeNcclScript"));
+    count = reinterpret_cast<int (*)(const char*)>(::dlsym(handle, "fakeNcclCount"));
+  }
+  std::unique_ptr<cuda::NcclLibrary> lib;
+  void (*script)(int polls, int state) = nullptr;
+  int (*count)(const char* what) = nullptr;
+};
+
+struct InitCase {
+  TempStore temp;
+  FakeNccl fake;
+  cuda::NcclLibrary::UniqueId id{};
+  std::unique_ptr<cuda::NcclRendezvous> rendezvous;
+  InitCase(int size, const std::string& key, int timeoutMs) {
+    cuda::NcclGroup g{0, size, {}, key, milliseconds(timeoutMs)};
+    rendezvous = std::make_unique<cuda::NcclRendezvous>(
+        *temp.store, g, cuda::NcclRendezvous::Clock::now() + milliseconds(timeoutMs));
+  }
+  cuda::NcclLibrary::Comm init() {
+    return cuda::initCommunicator(*fake.lib, id, *rendezvous, "rank 0: communicator c");
+  }
+};
+
+TEST(NcclInit, ReturnsTheCommunicatorOnceNcclIsDone) {
+  InitCase c(1, "init1", 5000);
+  c.fake.script(3, nccl::kSuccess);
+  const int aborts = c.fake.count("abort");
+  EXPECT_NE(c.init(), nullptr);
+  EXPECT_EQ(c.fake.count("abort"), aborts);
+  c.fake.script(0, nccl::kSuccess);  // done at once (a blocking NCCL's answer)
+  EXPECT_NE(c.init(), nullptr);
+}
+
+TEST(NcclInit, AnInitThatNeverEndsIsAbortedAtTheDeadline) {
+  InitCase c(1, "init2", 300);
+  c.fake.script(-1, nccl::kSuccess);
+  const int aborts = c.fake.count("abort");
+  const auto start = std::chrono::steady_clock::now();
+  const Error e = test::expectError([&] { c.init(); });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+  EXPECT_TRUE(contains(e.what(),
+                       "rank 0: communicator c: ncclCommInitRankConfig not done "
+                       "within 0.3 s (KOLO_TIMEOUT), though every rank had "
+                       "joined; the communicator was aborted"))
+      << e.what();
+  EXPECT_EQ(c.fake.count("abort"), aborts + 1);
+  EXPECT_GE(seconds, 0.29);
+  EXPECT_LT(seconds, 5.0);
+}
+
+TEST(NcclInit, NcclsFailureIsNamedAndTheCommunicatorAborted) {
+  InitCase c(1, "init3", 5000);
+  const int aborts = c.fake.count("abort");
+  c.fake.script(2, nccl::kInvalidUsage);
+  Error e = test::expectError([&] { c.init(); });
+  EXPECT_EQ(e.code(), ErrorCode::kInternal);
+  EXPECT_TRUE(contains(e.what(),
+                       "rank 0: communicator c: ncclCommInitRankConfig failed: "
+                       "invalid usage (fake) (the fake's last error)"))
+      << e.what();
+  c.fake.script(0, nccl::kRemoteError);  // failed at once
+  e = test::expectError([&] { c.init(); });
+  EXPECT_EQ(e.code(), ErrorCode::kPeerLost) << e.what();
+  EXPECT_TRUE(contains(e.what(), "remote process exited")) << e.what();
+  EXPECT_EQ(c.fake.count("abort"), aborts + 2);
+}
+
+TEST(NcclInit, AMembersPublishedFailureEndsTheInitAtOnce) {
+  InitCase c(2, "init4", 20000);
+  cuda::NcclRendezvous other(*c.temp.store, {1, 2, {}, "init4", milliseconds(20000)},
+                             cuda::NcclRendezvous::Clock::now() + milliseconds(20000));
+  other.fail("rank 1: cudaSetDevice(1) failed (test)");
+  c.fake.script(-1, nccl::kSuccess);
+  const int aborts = c.fake.count("abort");
+  const auto start = std::chrono::steady_clock::now();
+  const Error e = test::expectError([&] { c.init(); });
+  EXPECT_EQ(e.code(), ErrorCode::kPeerLost);
+  EXPECT_EQ(e.peer(), 1);
+  EXPECT_TRUE(contains(e.what(),
+                       "rank 0: NCCL communicator 'init4': rank 1 failed to join: "
+                       "rank 1: cudaSetDevice(1) failed (test)"))
+      << e.what();
+  EXPECT_EQ(c.fake.count("abort"), aborts + 1);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 }  // namespace

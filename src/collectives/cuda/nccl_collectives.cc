@@ -1,5 +1,5 @@
 // The NCCL path's availability and factory (nccl_collectives.h); compiled
-// in every build: what needs CUDA is in nccl_communicator.cc.
+// in every build: what needs CUDA is behind nccl_device_ops.h.
 #include "collectives/cuda/nccl_collectives.h"
 
 #include <sstream>

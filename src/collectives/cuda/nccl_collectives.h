@@ -32,9 +32,10 @@
 //        ncclCommInitRankConfig, polled until done; past the deadline it
 //        aborts it (ncclCommAbort) and throws Error(kTimeout) naming this
 //        rank. A failed init throws Error(kInternal) with NCCL's error.
-//   Store keys live under "<key>/nccl/": the key must be unique per
-//   communicator and generation (a reused key would read a stale id).
-//   The store is used only during this call.
+//   Store keys live under "<key>/nccl/": the key must be unique per group
+//   of ranks; the same group making its communicator again under the same
+//   key is told apart by a round counter (nccl_rendezvous.h). The store is
+//   used only during this call.
 // - The object's calls follow DeviceCollectives. Each enqueues NCCL's
 //   work on the caller's stream, records an event after it and polls the
 //   event and ncclCommGetAsyncError until the work is done; an NCCL error

@@ -1,27 +1,23 @@
-// The NCCL communicator of the NCCL path (nccl_collectives.h), in a build
-// with CUDA: its non-blocking init, the collectives on the caller's stream,
-// and the watch that turns an NCCL or CUDA error, or a collective past
-// KOLO_TIMEOUT, into an aborted communicator and a kolo::Error instead of a
-// hang.
+// The NCCL communicator of the NCCL path (nccl_collectives.h): its
+// creation around the non-blocking init (nccl_init.h), and the watch that turns an NCCL
+// or CUDA error, or a collective past KOLO_TIMEOUT, into an aborted communicator and a
+// kolo::Error instead of a hang.
 //
-// The communicator is made non-blocking (ncclConfig_t::blocking = 0):
-// ncclCommInitRankConfig, and any later call, may return ncclInProgress
-// while NCCL works in the background; ncclCommGetAsyncError then says
-// ncclInProgress until the work is enqueued (ncclSuccess) or failed.
-// settle() polls it against a deadline. A collective then records `event_`
-// on the caller's stream behind NCCL's kernels, and waitDone() polls the
-// event and the async error until the kernels finished (the contract's
-// "returns once its outputs are written"), aborting on an error or at the
-// deadline. The collectives' algorithms (which NCCL call runs what):
-// nccl_operations.cc.
+// The communicator is non-blocking (ncclConfig_t::blocking = 0): any call
+// may return ncclInProgress while NCCL works in the background, and
+// ncclCommGetAsyncError then says ncclInProgress until the work is
+// enqueued (ncclSuccess) or failed; enqueued() polls it against the
+// deadline. A collective then records the completion event (NcclDeviceOps) on the
+// caller's stream behind NCCL's kernels, and waitDone() polls the event and the async
+// error until the kernels finished (the contract's "returns once its
+// outputs are written"), aborting on an error or at the deadline. Which
+// NCCL calls run each collective: nccl_operations.cc.
 #include "collectives/cuda/nccl_communicator_impl.h"
-
-#include <cuda_runtime_api.h>
 
 #include <sstream>
 #include <thread>
 
-#include "collectives/cuda/device_kernels.h"
+#include "collectives/cuda/nccl_init.h"
 #include "collectives/cuda/nccl_types.h"
 #include "common/backoff.h"
 #include "common/check.h"
@@ -29,8 +25,6 @@
 
 namespace kolo::collectives::cuda {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 std::string seconds(std::chrono::milliseconds timeout) {
   std::ostringstream os;
@@ -48,45 +42,24 @@ std::string NcclCall::describe() const {
   return os.str();
 }
 
-NcclDeviceGuard::NcclDeviceGuard(int device, const std::string& who) {
-  cudaError_t e = cudaGetDevice(&previous_);
-  if (e == cudaSuccess && previous_ != device) e = cudaSetDevice(device);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    KOLO_THROW(ErrorCode::kInternal,
-               who << ": cudaSetDevice(" << device << ") failed: " << cudaErrorText(e));
-  }
-  restore_ = previous_ != device;
-}
-
-NcclDeviceGuard::~NcclDeviceGuard() {
-  if (restore_) (void)cudaSetDevice(previous_);
-}
-
-std::string ncclErrorText(const NcclLibrary& nccl, NcclLibrary::Result result,
-                          NcclLibrary::Comm comm) {
-  std::string text = nccl.getErrorString(result);
-  const char* last = nccl.getLastError ? nccl.getLastError(comm) : nullptr;
-  if (last != nullptr && *last != '\0') text += std::string(" (") + last + ")";
-  return text;
-}
-
 NcclCommunicator::NcclCommunicator(const NcclLibrary& nccl, const NcclOptions& options,
-                                   NcclLibrary::Comm comm, void* event)
-    : nccl_(nccl), options_(options), comm_(comm), event_(event) {
+                                   NcclLibrary::Comm comm,
+                                   std::unique_ptr<NcclDeviceOps> ops)
+    : nccl_(nccl), options_(options), comm_(comm), ops_(std::move(ops)) {
   self_ = rankText(options_.globalRanks.empty()
                        ? options_.rank
                        : options_.globalRanks[static_cast<size_t>(options_.rank)]);
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  if (comm_ == nullptr) return;
   try {
-    NcclDeviceGuard guard(options_.device, self_);
-    if (comm_ != nullptr) finalize();
+    const int previous = ops_->enter(self_);
+    finalize();
+    ops_->leave(previous);
   } catch (...) {
     if (comm_ != nullptr) (void)nccl_.commAbort(comm_);
   }
-  if (event_ != nullptr) (void)cudaEventDestroy(static_cast<cudaEvent_t>(event_));
 }
 
 // ncclCommFinalize flushes and waits (non-blocking: polled) for the peers
@@ -96,8 +69,7 @@ void NcclCommunicator::finalize() {
   NcclLibrary::Comm comm = comm_;
   comm_ = nullptr;
   const auto deadline = Clock::now() + options_.timeout;
-  NcclLibrary::Result result = nccl_.commFinalize(comm);
-  NcclLibrary::Result state = result;
+  NcclLibrary::Result state = nccl_.commFinalize(comm);
   Backoff backoff;
   while (state == nccl::kInProgress && Clock::now() < deadline) {
     if (backoff.idle()) std::this_thread::sleep_for(backoff.sleepHint());
@@ -123,12 +95,18 @@ void NcclCommunicator::breakWith(ErrorCode code, const std::string& message) {
   throw *broken_;
 }
 
-void NcclCommunicator::asyncFailure(const NcclCall& call, NcclLibrary::Result state) {
+void NcclCommunicator::ncclFailure(const NcclCall& call, NcclLibrary::Result state) {
   breakWith(nccl::errorCodeOf(state),
             self_ + ": " + call.describe() + " on CUDA device " +
                 std::to_string(options_.device) +
                 " failed: NCCL reported: " + ncclErrorText(nccl_, state, comm_) +
                 "; the NCCL communicator was aborted");
+}
+
+void NcclCommunicator::deviceFailure(const NcclCall& call, const std::string& error) {
+  breakWith(ErrorCode::kInternal, self_ + ": " + call.describe() + " on CUDA device " +
+                                      std::to_string(options_.device) + " failed: " +
+                                      error + "; the NCCL communicator was aborted");
 }
 
 void NcclCommunicator::timedOut(const NcclCall& call) {
@@ -143,15 +121,15 @@ void NcclCommunicator::timedOut(const NcclCall& call) {
 NcclLibrary::Result NcclCommunicator::asyncState(const NcclCall& call) {
   NcclLibrary::Result state = nccl::kSuccess;
   const NcclLibrary::Result result = nccl_.commGetAsyncError(comm_, &state);
-  if (result != nccl::kSuccess) asyncFailure(call, result);
-  if (state != nccl::kSuccess && state != nccl::kInProgress) asyncFailure(call, state);
+  if (result != nccl::kSuccess) ncclFailure(call, result);
+  if (state != nccl::kSuccess && state != nccl::kInProgress) ncclFailure(call, state);
   return state;
 }
 
 void NcclCommunicator::enqueued(NcclLibrary::Result result, const NcclCall& call,
                                 Clock::time_point deadline) {
   if (result == nccl::kSuccess) return;
-  if (result != nccl::kInProgress) asyncFailure(call, result);
+  if (result != nccl::kInProgress) ncclFailure(call, result);
   Backoff backoff;
   while (asyncState(call) == nccl::kInProgress) {
     if (Clock::now() >= deadline) timedOut(call);
@@ -161,22 +139,17 @@ void NcclCommunicator::enqueued(NcclLibrary::Result result, const NcclCall& call
 
 void NcclCommunicator::waitDone(const NcclCall& call, void* stream,
                                 Clock::time_point deadline) {
-  const auto event = static_cast<cudaEvent_t>(event_);
-  cudaError_t e = cudaEventRecord(event, static_cast<cudaStream_t>(stream));
+  std::string error = ops_->record(stream);
+  if (!error.empty()) deviceFailure(call, error);
   Backoff backoff;
-  while (e == cudaSuccess || e == cudaErrorNotReady) {
-    e = cudaEventQuery(event);
-    if (e == cudaSuccess) return;
-    if (e != cudaErrorNotReady) break;
+  for (;;) {
+    const NcclDeviceOps::Poll poll = ops_->poll(&error);
+    if (poll == NcclDeviceOps::Poll::kDone) return;
+    if (poll == NcclDeviceOps::Poll::kFailed) deviceFailure(call, error);
     (void)asyncState(call);
     if (Clock::now() >= deadline) timedOut(call);
     if (backoff.idle()) std::this_thread::sleep_for(backoff.sleepHint());
   }
-  (void)cudaGetLastError();
-  breakWith(ErrorCode::kInternal, self_ + ": " + call.describe() + " on CUDA device " +
-                                      std::to_string(options_.device) +
-                                      " failed: " + cudaErrorText(e) +
-                                      "; the NCCL communicator was aborted");
 }
 
 std::unique_ptr<DeviceCollectives> openNcclCommunicator(const NcclLibrary& nccl,
@@ -187,47 +160,17 @@ std::unique_ptr<DeviceCollectives> openNcclCommunicator(const NcclLibrary& nccl,
   const std::string what = group.self() + ": NCCL communicator '" + group.key + "' (" +
                            std::to_string(group.size) + " ranks, CUDA device " +
                            std::to_string(options.device) + ")";
-  NcclDeviceGuard guard(options.device, what);
-  NcclLibrary::Config config;
-  config.blocking = 0;
+  std::unique_ptr<NcclDeviceOps> ops = makeCudaDeviceOps(options.device);
+  const int previous = ops->enter(what);
   NcclLibrary::Comm comm = nullptr;
-  NcclLibrary::Result state =
-      nccl.commInitRankConfig(&comm, group.size, id, group.rank, &config);
-  auto fail = [&](ErrorCode code, const std::string& why) {
-    const std::string text = what + ": " + why;
-    if (comm != nullptr) (void)nccl.commAbort(comm);
-    throw Error(code, text);
-  };
-  Backoff backoff;
-  while (state == nccl::kInProgress) {
-    const NcclLibrary::Result result = nccl.commGetAsyncError(comm, &state);
-    if (result != nccl::kSuccess) state = result;
-    if (state != nccl::kInProgress) break;
-    try {
-      rendezvous.checkPeers();
-    } catch (const Error&) {
-      (void)nccl.commAbort(comm);
-      throw;  // names the member that failed
-    }
-    if (Clock::now() >= rendezvous.deadline()) {
-      fail(ErrorCode::kTimeout, "ncclCommInitRankConfig not done within " +
-                                    seconds(options.timeout) +
-                                    " (KOLO_TIMEOUT), though every rank had joined; "
-                                    "the communicator was aborted");
-    }
-    if (backoff.idle()) std::this_thread::sleep_for(backoff.sleepHint());
+  try {
+    comm = initCommunicator(nccl, id, rendezvous, what);
+  } catch (...) {
+    ops->leave(previous);
+    throw;
   }
-  if (state != nccl::kSuccess) {
-    fail(nccl::errorCodeOf(state),
-         "ncclCommInitRankConfig failed: " + ncclErrorText(nccl, state, comm));
-  }
-  cudaEvent_t event = nullptr;
-  const cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-  if (e != cudaSuccess) {
-    (void)cudaGetLastError();
-    fail(ErrorCode::kInternal, "cudaEventCreateWithFlags failed: " + cudaErrorText(e));
-  }
-  return std::make_unique<NcclCommunicator>(nccl, options, comm, event);
+  ops->leave(previous);
+  return std::make_unique<NcclCommunicator>(nccl, options, comm, std::move(ops));
 }
 
 }  // namespace kolo::collectives::cuda

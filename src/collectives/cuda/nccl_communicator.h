@@ -1,6 +1,5 @@
-// The NCCL communicator behind makeNcclCollectives (nccl_collectives.h):
-// the CUDA build's nccl_communicator.cc, or nccl_none.cc without CUDA.
-// Internal to the NCCL path; plain C++.
+// The NCCL communicator behind makeNcclCollectives (nccl_collectives.h),
+// made in nccl_communicator.cc. Internal to the NCCL path; plain C++.
 #pragma once
 
 #include <memory>

@@ -1,16 +1,19 @@
 // The NCCL path's DeviceCollectives (nccl_collectives.h), for its two
-// source files: nccl_communicator.cc (init, the wait, the errors, the end)
-// and nccl_operations.cc (the collectives). CUDA build only; plain C++
-// (the cudaEvent_t is held as void*).
+// source files: nccl_communicator.cc (the wait, the errors, the end) and
+// nccl_operations.cc (which NCCL calls run each collective), and for the
+// tests that drive it with a stand-in NCCL and stand-in device operations.
+// Plain C++: CUDA is behind NcclDeviceOps (nccl_device_ops.h).
 #pragma once
 
 #include <kolo/error.h>
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "collectives/cuda/nccl_communicator.h"
+#include "collectives/cuda/nccl_device_ops.h"
 
 namespace kolo::collectives::cuda {
 
@@ -24,32 +27,14 @@ struct NcclCall {
   std::string describe() const;
 };
 
-// Makes `device` current on this thread while it lives; throws
-// Error(kInternal) starting with `who` when the device cannot be set.
-class NcclDeviceGuard {
- public:
-  NcclDeviceGuard(int device, const std::string& who);
-  ~NcclDeviceGuard();
-  NcclDeviceGuard(const NcclDeviceGuard&) = delete;
-  NcclDeviceGuard& operator=(const NcclDeviceGuard&) = delete;
-
- private:
-  int previous_ = 0;
-  bool restore_ = false;
-};
-
-// ncclGetErrorString(result), with ncclGetLastError's text where NCCL has it.
-std::string ncclErrorText(const NcclLibrary& nccl, NcclLibrary::Result result,
-                          NcclLibrary::Comm comm);
-
 class NcclCommunicator final : public DeviceCollectives {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // Takes an initialized communicator and an event (cudaEvent_t) on
-  // options.device; destroys both.
+  // Takes an initialized communicator and the device operations of
+  // options.device; finalizes (or aborts) and destroys the communicator.
   NcclCommunicator(const NcclLibrary& nccl, const NcclOptions& options,
-                   NcclLibrary::Comm comm, void* event);
+                   NcclLibrary::Comm comm, std::unique_ptr<NcclDeviceOps> ops);
   ~NcclCommunicator() override;
 
   std::string_view name() const override { return "nccl"; }
@@ -75,7 +60,8 @@ class NcclCommunicator final : public DeviceCollectives {
   void throwIfBroken() const;
   // Aborts the communicator, keeps the error for later calls, throws it.
   [[noreturn]] void breakWith(ErrorCode code, const std::string& message);
-  [[noreturn]] void asyncFailure(const NcclCall& call, NcclLibrary::Result state);
+  [[noreturn]] void ncclFailure(const NcclCall& call, NcclLibrary::Result state);
+  [[noreturn]] void deviceFailure(const NcclCall& call, const std::string& error);
   [[noreturn]] void timedOut(const NcclCall& call);
   // ncclCommGetAsyncError: ncclSuccess or ncclInProgress; an error breaks.
   NcclLibrary::Result asyncState(const NcclCall& call);
@@ -88,8 +74,8 @@ class NcclCommunicator final : public DeviceCollectives {
   void waitDone(const NcclCall& call, void* stream, Clock::time_point deadline);
 
   // nccl_operations.cc
-  // Checks, makes the device current, runs enqueue(deadline) (the NCCL
-  // calls), waits until done; average divides the result afterwards.
+  // Makes the device current, runs enqueue(deadline) (the NCCL calls),
+  // waits until done.
   template <typename Enqueue>
   void run(const NcclCall& call, void* stream, Enqueue&& enqueue);
   // ncclGroupStart, each call, ncclGroupEnd: the first failure among the
@@ -102,8 +88,8 @@ class NcclCommunicator final : public DeviceCollectives {
   const NcclLibrary& nccl_;
   NcclOptions options_;
   NcclLibrary::Comm comm_ = nullptr;  // null once aborted or finalized
-  void* event_ = nullptr;             // cudaEvent_t
-  std::string self_;                  // "rank G"
+  std::unique_ptr<NcclDeviceOps> ops_;
+  std::string self_;  // "rank G"
   std::optional<Error> broken_;
 };
 

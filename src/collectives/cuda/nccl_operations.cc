@@ -19,12 +19,8 @@
 //
 // Every operation returns early for zero elements (every rank agrees on
 // the counts, so every rank returns alike), after the broken check.
-#include <cuda_runtime_api.h>
-
 #include <numeric>
 
-#include "collectives/cuda/device_kernels.h"
-#include "collectives/cuda/device_reduce.h"
 #include "collectives/cuda/nccl_communicator_impl.h"
 #include "collectives/cuda/nccl_types.h"
 #include "common/check.h"
@@ -63,10 +59,16 @@ char* at(void* base, size_t elements, size_t width) {
 template <typename Enqueue>
 void NcclCommunicator::run(const NcclCall& call, void* stream, Enqueue&& enqueue) {
   throwIfBroken();
-  NcclDeviceGuard guard(options_.device, self_ + ": " + call.describe());
-  const auto deadline = Clock::now() + options_.timeout;
-  enqueue(deadline);
-  waitDone(call, stream, deadline);
+  const int previous = ops_->enter(self_ + ": " + call.describe());
+  try {
+    const auto deadline = Clock::now() + options_.timeout;
+    enqueue(deadline);
+    waitDone(call, stream, deadline);
+  } catch (...) {
+    ops_->leave(previous);
+    throw;
+  }
+  ops_->leave(previous);
 }
 
 template <typename Calls>
@@ -82,7 +84,7 @@ void NcclCommunicator::grouped(const NcclCall& call, Clock::time_point deadline,
   note(nccl_.groupStart());
   calls(note);
   const NcclLibrary::Result end = nccl_.groupEnd();
-  if (first != nccl::kSuccess) asyncFailure(call, first);
+  if (first != nccl::kSuccess) ncclFailure(call, first);
   enqueued(end, call, deadline);
 }
 
@@ -90,7 +92,7 @@ void NcclCommunicator::divideBySize(void* buffer, size_t count, DataType dtype,
                                     const NcclCall& call, void* stream) {
   if (options_.size == 1) return;  // the sum of one is the average
   try {
-    divideInPlace(buffer, count, dtype, static_cast<double>(options_.size), stream);
+    ops_->divide(buffer, count, dtype, static_cast<double>(options_.size), stream);
   } catch (const Error& e) {
     breakWith(e.code(), self_ + ": " + call.describe() + ": " + e.what());
   }
@@ -220,16 +222,10 @@ void NcclCommunicator::alltoall(const void* send, const std::vector<size_t>& sen
   const std::vector<size_t> recvOffsets = offsetsOf(recvCounts);
   run(call, stream, [&](Clock::time_point deadline) {
     if (sendCounts[me] > 0) {
-      const cudaError_t e =
-          cudaMemcpyAsync(at(recv, recvOffsets[me], width),
-                          at(send, sendOffsets[me], width), sendCounts[me] * width,
-                          cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(stream));
-      if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        breakWith(ErrorCode::kInternal,
-                  self_ + ": " + call.describe() +
-                      ": the copy of its own block failed: " + cudaErrorText(e));
-      }
+      const std::string error =
+          ops_->copy(at(recv, recvOffsets[me], width), at(send, sendOffsets[me], width),
+                     sendCounts[me] * width, stream);
+      if (!error.empty()) deviceFailure(call, "the copy of its own block: " + error);
     }
     grouped(call, deadline, [&](auto note) {
       for (size_t j = 0; j < n; ++j) {

@@ -72,10 +72,12 @@ NcclRendezvous::NcclRendezvous(rendezvous::Store& store, NcclGroup group,
                                      << " global ranks given for a group of "
                                      << group_.size);
   }
+  const int64_t uses = store_.add(group_.key + "/nccl/uses", 1);
+  prefix_ = group_.key + "/nccl/" + std::to_string((uses - 1) / group_.size) + "/";
 }
 
 std::string NcclRendezvous::keyOf(const std::string& name) const {
-  return group_.key + "/nccl/" + name;
+  return prefix_ + name;
 }
 
 void NcclRendezvous::join() {

@@ -2,11 +2,18 @@
 // has come, who failed, and the unique id rank 0 makes. Plain C++, no CUDA
 // or NCCL needed: it runs (and is tested) on machines without a GPU.
 //
-// Keys, under "<key>/nccl/" in the store:
+// Keys, in the store:
+//   <key>/nccl/uses   counter: each member adds 1 when it makes its
+//                     NcclRendezvous; (value - 1) / size is the round, so
+//                     that a key used again (the same communicator making
+//                     its NCCL communicator anew) never reads an old round
+//   and under "<key>/nccl/<round>/":
 //   member/<r>  "joined", or "failed: <message>" when rank r failed
 //   joined      counter: members that published "joined"
 //   failed      counter: members that published a failure
 //   id          the 128 bytes of the unique id (rank 0)
+// Rounds stay aligned as long as every member of every earlier round made
+// its NcclRendezvous (a member that never came leaves the counter short).
 //
 // Contract
 // - Every wait ends by the deadline given to the constructor: a member
@@ -53,7 +60,8 @@ class NcclRendezvous {
   using MakeId = std::function<NcclLibrary::UniqueId()>;
 
   // Throws Error(kInvalidArgument) for a rank outside [0, size), a size
-  // below 1, an empty key or a globalRanks list of another size.
+  // below 1, an empty key or a globalRanks list of another size. Counts
+  // this member in <key>/nccl/uses (the store's error if that fails).
   NcclRendezvous(rendezvous::Store& store, NcclGroup group, Clock::time_point deadline);
 
   // Publishes this rank's arrival, then waits until every member arrived.
@@ -85,6 +93,7 @@ class NcclRendezvous {
   rendezvous::Store& store_;
   NcclGroup group_;
   Clock::time_point deadline_;
+  std::string prefix_;  // "<key>/nccl/<round>/"
   Clock::time_point lastCheck_{};
   bool failed_ = false;
 };
