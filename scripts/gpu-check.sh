@@ -89,10 +89,10 @@ elif ! nvidia-smi -L >/dev/null 2>&1; then
 elif [ -z "$PY" ] || ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   NEED_GPU_REASON="no GPU for torch: python3 cannot import torch or torch.cuda.is_available() is False"
 fi
-# NCCL for the C programs too (torch's wheel brings libnccl.so.2 in
-# site-packages/nvidia/nccl/lib; a process that imports torch has it loaded).
+# NCCL for the C programs too: torch's wheel brings libnccl.so.2 in the
+# nvidia.nccl package (a process that imports torch has it loaded already).
 if [ -z "$NEED_GPU_REASON" ]; then
-  NCCL_DIR="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' 2>/dev/null)/nvidia/nccl/lib"
+  NCCL_DIR="$("$PY" -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib"))' 2>/dev/null)"
   [ -f "$NCCL_DIR/libnccl.so.2" ] && export LD_LIBRARY_PATH="$NCCL_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 BUILD_EXTRA=""  # targets the hooks add (build_targets)

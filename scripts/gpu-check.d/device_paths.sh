@@ -5,17 +5,19 @@
 #   gpu_bandwidth        kolo-gpu-bandwidth: the D2D copy against the kernels
 #   ipc_allreduce        kolo-gpu-allreduce, 2 ranks: 256 MiB through ipc and
 #                        staged, alternating, against the D2D copy
-#   device_path_tests    the paths' own test programs on the GPU
-#                        (cuda_ipc_check --device=cuda -np 2, 3, --bench)
+#   ipc_check            cuda_ipc_check --device=cuda -np 2, 3, and --bench
 #   ipc_c_2_3_ranks      cuda_collectives_test, KOLO_DEVICE_PATH=ipc, -np 2, 3
-#   nccl_1_rank          KOLO_DEVICE_PATH=nccl, -np 1: cuda_collectives_test
-#                        and kolo.torch (nccl_built() true after a collective)
+#   nccl_1_rank          KOLO_DEVICE_PATH=nccl, -np 1: cuda_collectives_test,
+#                        kolo.torch (nccl_built()), nccl_device_test
+#   device_path_tests    device_path_check: the choice (ipc, hier, nccl) and
+#                        every collective through it
 #   resnet50_ipc_staged  ResNet-50 synthetic, 2 ranks, ipc against staged
 #   ipc_torch_2_3_ranks  test_torch_cuda.py, KOLO_DEVICE_PATH=ipc, -np 2, 3
 # Alone on a machine with a GPU (after a build): scripts/gpu-check.sh
 #   --only 'build|gpu_bandwidth|ipc_' OUTDIR
 
-build_targets kolo-gpu-bandwidth kolo-gpu-allreduce cuda_ipc_check
+build_targets kolo-gpu-bandwidth kolo-gpu-allreduce cuda_ipc_check device_path_check \
+  nccl_device_test
 
 # result from a program's last line "PASS|FAIL|SKIP figures" ($1); FAIL
 # naming $2 (the log) when there is none.
@@ -55,33 +57,59 @@ chk_ipc_allreduce() {
   result_line "$(echo "$line" | sed -E 's/^\[[0-9]+\] //')" ipc_allreduce.log
 }
 
-# The paths' own test programs on the GPU, each "NP|PROGRAM ARGS|what a
-# passing run prints (regex)": the IPC collectives object itself
-# (cuda_ipc_check: every collective, dtype and op against the host
-# collectives, and the reduceToMany kernel against the CPU kernels; its
-# --bench, the 256 MiB allreduce without the runtime or the C API).
-chk_device_path_tests() {
-  need_gpu
-  local entry np cmd want f i=0 fails=0 figures="" rc line
-  for entry in \
-    "2|cuda_ipc_check --device=cuda|checks, 0 failed here, 0 in all" \
-    "3|cuda_ipc_check --device=cuda|checks, 0 failed here, 0 in all" \
-    "2|cuda_ipc_check --device=cuda --bench|bench ipc_allreduce_GBps="; do
-    IFS='|' read -r np cmd want <<<"$entry"
-    i=$((i + 1)); f="$OUT/device_path_test$i.txt"
-    echo "== kolorun -np $np $cmd"
-    # shellcheck disable=SC2086
-    KOLO_TIMEOUT=60 "$KOLORUN" -np "$np" "$BUILD/bin/"$cmd >"$f" 2>&1
+# Runs test programs, each entry "NP|ENV|PROGRAM ARGS|what a passing run
+# prints (an extended regex)": NP ranks under kolorun ("-": the program
+# alone), ENV assignments before it, PROGRAM from the build's bin/ (ARGS
+# as a shell would split them). A run passes when it exits 0, prints the
+# regex and no "FAIL" line; the figures are the matching lines.
+run_programs() {
+  local entry np envs cmd want f i=0 fails=0 figures="" rc line launch who
+  for entry in "$@"; do
+    IFS='|' read -r np envs cmd want <<<"$entry"
+    i=$((i + 1)); f="$OUT/$CHECK_NAME.$i.txt"
+    launch="" who="alone"
+    [ "$np" = - ] || { launch="\"\$KOLORUN\" -np $np"; who="-np $np"; }
+    echo "== ${envs:+$envs }${launch:+kolorun -np $np }$cmd"
+    eval "KOLO_TIMEOUT=60 ${envs:+$envs }$launch \"\$BUILD/bin/\"$cmd" >"$f" 2>&1
     rc=$?
     cat "$f"
-    line=$(grep -m1 -E "$want" "$f" | sed -E 's/^\[[0-9]+\] //' | cut -c1-120)
-    if [ $rc -eq 0 ] && [ -n "$line" ] && ! grep -qE 'FAIL|SKIP' "$f"; then
-      figures+="-np $np $cmd: ${line}; "
+    line=$(grep -E "$want" "$f" | sed -E 's/^\[[0-9]+\] //' | sort -u | cut -c1-150 | paste -sd';' -)
+    if [ $rc -eq 0 ] && [ -n "$line" ] && ! grep -qE '(^|\] |rank [0-9]+ )FAIL' "$f"; then
+      figures+="${envs:+$envs }$who $cmd: $line; "
     else
-      figures+="-np $np $cmd: FAILED (rc $rc; log); "; fails=$((fails + 1))
+      figures+="${envs:+$envs }$who $cmd: FAILED (rc $rc, $CHECK_NAME.$i.txt); "
+      fails=$((fails + 1))
     fi
   done
   if [ $fails -eq 0 ]; then result PASS "$figures"; else result FAIL "$figures"; fi
+}
+
+# The IPC collectives object itself (cuda_ipc_check): every collective,
+# dtype and op against the host collectives, and the reduceToMany kernel
+# against the CPU kernels (NaN, infinities, subnormals); its --bench: the
+# 256 MiB allreduce without the runtime or the C API (both variants).
+chk_ipc_check() {
+  need_gpu
+  CHECK_NAME=ipc_check run_programs \
+    "2||cuda_ipc_check --device=cuda|checks, 0 failed here, 0 in all" \
+    "3||cuda_ipc_check --device=cuda|checks, 0 failed here, 0 in all" \
+    "2||cuda_ipc_check --device=cuda --bench|bench .*ipc_allreduce_GBps="
+}
+
+# The choice of the path in kolorun jobs sharing the GPU and every
+# collective through the chosen one (device_path_check): ipc with 2 and 3
+# ranks, hier over pretend hosts (ipc or nccl inside them, tcp between),
+# nccl with 1 rank, and nccl refused when ranks share the GPU.
+chk_device_path_tests() {
+  need_gpu
+  CHECK_NAME=device_path_tests run_programs \
+    "2||device_path_check --expect ipc|device_path_check PASS" \
+    "3||device_path_check --expect ipc|device_path_check PASS" \
+    "4||device_path_check --hosts 2 --expect 'hier (ipc inside hosts, tcp between)'|device_path_check PASS" \
+    "3||device_path_check --hosts 2 --expect 'hier (ipc inside hosts, tcp between)'|device_path_check PASS" \
+    "2|KOLO_DEVICE_PATH=hier|device_path_check --hosts 2 --expect 'hier (nccl inside hosts, tcp between)'|device_path_check PASS" \
+    "1||device_path_check --expect nccl|device_path_check PASS" \
+    "2|KOLO_DEVICE_PATH=nccl|device_path_check --expect-error 'share GPU'|device_path_check PASS"
 }
 
 # Every collective, dtype and op through the IPC path, 2 and 3 ranks
@@ -98,8 +126,8 @@ chk_ipc_torch_ranks() {
 
 # A 1-rank NCCL communicator through kolo: cuda_collectives_test with
 # KOLO_DEVICE_PATH=nccl (every collective, dtype and op, the runtime and the
-# C calls), then kolo.torch (scripts/gpu_check/nccl_one_rank.py): results
-# right and nccl_built() false before, true after.
+# C calls), kolo.torch (scripts/gpu_check/nccl_one_rank.py: results right,
+# nccl_built() true), and nccl_device_test.
 chk_nccl_1_rank() {
   need_gpu
   py_env
@@ -118,9 +146,15 @@ chk_nccl_1_rank() {
   cat "$OUT/nccl_torch.txt"
   torch_line=$(grep -E '^(\[0\] )?(PASS|FAIL) nccl_built' "$OUT/nccl_torch.txt" | sed -E 's/^\[0\] //')
   seen="$seen/$(paths_seen "$OUT/nccl_torch.txt")"
-  local figures="C test rc $rc, $ok OK lines; kolo.torch: ${torch_line:-no answer}; path $seen"
-  if [ $rc -eq 0 ] && [ "$ok" -gt 0 ] && [ "$seen" = "nccl/nccl" ] &&
-     [ "${torch_line%% *}" = PASS ]; then
+  # NCCL's own device test (1 GPU: the 1-rank grid, stream order, timeout,
+  # 2 ranks on one GPU failing without a hang).
+  KOLO_TEST_REQUIRE_GPU=1 "$BUILD/bin/nccl_device_test" >"$OUT/nccl_device_test.txt" 2>&1
+  local drc=$? dok
+  cat "$OUT/nccl_device_test.txt"
+  dok=$(grep -c '^\[       OK \]' "$OUT/nccl_device_test.txt")
+  local figures="cuda_collectives_test rc $rc, $ok OK lines; nccl_device_test rc $drc, $dok OK; kolo.torch: ${torch_line:-no answer}; path $seen"
+  if [ $rc -eq 0 ] && [ "$ok" -gt 0 ] && [ "$seen" = "nccl/nccl" ] && [ $drc -eq 0 ] &&
+     [ "$dok" -gt 0 ] && [ "${torch_line%% *}" = PASS ]; then
     result PASS "$figures"
   else
     result FAIL "$figures"
@@ -148,8 +182,9 @@ chk_resnet50_paths() {
 # Cheapest first; all before the host-staged path's checks (probe, ...).
 check gpu_bandwidth 40 chk_gpu_bandwidth probe
 check ipc_allreduce 60 chk_ipc_allreduce probe
-check device_path_tests 90 chk_device_path_tests probe
+check ipc_check 60 chk_ipc_check probe
 check ipc_c_2_3_ranks 90 chk_ipc_c_ranks probe
-check nccl_1_rank 60 chk_nccl_1_rank probe
+check nccl_1_rank 90 chk_nccl_1_rank probe
+check device_path_tests 60 chk_device_path_tests probe
 check resnet50_ipc_staged 120 chk_resnet50_paths probe
 check ipc_torch_2_3_ranks 150 chk_ipc_torch_ranks probe

@@ -18,12 +18,13 @@ for hook in "$SRC"/scripts/gpu-check.d/*.sh; do bash -n "$hook" || fail "bash -n
 dry="$("$SCRIPT" --dry-run)" || fail "--dry-run exited $?"
 # Every check, in the order they run: the device paths' figures (issue of
 # the IPC and NCCL paths) right after the kernels' tests.
-order="environment build cuda_tests gpu_bandwidth ipc_allreduce device_path_tests ipc_c_2_3_ranks nccl_1_rank
-  resnet50_ipc_staged ipc_torch_2_3_ranks probe no_cuda_context c_2_3_ranks torch_2_3_ranks
+order="environment build cuda_tests gpu_bandwidth ipc_allreduce ipc_check ipc_c_2_3_ranks nccl_1_rank
+  device_path_tests resnet50_ipc_staged ipc_torch_2_3_ranks probe no_cuda_context c_2_3_ranks torch_2_3_ranks
   build_libtorch libtorch_2_3_ranks fashion_mnist resnet50_synthetic horovod_gpu lms"
 listed="$(echo "$dry" | sed -n 's/^  \([a-z0-9_]*\) .*/\1/p' | paste -sd' ')"
 [ "$listed" = "$(echo $order)" ] || fail "--dry-run order: got '$listed', want '$(echo $order)'"
-echo "$dry" | grep -q "hooks' targets: kolo-gpu-bandwidth kolo-gpu-allreduce cuda_ipc_check" ||
+targets="kolo-gpu-bandwidth kolo-gpu-allreduce cuda_ipc_check device_path_check nccl_device_test"
+echo "$dry" | grep -q "hooks' targets: $targets" ||
   fail "--dry-run must name the hooks' build targets: $dry"
 
 mkdir "$TMP/extras"
