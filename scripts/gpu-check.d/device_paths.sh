@@ -175,6 +175,7 @@ chk_resnet50_paths() {
   local line seen
   line=$(grep -E '^\[0\] (PASS|FAIL) ' "$f" | tail -1 | sed 's/^\[0\] //')
   seen=$(paths_seen "$f")  # the runtime's debug line of each round
+  [ -n "$line" ] || line="FAIL no verdict from the benchmark (see the log)"
   [ "$seen" = "ipc,staged" ] || line="FAIL ${line#* }; the runtime ran on: $seen"
   result_line "$line" resnet50_ipc_staged.log
 }
