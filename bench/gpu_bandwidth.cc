@@ -82,6 +82,137 @@ struct Case {
   std::function<long long()> verify;  // first wrong element or -1
 };
 
+// Every buffer of the run, S bytes each (half: S / 2), filled with the
+// sources' patterns.
+struct Workspace {
+  static constexpr int kSources = 8;
+  std::vector<std::unique_ptr<Buffer>> f32, h16, b16;  // sources
+  Buffer dst, half, work, dst2, dst3;
+  const void* srcs[kSources];
+  void* dsts[3];
+
+  explicit Workspace(size_t S) : dst(S), half(S / 2), work(S), dst2(S), dst3(S) {
+    for (int k = 0; k < kSources; ++k) {
+      f32.push_back(std::make_unique<Buffer>(S));
+      f32[k]->fill<float>([k](size_t i) { return pattern(i, k); });
+      srcs[k] = f32[k]->p;
+    }
+    for (int k = 0; k < 2; ++k) {
+      h16.push_back(std::make_unique<Buffer>(S));
+      h16[k]->fill<uint16_t>([k](size_t i) { return floatToHalfBits(pattern(i, k)); });
+      b16.push_back(std::make_unique<Buffer>(S));
+      b16[k]->fill<uint16_t>(
+          [k](size_t i) { return floatToBfloat16Bits(pattern(i, k)); });
+    }
+    work.fill<float>([](size_t i) { return pattern(i, 0); });
+    dsts[0] = dst.p, dsts[1] = dst2.p, dsts[2] = dst3.p;
+  }
+};
+
+// What the sum of sources 0..k-1 gives at element i.
+std::function<float(size_t)> sumOf(int k) {
+  return [k](size_t i) {
+    float v = 0;
+    for (int j = 0; j < k; ++j) v += pattern(i, j);
+    return v;
+  };
+}
+
+// The same for sources 0 and 1 in a 16-bit float (toBits / fromBits).
+template <class To, class From>
+std::function<uint16_t(size_t)> halfSum(To toBits, From fromBits) {
+  return [=](size_t i) -> uint16_t {
+    return toBits(fromBits(toBits(pattern(i, 0))) + fromBits(toBits(pattern(i, 1))));
+  };
+}
+
+// The kernels measured, on w's buffers; `launches` of divideInPlace halve
+// w.work each.
+std::vector<Case> makeCases(Workspace& w, size_t S, int launches, cudaStream_t s) {
+  const size_t n32 = S / 4, n16 = S / 2;
+  const float divided = std::ldexp(1.0f, -launches);  // exact: a power of two
+  // Every launch and check refers to w (which outlives the cases) and
+  // copies the rest.
+  return {
+      {"reduce2 float32 sum", 3,
+       [=, &w] {
+         kc::reduce2(w.dst.p, w.srcs[0], w.srcs[1], n32, DataType::kFloat32,
+                     ReduceOp::kSum, s);
+       },
+       [=, &w] { return w.dst.firstWrong<float>(n32, sumOf(2)); }},
+      {"reduce2 float16 sum", 3,
+       [=, &w] {
+         kc::reduce2(w.dst.p, w.h16[0]->p, w.h16[1]->p, n16, DataType::kFloat16,
+                     ReduceOp::kSum, s);
+       },
+       [=, &w] {
+         return w.dst.firstWrong<uint16_t>(n16,
+                                           halfSum(floatToHalfBits, halfBitsToFloat));
+       }},
+      {"reduce2 bfloat16 sum", 3,
+       [=, &w] {
+         kc::reduce2(w.dst.p, w.b16[0]->p, w.b16[1]->p, n16, DataType::kBFloat16,
+                     ReduceOp::kSum, s);
+       },
+       [=, &w] {
+         return w.dst.firstWrong<uint16_t>(
+             n16, halfSum(floatToBfloat16Bits, bfloat16BitsToFloat));
+       }},
+      {"reduceMany 3 float32 sum", 4,
+       [=, &w] {
+         kc::reduceMany(w.dst.p, w.srcs, 3, n32, DataType::kFloat32, ReduceOp::kSum, s);
+       },
+       [=, &w] { return w.dst.firstWrong<float>(n32, sumOf(3)); }},
+      {"reduceMany 8 float32 sum", 9,
+       [=, &w] {
+         kc::reduceMany(w.dst.p, w.srcs, 8, n32, DataType::kFloat32, ReduceOp::kSum, s);
+       },
+       [=, &w] { return w.dst.firstWrong<float>(n32, sumOf(8)); }},
+      // The IPC collectives' fan-in / fan-out: n sources to m destinations.
+      {"reduceToMany 2->2 float32 sum", 4,
+       [=, &w] {
+         kc::reduceToMany(w.dsts, 2, w.srcs, 2, n32, DataType::kFloat32, ReduceOp::kSum,
+                          s);
+       },
+       [=, &w] {
+         const long long a = w.dst.firstWrong<float>(n32, sumOf(2));
+         return a >= 0 ? a : w.dst2.firstWrong<float>(n32, sumOf(2));
+       }},
+      {"reduceToMany 3->3 float32 sum", 6,
+       [=, &w] {
+         kc::reduceToMany(w.dsts, 3, w.srcs, 3, n32, DataType::kFloat32, ReduceOp::kSum,
+                          s);
+       },
+       [=, &w] {
+         const long long a = w.dst.firstWrong<float>(n32, sumOf(3));
+         return a >= 0 ? a : w.dst3.firstWrong<float>(n32, sumOf(3));
+       }},
+      {"divideInPlace float32", 2,
+       [=, &w] { kc::divideInPlace(w.work.p, n32, DataType::kFloat32, 2.0, s); },
+       [=, &w] {
+         return w.work.firstWrong<float>(
+             n32, [=](size_t i) { return pattern(i, 0) * divided; });
+       }},
+      {"compressToHalf", 1.5,
+       [=, &w] {
+         kc::compressToHalf(static_cast<uint16_t*>(w.half.p),
+                            static_cast<const float*>(w.srcs[2]), n32, s);
+       },
+       [=, &w] {
+         return w.half.firstWrong<uint16_t>(
+             n32, [](size_t i) { return floatToHalfBits(pattern(i, 2)); });
+       }},
+      {"decompressFromHalf", 1.5,
+       [=, &w] {
+         kc::decompressFromHalf(static_cast<float*>(w.dst.p),
+                                static_cast<const uint16_t*>(w.half.p), n32, s);
+       },
+       [=, &w] {
+         return w.dst.firstWrong<float>(n32, [](size_t i) { return pattern(i, 2); });
+       }},
+  };
+}
+
 int run(int argc, char** argv) {
   const Flags flags(argc, argv, {"--bytes", "--reps", "--min-fraction", "--json"},
                     "kolo-gpu-bandwidth [--bytes B] [--reps N] [--min-fraction F] "
@@ -108,115 +239,10 @@ int run(int argc, char** argv) {
   cudaStream_t s = nullptr;
   KOLO_GPU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
 
-  const size_t n32 = S / 4, n16 = S / 2;
-  constexpr int kSources = 8;
-  std::vector<std::unique_ptr<Buffer>> f32, h16, b16;
-  for (int k = 0; k < kSources; ++k) {
-    f32.push_back(std::make_unique<Buffer>(S));
-    f32[k]->fill<float>([k](size_t i) { return pattern(i, k); });
-  }
-  for (int k = 0; k < 2; ++k) {
-    h16.push_back(std::make_unique<Buffer>(S));
-    h16[k]->fill<uint16_t>([k](size_t i) { return floatToHalfBits(pattern(i, k)); });
-    b16.push_back(std::make_unique<Buffer>(S));
-    b16[k]->fill<uint16_t>([k](size_t i) { return floatToBfloat16Bits(pattern(i, k)); });
-  }
-  Buffer dst(S), half(S / 2), work(S), dst2(S), dst3(S);
-  void* const dsts[3] = {dst.p, dst2.p, dst3.p};
-  work.fill<float>([](size_t i) { return pattern(i, 0); });
-  const void* srcs[kSources];
-  for (int k = 0; k < kSources; ++k) srcs[k] = f32[k]->p;
-  auto sumOf = [](int k) {
-    return [k](size_t i) {
-      float v = 0;
-      for (int j = 0; j < k; ++j) v += pattern(i, j);
-      return v;
-    };
-  };
-  auto halfSum = [](auto toBits, auto fromBits) {
-    return [=](size_t i) -> uint16_t {
-      return toBits(fromBits(toBits(pattern(i, 0))) + fromBits(toBits(pattern(i, 1))));
-    };
-  };
-  const int launches = kWarmup + reps;  // of divideInPlace, each halving `work`
-  const float divided = std::ldexp(1.0f, -launches);  // exact: a power of two
+  Workspace w(S);
+  const std::vector<Case> cases = makeCases(w, S, kWarmup + reps, s);
 
-  std::vector<Case> cases = {
-      {"reduce2 float32 sum", 3,
-       [&] {
-         kc::reduce2(dst.p, srcs[0], srcs[1], n32, DataType::kFloat32, ReduceOp::kSum, s);
-       },
-       [&] { return dst.firstWrong<float>(n32, sumOf(2)); }},
-      {"reduce2 float16 sum", 3,
-       [&] {
-         kc::reduce2(dst.p, h16[0]->p, h16[1]->p, n16, DataType::kFloat16, ReduceOp::kSum,
-                     s);
-       },
-       [&] {
-         return dst.firstWrong<uint16_t>(n16, halfSum(floatToHalfBits, halfBitsToFloat));
-       }},
-      {"reduce2 bfloat16 sum", 3,
-       [&] {
-         kc::reduce2(dst.p, b16[0]->p, b16[1]->p, n16, DataType::kBFloat16,
-                     ReduceOp::kSum, s);
-       },
-       [&] {
-         return dst.firstWrong<uint16_t>(
-             n16, halfSum(floatToBfloat16Bits, bfloat16BitsToFloat));
-       }},
-      {"reduceMany 3 float32 sum", 4,
-       [&] {
-         kc::reduceMany(dst.p, srcs, 3, n32, DataType::kFloat32, ReduceOp::kSum, s);
-       },
-       [&] { return dst.firstWrong<float>(n32, sumOf(3)); }},
-      {"reduceMany 8 float32 sum", 9,
-       [&] {
-         kc::reduceMany(dst.p, srcs, 8, n32, DataType::kFloat32, ReduceOp::kSum, s);
-       },
-       [&] { return dst.firstWrong<float>(n32, sumOf(8)); }},
-      // The IPC collectives' fan-in / fan-out: n sources to m destinations.
-      {"reduceToMany 2->2 float32 sum", 4,
-       [&] {
-         kc::reduceToMany(dsts, 2, srcs, 2, n32, DataType::kFloat32, ReduceOp::kSum, s);
-       },
-       [&] {
-         const long long a = dst.firstWrong<float>(n32, sumOf(2));
-         return a >= 0 ? a : dst2.firstWrong<float>(n32, sumOf(2));
-       }},
-      {"reduceToMany 3->3 float32 sum", 6,
-       [&] {
-         kc::reduceToMany(dsts, 3, srcs, 3, n32, DataType::kFloat32, ReduceOp::kSum, s);
-       },
-       [&] {
-         const long long a = dst.firstWrong<float>(n32, sumOf(3));
-         return a >= 0 ? a : dst3.firstWrong<float>(n32, sumOf(3));
-       }},
-      {"divideInPlace float32", 2,
-       [&] { kc::divideInPlace(work.p, n32, DataType::kFloat32, 2.0, s); },
-       [&] {
-         return work.firstWrong<float>(n32,
-                                       [&](size_t i) { return pattern(i, 0) * divided; });
-       }},
-      {"compressToHalf", 1.5,
-       [&] {
-         kc::compressToHalf(static_cast<uint16_t*>(half.p),
-                            static_cast<const float*>(srcs[2]), n32, s);
-       },
-       [&] {
-         return half.firstWrong<uint16_t>(
-             n32, [](size_t i) { return floatToHalfBits(pattern(i, 2)); });
-       }},
-      {"decompressFromHalf", 1.5,
-       [&] {
-         kc::decompressFromHalf(static_cast<float*>(dst.p),
-                                static_cast<const uint16_t*>(half.p), n32, s);
-       },
-       [&] {
-         return dst.firstWrong<float>(n32, [](size_t i) { return pattern(i, 2); });
-       }},
-  };
-
-  const double copy = kolo::bench::copyMs(dst.p, srcs[0], S, s, reps);
+  const double copy = kolo::bench::copyMs(w.dst.p, w.srcs[0], S, s, reps);
   const double copyGBs = 2.0 * S / 1e6 / copy;
   std::printf("kolo-gpu-bandwidth: %s, buffers of %zu B, median of %d reps\n", prop.name,
               S, reps);
