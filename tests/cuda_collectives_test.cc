@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -106,15 +107,41 @@ Bytes values(kolo_dtype d, size_t n, int rank, int salt) {
   return out;
 }
 
+// Allocations are never returned to CUDA while kolo runs, as a framework's
+// caching allocator keeps them: the IPC path's peers keep an allocation
+// mapped after a call, and a cudaFree of memory another process maps is
+// undefined (collectives/cuda/ipc_collectives.h). A released buffer waits
+// here, by size, for the next of that size.
+class DevicePool {
+ public:
+  static void* take(size_t bytes) {
+    std::vector<void*>& idle = pool()[bytes];
+    if (!idle.empty()) {
+      void* p = idle.back();
+      idle.pop_back();
+      return p;
+    }
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+    return p;
+  }
+  static void give(void* p, size_t bytes) { pool()[bytes].push_back(p); }
+
+ private:
+  static std::map<size_t, std::vector<void*>>& pool() {
+    static std::map<size_t, std::vector<void*>> idle;
+    return idle;
+  }
+};
+
 // Device memory that the test's own CUDA runtime allocates (as a
 // framework's would).
 class DeviceMem {
  public:
-  explicit DeviceMem(size_t bytes) : bytes_(bytes) {
-    EXPECT_EQ(cudaMalloc(&p_, bytes ? bytes : 1), cudaSuccess);
-  }
+  explicit DeviceMem(size_t bytes)
+      : p_(DevicePool::take(bytes ? bytes : 1)), bytes_(bytes) {}
   explicit DeviceMem(const Bytes& host) : DeviceMem(host.size()) { upload(host); }
-  ~DeviceMem() { cudaFree(p_); }
+  ~DeviceMem() { DevicePool::give(p_, bytes_ ? bytes_ : 1); }
   DeviceMem(const DeviceMem&) = delete;
   DeviceMem& operator=(const DeviceMem&) = delete;
   void* get() const { return p_; }
