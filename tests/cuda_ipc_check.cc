@@ -303,13 +303,17 @@ int run(int argc, char** argv) {
       checker.failures += test::checkKernelOnDevice(*memory, rank, &checker.checks);
   }
   int32_t failed = checker.failures;
+  const int checks = checker.checks, failures = checker.failures;
+  ipc.reset();  // closes this rank's mappings of its peers' memory
+  // The failure count, and a barrier: no rank frees memory (memory's
+  // destructor) that a peer still maps.
   AllreduceOptions o;
   o.send = o.recv = &failed;
   o.count = 1;
   o.dtype = DataType::kInt32;
   host->allreduce(o);
   std::printf("rank %d: %s: %d checks, %d failed here, %d in all\n", rank,
-              bench ? "bench" : "checks", checker.checks, checker.failures, failed);
+              bench ? "bench" : "checks", checks, failures, failed);
   return failed == 0 ? 0 : 1;
 }
 

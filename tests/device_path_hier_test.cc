@@ -15,6 +15,7 @@
 #include <functional>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "api/communicator_impl.h"
@@ -24,6 +25,7 @@
 #include "common/check.h"
 #include "support/comm_world.h"
 #include "support/device_checks.h"
+#include "support/expect_error.h"
 #include "support/ipc_host_device.h"
 #include "support/process_ranks.h"
 
@@ -91,10 +93,12 @@ const std::vector<std::vector<int>> kHostCases = {
 };
 
 // Runs body(comm, the host's ranks) on forked ranks on the pretend hosts
-// of each case; every rank must exit with 0.
+// of each case from `first` on; every rank must exit with 0.
 void runCases(const std::function<int(api::CommunicatorImpl&, const std::vector<int>&,
-                                      const std::string& address)>& body) {
-  for (const std::vector<int>& hostOf : kHostCases) {
+                                      const std::string& address)>& body,
+              size_t first = 0) {
+  for (size_t c = first; c < kHostCases.size(); ++c) {
+    const std::vector<int>& hostOf = kHostCases[c];
     const int n = static_cast<int>(hostOf.size());
     test::ProcessRanks ranks(n, [&](int rank, const std::string& address) {
       CommunicatorConfig config;
@@ -188,29 +192,119 @@ class IpcDoubleMemory : public dc::DeviceMemory {
 };
 
 // The intra-host path is the real CUDA IPC collectives (IpcCollectives)
-// over the host double of the device.
+// over the host double of the device; the uneven cases only (the even one
+// adds nothing the team test has not shown, and the double is slow).
 TEST(HierCollectives, OverCudaIpcInsideHostsEveryCollectiveMatchesTheCpu) {
-  runCases([](api::CommunicatorImpl& comm, const std::vector<int>& mates,
-              const std::string& address) {
-    auto store = rendezvous::openStore(address, false, std::chrono::seconds(20));
-    auto device = std::make_shared<test::IpcHostDevice>();
-    test::HostStream stream(20);
-    dc::IpcOptions o;
-    o.localRank = comm.layout().localRank;
-    o.localSize = comm.layout().localSize;
-    o.globalRanks = mates;
-    o.timeout = std::chrono::seconds(20);
-    o.name = "hier/host" + std::to_string(comm.layout().crossRank);
-    auto hier = comm.hierarchical(dc::makeIpcCollectives(o, *store, device),
-                                  std::make_unique<IpcDoubleMemory>(device, stream));
-    test::Rig rig = test::Rig::hostAddressable(
-        hier.get(), device->allocate(test::kRigBufferBytes),
-        device->allocate(test::kRigBufferBytes), &stream, [&] { stream.drain(); });
-    const bool ok = test::checkAll(rig, comm.rank(), comm.size());
-    stream.drain();
-    hier.reset();
-    return ok ? 0 : 1;
+  runCases(
+      [](api::CommunicatorImpl& comm, const std::vector<int>& mates,
+         const std::string& address) {
+        auto store = rendezvous::openStore(address, false, std::chrono::seconds(20));
+        auto device = std::make_shared<test::IpcHostDevice>();
+        test::HostStream stream(20);
+        dc::IpcOptions o;
+        o.localRank = comm.layout().localRank;
+        o.localSize = comm.layout().localSize;
+        o.globalRanks = mates;
+        o.timeout = std::chrono::seconds(20);
+        o.name = "hier/host" + std::to_string(comm.layout().crossRank);
+        auto hier = comm.hierarchical(dc::makeIpcCollectives(o, *store, device),
+                                      std::make_unique<IpcDoubleMemory>(device, stream));
+        test::Rig rig = test::Rig::hostAddressable(
+            hier.get(), device->allocate(test::kRigBufferBytes),
+            device->allocate(test::kRigBufferBytes), &stream, [&] { stream.drain(); });
+        const bool ok = test::checkAll(rig, comm.rank(), comm.size());
+        stream.drain();
+        hier.reset();
+        return ok ? 0 : 1;
+      },
+      1);
+}
+
+// A rank lost before an allreduce: every other rank's call fails (lost
+// peer or timeout, by name), none hangs.
+TEST(HierCollectives, ALostRankFailsEveryOtherRankWithoutAHang) {
+  const std::vector<int> hostOf = {0, 0, 1, 1};
+  const int n = 4;
+  test::ProcessRanks ranks(n, [&](int rank, const std::string& address) {
+    CommunicatorConfig config;
+    config.rank = rank;
+    config.size = n;
+    config.rendezvous = address;
+    config.hostStore = false;
+    config.hostId = "host" + std::to_string(hostOf[rank]);
+    Settings settings = test::testSettings();
+    settings.timeoutSeconds = 3;
+    api::CommunicatorImpl comm(config, settings);
+    std::vector<int> mates;
+    for (int r = 0; r < n; ++r) {
+      if (hostOf[r] == hostOf[rank]) mates.push_back(r);
+    }
+    auto team = comm.split(mates, "intra" + std::to_string(hostOf[rank]));
+    auto hier = comm.hierarchical(std::make_unique<TeamCollectives>(team),
+                                  std::make_unique<dc::HostDeviceMemory>());
+    std::vector<float> buf(1000, 1.0f);
+    try {
+      comm.barrier();
+      if (rank == 3) {  // gone while the others are in the allreduce
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        _exit(0);
+      }
+      hier->allreduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32,
+                      ReduceOp::kSum, nullptr);
+    } catch (const Error& e) {
+      test::exitWithError(rank, e);
+    }
+    std::printf("rank %d: the allreduce returned\n", rank);
+    std::fflush(stdout);
+    return 0;
   });
+  for (const test::RankOutcome& o : ranks.waitAll(std::chrono::seconds(30))) {
+    if (o.rank == 3) continue;
+    EXPECT_FALSE(o.hung) << "rank " << o.rank << ":\n" << o.output;
+    EXPECT_TRUE(o.exited && (o.exitCode == static_cast<int>(ErrorCode::kPeerLost) ||
+                             o.exitCode == static_cast<int>(ErrorCode::kTimeout)))
+        << "rank " << o.rank << " exit " << o.exitCode << ":\n"
+        << o.output;
+    EXPECT_TRUE(test::contains(o.output, "rank ")) << o.output;
+  }
+}
+
+// After an error the object is broken: every later call throws the same
+// error, whatever it is (here a broadcast, which the failing intra-host
+// path would have served).
+class FailingIntra : public TeamCollectives {
+ public:
+  FailingIntra() : TeamCollectives(nullptr) {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void reduceScatter(const void*, void*, const std::vector<size_t>&, DataType, ReduceOp,
+                     void*) override {
+    KOLO_THROW(ErrorCode::kPeerLost, "rank 0: CUDA IPC peer rank 1 lost");
+  }
+  void broadcast(void*, size_t, DataType, int, void*) override {}
+};
+
+class NoHost : public dc::HierHost {
+ public:
+  void run(const std::function<void(collectives::Context&)>&) override { ++runs; }
+  int runs = 0;
+};
+
+TEST(HierCollectives, AnErrorBreaksTheObject) {
+  NoHost host;
+  dc::HierCollectives hier(std::make_unique<FailingIntra>(), host,
+                           std::make_unique<dc::HostDeviceMemory>(), {{0}}, 0);
+  float x = 1;
+  for (int call = 0; call < 2; ++call) {
+    const Error e = test::expectError([&] {
+      if (call == 0)
+        hier.allreduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum, nullptr);
+      if (call == 1) hier.broadcast(&x, 1, DataType::kFloat32, 0, nullptr);
+    });
+    EXPECT_EQ(e.code(), ErrorCode::kPeerLost);
+    EXPECT_STREQ(e.what(), "rank 0: CUDA IPC peer rank 1 lost");
+  }
+  EXPECT_EQ(host.runs, 0);
 }
 
 }  // namespace

@@ -179,6 +179,36 @@ TEST(NcclAvailability, SaysWhyNotOrGivesTheVersion) {
   EXPECT_EQ(cuda::ncclAvailability().reason, a.reason) << "asked once";
 }
 
+TEST(NcclAvailability, TheRuleNamesWhatIsMissing) {
+  const std::unique_ptr<cuda::NcclLibrary> lib =
+      cuda::NcclLibrary::open(KOLO_TEST_FAKE_NCCL);
+  auto setVersion = reinterpret_cast<void (*)(int)>(::dlsym(
+      ::dlopen(KOLO_TEST_FAKE_NCCL, RTLD_NOW | RTLD_NOLOAD), "fakeNcclSetVersion"));
+  const cuda::DeviceProbe none{0, "cudaGetDeviceCount failed with cudaErrorNoDevice: x",
+                               0, 0};
+  const cuda::DeviceProbe one{1, "", 13000, 13000};
+  auto fake = [&]() -> const cuda::NcclLibrary& { return *lib; };
+  auto missing = []() -> const cuda::NcclLibrary& {
+    throw Error(ErrorCode::kIo, "cannot load the NCCL library libnccl.so.2: not found");
+  };
+  EXPECT_TRUE(
+      contains(cuda::ncclAvailabilityOf(false, one, fake).reason, "no CUDA support"));
+  EXPECT_EQ(cuda::ncclAvailabilityOf(true, none, fake).reason,
+            "no CUDA device: cudaGetDeviceCount failed with cudaErrorNoDevice: x");
+  EXPECT_EQ(cuda::ncclAvailabilityOf(true, one, missing).reason,
+            "cannot load the NCCL library libnccl.so.2: not found");
+  const cuda::NcclAvailability ok = cuda::ncclAvailabilityOf(true, one, fake);
+  EXPECT_EQ(ok.version, 22809);
+  EXPECT_EQ(ok.reason, "");
+  setVersion(21207);
+  const cuda::NcclAvailability old = cuda::ncclAvailabilityOf(true, one, fake);
+  setVersion(22809);
+  EXPECT_EQ(old.version, 0);
+  EXPECT_TRUE(contains(old.reason, "NCCL 2.12.7 (")) << old.reason;
+  EXPECT_TRUE(contains(old.reason, ") is older than 2.14.3, which kolo needs"))
+      << old.reason;
+}
+
 TEST(NcclCollectives, WithoutADeviceTheFactoryNamesTheRankDeviceAndCause) {
   if (cuda::ncclAvailability().version > 0) GTEST_SKIP() << "the NCCL path is available";
   TempStore temp;

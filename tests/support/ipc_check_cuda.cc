@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "collectives/cuda/device_reduce.h"
@@ -38,16 +39,34 @@ class CudaCheckMemory final : public CheckMemory {
     check(cudaSetDevice(device), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
+  // Frees everything: after the peers closed their mappings (the program
+  // destroys its collectives and passes a barrier first).
   ~CudaCheckMemory() override {
     freeAll();
+    for (auto& [p, bytes] : pool_) cudaFree(p);
+    for (void* p : async_) cudaFreeAsync(p, stream_);
+    cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
   }
 
   int device() const override { return device_; }
+  // Exportable memory comes from a pool that is never freed while the
+  // program runs: peers keep it mapped, and CUDA leaves a cudaFree of
+  // memory another process maps undefined.
   void* alloc(size_t bytes, bool exportable) override {
     void* p = nullptr;
     if (exportable) {
-      check(cudaMalloc(&p, bytes), "cudaMalloc");
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if (pool_[*it] >= bytes) {
+          p = *it;
+          free_.erase(it);
+          break;
+        }
+      }
+      if (p == nullptr) {
+        check(cudaMalloc(&p, bytes), "cudaMalloc");
+        pool_[p] = bytes;
+      }
     } else {
       check(cudaMallocAsync(&p, bytes, stream_), "cudaMallocAsync");
       check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
@@ -69,11 +88,11 @@ class CudaCheckMemory final : public CheckMemory {
   void* stream() override { return stream_; }
   void freeAll() override {
     cudaStreamSynchronize(stream_);
-    for (auto& [p, pool] : live_) {
-      if (pool) {
-        cudaFreeAsync(p, stream_);
+    for (auto& [p, asyncPool] : live_) {
+      if (asyncPool) {
+        async_.push_back(p);  // freed last too, in case the driver exported it
       } else {
-        cudaFree(p);
+        free_.push_back(p);
       }
     }
     cudaStreamSynchronize(stream_);
@@ -87,7 +106,10 @@ class CudaCheckMemory final : public CheckMemory {
  private:
   int device_;
   cudaStream_t stream_ = nullptr;
-  std::vector<std::pair<void*, bool>> live_;
+  std::vector<std::pair<void*, bool>> live_;  // (pointer, from cudaMallocAsync)
+  std::map<void*, size_t> pool_;              // every cudaMalloc, by size
+  std::vector<void*> free_;                   // pool blocks not in use
+  std::vector<void*> async_;                  // cudaMallocAsync blocks, freed last
 };
 
 // Random values with NaN, infinities, signed zeros and subnormals mixed in

@@ -1,6 +1,8 @@
 // IpcCollectives: the schedules of ipc_collectives.h on cuda_ipc::IpcGroup.
 #include "collectives/cuda/ipc_collectives.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <exception>
 #include <functional>
 #include <numeric>
@@ -71,18 +73,22 @@ class IpcCollectives final : public DeviceCollectives {
                 void* stream) override;
 
  private:
-  // Runs one step's schedule; an error breaks the object (later calls
-  // rethrow it).
-  void guarded(const std::function<void()>& body);
-  void checkUsable(const char* what) const;
+  // Checks that `buffers` are memory of the device (Error(kInvalidArgument),
+  // the object stays usable), then runs one step's schedule; an error in it
+  // breaks the object (later calls rethrow it).
+  void guarded(const char* what, const std::vector<IpcGroup::Buffer>& buffers,
+               const std::function<void()>& body);
+  // Rethrows the error that broke the object.
+  void checkUsable() const;
   void checkDtype(const char* what, DataType dtype) const;
   void checkCounts(const char* what, const char* name,
                    const std::vector<size_t>& counts) const;
-  void checkPointer(const char* what, const char* name, const void* p,
-                    size_t count) const;
+  // Null with elements, or a byte size that overflows.
+  void checkPointer(const char* what, const char* name, const void* p, size_t count,
+                    DataType dtype) const;
   // Rank r's slice of an allreduce of `count` elements: [begin, end).
   std::pair<size_t, size_t> slice(size_t count, size_t elementBytes, int r) const;
-  void checkAlltoallCounts(const std::vector<size_t>& recvCounts) const;
+  void checkAlltoallCounts() const;
   int me() const { return options_.localRank; }
   int globalMe() const { return options_.globalRanks[options_.localRank]; }
 
@@ -91,8 +97,11 @@ class IpcCollectives final : public DeviceCollectives {
   std::exception_ptr broken_;
 };
 
-void IpcCollectives::guarded(const std::function<void()>& body) {
+void IpcCollectives::guarded(const char* what,
+                             const std::vector<IpcGroup::Buffer>& buffers,
+                             const std::function<void()>& body) {
   if (broken_) std::rethrow_exception(broken_);
+  group_->checkBuffers(what, buffers);
   try {
     body();
   } catch (...) {
@@ -101,8 +110,7 @@ void IpcCollectives::guarded(const std::function<void()>& body) {
   }
 }
 
-void IpcCollectives::checkUsable(const char* what) const {
-  (void)what;
+void IpcCollectives::checkUsable() const {
   if (broken_) std::rethrow_exception(broken_);
 }
 
@@ -126,7 +134,13 @@ void IpcCollectives::checkCounts(const char* what, const char* name,
 }
 
 void IpcCollectives::checkPointer(const char* what, const char* name, const void* p,
-                                  size_t count) const {
+                                  size_t count, DataType dtype) const {
+  if (count > SIZE_MAX / elementSize(dtype)) {
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "rank " << globalMe() << ": " << what << " through CUDA IPC: " << name
+                       << " of " << count << " " << toString(dtype)
+                       << " overflows the address space");
+  }
   if (p == nullptr && count != 0) {
     KOLO_THROW(ErrorCode::kInvalidArgument, "rank " << globalMe() << ": " << what
                                                     << " through CUDA IPC: null " << name
@@ -153,26 +167,26 @@ std::pair<size_t, size_t> IpcCollectives::slice(size_t count, size_t elementByte
 void IpcCollectives::allreduce(const void* send, void* recv, size_t count, DataType dtype,
                                ReduceOp op, void* stream) {
   constexpr const char* kWhat = "allreduce";
-  checkUsable(kWhat);
+  checkUsable();
   checkDtype(kWhat, dtype);
   if (!isValid(op)) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
                "rank " << globalMe() << ": " << kWhat
                        << " through CUDA IPC: unknown op value " << static_cast<int>(op));
   }
-  checkPointer(kWhat, "send", send, count);
-  checkPointer(kWhat, "recv", recv, count);
+  checkPointer(kWhat, "send", send, count, dtype);
+  checkPointer(kWhat, "recv", recv, count, dtype);
   if (count == 0) return;
   const size_t es = elementSize(dtype);
-  guarded([&] {
-    const bool inPlace = send == recv;
-    std::vector<IpcGroup::Buffer> buffers;
-    if (inPlace) {
-      buffers.push_back({recv, count * es, Use::kInOut});
-    } else {
-      buffers.push_back({const_cast<void*>(send), count * es, Use::kInput});
-      buffers.push_back({recv, count * es, Use::kOutput});
-    }
+  const bool inPlace = send == recv;
+  std::vector<IpcGroup::Buffer> buffers;
+  if (inPlace) {
+    buffers.push_back({recv, count * es, Use::kInOut});
+  } else {
+    buffers.push_back({const_cast<void*>(send), count * es, Use::kInput});
+    buffers.push_back({recv, count * es, Use::kOutput});
+  }
+  guarded(kWhat, buffers, [&] {
     IpcGroup::Header h;
     h.kind = kAllreduce;
     h.dtype = static_cast<int32_t>(dtype);
@@ -190,7 +204,13 @@ void IpcCollectives::allreduce(const void* send, void* recv, size_t count, DataT
         srcs[r] = at(group_->buffer(r, 0), lo * es);
         dsts[r] = at(group_->buffer(r, inPlace ? 0 : 1), lo * es);
       }
-      group_->device().reduce(dsts.data(), n, srcs.data(), n, hi - lo, dtype, op, stream);
+      if (n == 1) {  // one rank: the values as they are (no round trip through float)
+        if (dsts[0] != srcs[0])
+          group_->device().copy(dsts[0], srcs[0], (hi - lo) * es, stream);
+      } else {
+        group_->device().reduce(dsts.data(), n, srcs.data(), n, hi - lo, dtype, op,
+                                stream);
+      }
     }
     group_->finish(stream);
   });
@@ -199,25 +219,25 @@ void IpcCollectives::allreduce(const void* send, void* recv, size_t count, DataT
 void IpcCollectives::broadcast(void* buffer, size_t count, DataType dtype, int root,
                                void* stream) {
   constexpr const char* kWhat = "broadcast";
-  checkUsable(kWhat);
+  checkUsable();
   checkDtype(kWhat, dtype);
   if (root < 0 || root >= size()) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
                "rank " << globalMe() << ": " << kWhat << " through CUDA IPC: root "
                        << root << " is not a rank of the group of " << size());
   }
-  checkPointer(kWhat, "buffer", buffer, count);
+  checkPointer(kWhat, "buffer", buffer, count, dtype);
   if (count == 0 || size() == 1) return;
   const size_t bytes = count * elementSize(dtype);
-  guarded([&] {
+  const std::vector<IpcGroup::Buffer> buffers = {
+      {buffer, bytes, me() == root ? Use::kInput : Use::kOutput}};
+  guarded(kWhat, buffers, [&] {
     IpcGroup::Header h;
     h.kind = kBroadcast;
     h.dtype = static_cast<int32_t>(dtype);
     h.root = root;
     h.count = count;
-    group_->begin("broadcast", h,
-                  {{buffer, bytes, me() == root ? Use::kInput : Use::kOutput}}, {},
-                  stream);
+    group_->begin("broadcast", h, buffers, {}, stream);
     group_->await(stream);
     if (me() != root) {
       group_->device().copy(group_->buffer(me(), 0), group_->buffer(root, 0), bytes,
@@ -231,25 +251,25 @@ void IpcCollectives::allgather(const void* send, void* recv,
                                const std::vector<size_t>& counts, DataType dtype,
                                void* stream) {
   constexpr const char* kWhat = "allgather";
-  checkUsable(kWhat);
+  checkUsable();
   checkDtype(kWhat, dtype);
   checkCounts(kWhat, "counts", counts);
   const std::vector<size_t> offsets = prefix(counts);
   const size_t total = offsets.back();
-  checkPointer(kWhat, "send", send, counts[me()]);
-  checkPointer(kWhat, "recv", recv, total);
+  checkPointer(kWhat, "send", send, counts[me()], dtype);
+  checkPointer(kWhat, "recv", recv, total, dtype);
   if (total == 0) return;
   const size_t es = elementSize(dtype);
-  guarded([&] {
+  const std::vector<IpcGroup::Buffer> buffers = {
+      {const_cast<void*>(send), counts[me()] * es, Use::kInput},
+      {recv, total * es, Use::kOutput}};
+  guarded(kWhat, buffers, [&] {
     IpcGroup::Header h;
     h.kind = kAllgather;
     h.dtype = static_cast<int32_t>(dtype);
     h.count = total;
     h.countsDigest = digest(counts);
-    group_->begin("allgather", h,
-                  {{const_cast<void*>(send), counts[me()] * es, Use::kInput},
-                   {recv, total * es, Use::kOutput}},
-                  {}, stream);
+    group_->begin("allgather", h, buffers, {}, stream);
     group_->await(stream);
     for (int r = 0; r < size(); ++r) {
       void* dst = at(group_->buffer(me(), 1), offsets[r] * es);
@@ -265,7 +285,7 @@ void IpcCollectives::reduceScatter(const void* send, void* recv,
                                    const std::vector<size_t>& counts, DataType dtype,
                                    ReduceOp op, void* stream) {
   constexpr const char* kWhat = "reduceScatter";
-  checkUsable(kWhat);
+  checkUsable();
   checkDtype(kWhat, dtype);
   if (!isValid(op)) {
     KOLO_THROW(ErrorCode::kInvalidArgument,
@@ -275,28 +295,33 @@ void IpcCollectives::reduceScatter(const void* send, void* recv,
   checkCounts(kWhat, "counts", counts);
   const std::vector<size_t> offsets = prefix(counts);
   const size_t total = offsets.back();
-  checkPointer(kWhat, "send", send, total);
-  checkPointer(kWhat, "recv", recv, counts[me()]);
+  checkPointer(kWhat, "send", send, total, dtype);
+  checkPointer(kWhat, "recv", recv, counts[me()], dtype);
   if (total == 0) return;
   const size_t es = elementSize(dtype);
-  guarded([&] {
+  const std::vector<IpcGroup::Buffer> buffers = {
+      {const_cast<void*>(send), total * es, Use::kInput},
+      {recv, counts[me()] * es, Use::kOutput}};
+  guarded(kWhat, buffers, [&] {
     IpcGroup::Header h;
     h.kind = kReduceScatter;
     h.dtype = static_cast<int32_t>(dtype);
     h.op = static_cast<int32_t>(op);
     h.count = total;
     h.countsDigest = digest(counts);
-    group_->begin("reduceScatter", h,
-                  {{const_cast<void*>(send), total * es, Use::kInput},
-                   {recv, counts[me()] * es, Use::kOutput}},
-                  {}, stream);
+    group_->begin("reduceScatter", h, buffers, {}, stream);
     group_->await(stream);
     if (counts[me()] != 0) {
       const int n = size();
       std::vector<const void*> srcs(n);
       for (int r = 0; r < n; ++r) srcs[r] = at(group_->buffer(r, 0), offsets[me()] * es);
       void* dst = group_->buffer(me(), 1);
-      group_->device().reduce(&dst, 1, srcs.data(), n, counts[me()], dtype, op, stream);
+      if (n == 1) {
+        if (dst != srcs[0])
+          group_->device().copy(dst, srcs[0], counts[me()] * es, stream);
+      } else {
+        group_->device().reduce(&dst, 1, srcs.data(), n, counts[me()], dtype, op, stream);
+      }
     }
     group_->finish(stream);
   });
@@ -305,8 +330,7 @@ void IpcCollectives::reduceScatter(const void* send, void* recv,
 // Every rank's send counts and recv counts are in the step's values: rank
 // i's sendCounts[j] must equal rank j's recvCounts[i], checked by every
 // rank over the whole matrix so that all fail alike.
-void IpcCollectives::checkAlltoallCounts(const std::vector<size_t>& recvCounts) const {
-  (void)recvCounts;
+void IpcCollectives::checkAlltoallCounts() const {
   const int n = size();
   for (int i = 0; i < n; ++i) {
     for (int j = 0; j < n; ++j) {
@@ -327,27 +351,27 @@ void IpcCollectives::alltoall(const void* send, const std::vector<size_t>& sendC
                               void* recv, const std::vector<size_t>& recvCounts,
                               DataType dtype, void* stream) {
   constexpr const char* kWhat = "alltoall";
-  checkUsable(kWhat);
+  checkUsable();
   checkDtype(kWhat, dtype);
   checkCounts(kWhat, "sendCounts", sendCounts);
   checkCounts(kWhat, "recvCounts", recvCounts);
   const std::vector<size_t> sendOffsets = prefix(sendCounts);
   const std::vector<size_t> recvOffsets = prefix(recvCounts);
-  checkPointer(kWhat, "send", send, sendOffsets.back());
-  checkPointer(kWhat, "recv", recv, recvOffsets.back());
+  checkPointer(kWhat, "send", send, sendOffsets.back(), dtype);
+  checkPointer(kWhat, "recv", recv, recvOffsets.back(), dtype);
   const size_t es = elementSize(dtype);
-  guarded([&] {
+  const std::vector<IpcGroup::Buffer> buffers = {
+      {const_cast<void*>(send), sendOffsets.back() * es, Use::kInput},
+      {recv, recvOffsets.back() * es, Use::kOutput}};
+  guarded(kWhat, buffers, [&] {
     std::vector<uint64_t> values(sendCounts.begin(), sendCounts.end());
     values.insert(values.end(), recvCounts.begin(), recvCounts.end());
     IpcGroup::Header h;
     h.kind = kAlltoall;
     h.dtype = static_cast<int32_t>(dtype);
-    group_->begin("alltoall", h,
-                  {{const_cast<void*>(send), sendOffsets.back() * es, Use::kInput},
-                   {recv, recvOffsets.back() * es, Use::kOutput}},
-                  values, stream);
+    group_->begin("alltoall", h, buffers, values, stream);
     group_->await(stream);
-    checkAlltoallCounts(recvCounts);
+    checkAlltoallCounts();
     for (int r = 0; r < size(); ++r) {
       if (recvCounts[r] == 0) continue;
       size_t from = 0;  // block me() of rank r's send

@@ -25,9 +25,17 @@
 // expandable segments) is staged through a kolo-owned exported buffer: one
 // more copy, same results.
 //
+// Buffer lifetime (beyond DeviceCollectives' contract): the peers keep the
+// allocation of a buffer passed to a call mapped after the call (a cache
+// keyed by the allocation), and CUDA makes a cudaFree of memory another
+// process maps undefined: an allocation passed to a call must not be
+// returned to CUDA (cudaFree; torch.cuda.empty_cache()) while the object
+// lives. Reusing its memory for other data is fine.
+//
 // Status: the protocol ran between processes with a host double of the
-// device (tests/cuda_ipc_protocol_test.cc); the CUDA implementation
-// (cuda_ipc_device.cc) has been built but NOT run on a GPU.
+// device (tests/cuda_ipc_protocol_test.cc, tests/cuda_ipc_check.cc under
+// kolorun); the CUDA implementation (cuda_ipc_device.cc) and the kernel
+// have been built but NOT run on a GPU.
 #pragma once
 
 #include <chrono>

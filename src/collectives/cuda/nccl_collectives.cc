@@ -2,6 +2,7 @@
 // in every build: what needs CUDA is behind nccl_device_ops.h.
 #include "collectives/cuda/nccl_collectives.h"
 
+#include <functional>
 #include <sstream>
 
 #include "collectives/cuda/device_runtime.h"
@@ -21,37 +22,8 @@ std::string versionText(int code) {
 }
 
 NcclAvailability askOnce() {
-  NcclAvailability out;
-  if (!built()) {
-    out.reason =
-        "this kolo build has no CUDA support (KOLO_WITH_CUDA was off or nvcc "
-        "missing)";
-    return out;
-  }
-  const DeviceProbe& probe = probeDevices();
-  if (probe.count == 0) {
-    out.reason = "no CUDA device: " + probe.reason;
-    return out;
-  }
-  const NcclLibrary* nccl = nullptr;
-  int version = 0;
-  try {
-    nccl = &NcclLibrary::load();
-    version = nccl->version();
-  } catch (const Error& e) {
-    out.reason = e.what();
-    return out;
-  }
-  if (version < kNcclMinimumVersion || nccl->commInitRankConfig == nullptr ||
-      nccl->commFinalize == nullptr) {
-    out.reason = "NCCL " + versionText(version) + " (" + nccl->path() +
-                 ") is older than " + versionText(kNcclMinimumVersion) +
-                 ", which kolo needs for a communicator init that cannot hang "
-                 "(ncclCommInitRankConfig with blocking = 0, ncclCommFinalize)";
-    return out;
-  }
-  out.version = version;
-  return out;
+  return ncclAvailabilityOf(built(), probeDevices(),
+                            []() -> const NcclLibrary& { return NcclLibrary::load(); });
 }
 
 // Step 1 of makeNcclCollectives: what can be told without the others.
@@ -88,6 +60,39 @@ NcclLibrary::UniqueId makeUniqueId(const NcclLibrary& nccl, const NcclGroup& gro
 }
 
 }  // namespace
+
+NcclAvailability ncclAvailabilityOf(bool cudaBuilt, const DeviceProbe& devices,
+                                    const std::function<const NcclLibrary&()>& load) {
+  NcclAvailability out;
+  if (!cudaBuilt) {
+    out.reason =
+        "this kolo build has no CUDA support (KOLO_WITH_CUDA was off or nvcc missing)";
+    return out;
+  }
+  if (devices.count == 0) {
+    out.reason = "no CUDA device: " + devices.reason;
+    return out;
+  }
+  const NcclLibrary* nccl = nullptr;
+  int version = 0;
+  try {
+    nccl = &load();
+    version = nccl->version();
+  } catch (const Error& e) {
+    out.reason = e.what();
+    return out;
+  }
+  if (version < kNcclMinimumVersion || nccl->commInitRankConfig == nullptr ||
+      nccl->commFinalize == nullptr) {
+    out.reason = "NCCL " + versionText(version) + " (" + nccl->path() +
+                 ") is older than " + versionText(kNcclMinimumVersion) +
+                 ", which kolo needs for a communicator init that cannot hang "
+                 "(ncclCommInitRankConfig with blocking = 0, ncclCommFinalize)";
+    return out;
+  }
+  out.version = version;
+  return out;
+}
 
 NcclAvailability ncclAvailability() {
   static const NcclAvailability answer = askOnce();

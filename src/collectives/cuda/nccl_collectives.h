@@ -51,11 +51,14 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "collectives/cuda/device_collectives.h"
+#include "collectives/cuda/device_runtime.h"
+#include "collectives/cuda/nccl_library.h"
 
 namespace kolo::rendezvous {
 class Store;
@@ -70,6 +73,12 @@ struct NcclAvailability {
 
 // This process's answer, asked once (cached); never throws.
 NcclAvailability ncclAvailability();
+
+// The rule behind it, for tests: a build with CUDA, a device, an NCCL that
+// load() returns (or the kolo::Error it throws), its version and entry
+// points.
+NcclAvailability ncclAvailabilityOf(bool cudaBuilt, const DeviceProbe& devices,
+                                    const std::function<const NcclLibrary&()>& load);
 
 // The oldest NCCL the path takes: 2.14.3 (ncclCommInitRankConfig with
 // blocking = 0, ncclCommFinalize).

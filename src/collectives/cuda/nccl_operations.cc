@@ -59,7 +59,7 @@ char* at(void* base, size_t elements, size_t width) {
 template <typename Enqueue>
 void NcclCommunicator::run(const NcclCall& call, void* stream, Enqueue&& enqueue) {
   throwIfBroken();
-  const int previous = ops_->enter(self_ + ": " + call.describe());
+  const int previous = ops_->enter(self_ + ": NCCL " + call.name);
   try {
     const auto deadline = Clock::now() + options_.timeout;
     enqueue(deadline);

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -18,6 +19,7 @@ namespace {
 
 constexpr int kReady = 0;    // shm counter: this rank began step s
 constexpr int kWritten = 1;  // shm counter: this rank enqueued its writes of step s
+constexpr int kClosed = 2;   // shm counter: 1 once this rank closed its mappings
 
 // A buffer as the step's descriptor carries it.
 struct WireBuffer {
@@ -106,7 +108,23 @@ IpcGroup::~IpcGroup() {
   for (auto e : {ready_, written_, done_})
     if (e != nullptr) device_->destroyEvent(e);
   for (auto& s : scratch_)
-    if (s.data != nullptr) device_->release(s.data);
+    if (s.data != nullptr) retired_.push_back(s.data);
+  if (shm_ == nullptr) return;
+  shm_->publish(kClosed, 1);
+  if (retired_.empty() || !peersClosed()) return;  // left to the process's end
+  for (void* p : retired_) device_->release(p);
+}
+
+bool IpcGroup::peersClosed() const {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  for (int r = 0; r < options_.localSize; ++r) {
+    if (r == options_.localRank) continue;
+    while (shm_->counter(r, kClosed) < 1 && !processGone(pids_[r])) {
+      if (std::chrono::steady_clock::now() > until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  return true;
 }
 
 // Each rank's two events and pid go through the store once (the n-th
@@ -144,6 +162,19 @@ void IpcGroup::exchangeEvents(rendezvous::Store& store) {
   }
 }
 
+void IpcGroup::checkBuffers(const char* what, const std::vector<Buffer>& buffers) {
+  for (const Buffer& buffer : buffers) {
+    Allocation a;
+    std::string why;
+    if (buffer.bytes == 0 || device_->locate(buffer.data, &a, &why)) continue;
+    KOLO_THROW(ErrorCode::kInvalidArgument,
+               "rank " << globalRank(options_.localRank) << ": " << what
+                       << " through CUDA IPC: buffer " << buffer.data
+                       << " is not memory of CUDA device " << device_->device() << ": "
+                       << why);
+  }
+}
+
 void IpcGroup::describe(int b, const Buffer& buffer, void* out, void* stream) {
   auto* wire = static_cast<WireBuffer*>(out);
   std::memset(wire, 0, sizeof *wire);
@@ -169,10 +200,12 @@ void IpcGroup::describe(int b, const Buffer& buffer, void* out, void* stream) {
   // exported buffer, one more copy each way the data flows.
   Scratch& s = scratch_[b];
   if (s.bytes < buffer.bytes) {
-    if (s.data != nullptr) device_->release(s.data);
+    if (s.data != nullptr) retired_.push_back(s.data);
     s.data = nullptr;
-    s.data = device_->allocate(buffer.bytes);
-    s.bytes = buffer.bytes;
+    // Grown by half at least: the outgrown buffers stay allocated (retired_).
+    const size_t bytes = std::max(buffer.bytes, s.bytes + s.bytes / 2);
+    s.data = device_->allocate(bytes);
+    s.bytes = bytes;
   }
   if (!device_->locate(s.data, &a, &why) || !exports_.handleFor(a, &wire->handle, &why)) {
     KOLO_THROW(ErrorCode::kInternal, "rank " << globalRank(options_.localRank) << ": "

@@ -35,6 +35,12 @@
 // has not run); disagreeing headers are Error(kMismatch) naming both
 // ranks. After an error the caller must not use the group again.
 //
+// Lifetime: CUDA makes a cudaFree of memory that another process still
+// maps undefined. A peer keeps this rank's allocations mapped (cache) until
+// evicted or until its group ends; kolo's own staging buffers are freed
+// only after every peer's group ended (else left to the process's end). A
+// caller's buffers are the caller's: see docs/gpu.md ("CUDA IPC").
+//
 // Thread safety: one thread at a time.
 #pragma once
 
@@ -103,6 +109,10 @@ class IpcGroup {
   int globalRank(int local) const { return options_.globalRanks[local]; }
   IpcDevice& device() { return *device_; }
 
+  // Error(kInvalidArgument) naming `what` when a buffer with bytes is not
+  // memory of the device (before any step: nothing changes).
+  void checkBuffers(const char* what, const std::vector<Buffer>& buffers);
+
   // Step 1. `values`: up to kValuesPerRank * localSize numbers peers may
   // read (value()).
   // `what` names the collective in errors.
@@ -134,6 +144,9 @@ class IpcGroup {
   void pollDone();
   [[noreturn]] void throwStuck() const;
   void checkPeersAlive(const char* what) const;
+  // The destructor's half: true once every peer closed its mappings of
+  // this rank's memory (or is gone), waiting at most ~1 s.
+  bool peersClosed() const;
 
   Options options_;
   std::shared_ptr<IpcDevice> device_;
@@ -147,6 +160,10 @@ class IpcGroup {
   std::vector<IpcDevice::Event> peerWritten_;  // by local rank (own: null)
   std::vector<int64_t> pids_;                  // by local rank
   Scratch scratch_[kMaxBuffers];
+  // Staging buffers outgrown: peers may still map them (CUDA leaves a
+  // cudaFree of memory another process maps undefined), so they are freed
+  // only by the destructor, once the peers closed their mappings.
+  std::vector<void*> retired_;
   // The current step.
   const char* what_ = "";
   uint64_t step_ = 0;
