@@ -593,6 +593,8 @@ TEST(RuntimeDevice, TheTimelineNamesThePath) {
         << text;
     EXPECT_NE(text.find(R"("bucket":"0","path":")" + name + "\""), std::string::npos)
         << text;
+    EXPECT_EQ(text.find(R"("algorithm")") == std::string::npos, withPath)
+        << "the host's algorithm is named only where it ran: " << text;
   }
 }
 
