@@ -78,6 +78,7 @@ cuda::DeviceCollectives* pathFor(Communicator& comm, const char* operation, int 
   if (text.empty()) {  // the first call (or a failed one: it throws again)
     cuda::DeviceCollectives* path = impl->deviceCollectives(device);
     gPathDevice[impl] = device;
+    if (path != nullptr) stager().keepDeviceMemory();  // its peers may map them
     return path;
   }
   if (text == "staged") return nullptr;

@@ -3,9 +3,9 @@
 // says why; every other call throws Error(kInvalidArgument) naming the call
 // and saying the same. The argument checks of the CUDA build are not
 // repeated: nothing can run here, whatever the arguments.
+#include "collectives/cuda/cuda_ipc_device.h"
 #include "collectives/cuda/device_reduce.h"
 #include "collectives/cuda/device_runtime.h"
-#include "collectives/cuda/cuda_ipc_device.h"
 #include "collectives/cuda/device_staging.h"
 #include "collectives/cuda/ipc_support.h"
 #include "common/check.h"
@@ -77,6 +77,7 @@ void DeviceStager::fromHost(const StagingRun&, const std::vector<StagedPiece>&,
                             const uint8_t*) {
   noCuda("DeviceStager::fromHost");
 }
+void DeviceStager::keepDeviceMemory() {}
 void* DeviceStager::stream(int) {
   noCuda("DeviceStager::stream");
 }
