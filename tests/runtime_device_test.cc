@@ -109,6 +109,7 @@ class DeviceDouble : public cuda::DeviceStager {
     collectives::divideInPlace(buf, count, dtype, divisor);
   }
   void synchronize(int) override {}
+  void keepDeviceMemory() override { note("keep"); }
 
   std::vector<std::string> calls() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -341,6 +342,9 @@ TEST(RuntimeDevice, AFusedBucketIsGatheredOnceAndScatteredOnceOnThePath) {
     ASSERT_NE(d.path, nullptr) << "the runtime made no device path";
     EXPECT_EQ(d.pathsMade, 1);
     const auto calls = d.stager->calls();
+    ASSERT_FALSE(calls.empty());
+    EXPECT_EQ(calls.front(), "keep") << "device memory kept (the path's peers map it) "
+                                        "before its first use";
     EXPECT_EQ(countOf(calls, "gather 5"), 1u) << "one gather of the five members";
     EXPECT_EQ(countOf(calls, "scatter 5"), 1u) << "one scatter of the five members";
     EXPECT_EQ(countOf(calls, "scale"), 2u) << "prescale and postscale, once each";
@@ -593,6 +597,8 @@ TEST(RuntimeDevice, TheTimelineNamesThePath) {
         << text;
     EXPECT_NE(text.find(R"("bucket":"0","path":")" + name + "\""), std::string::npos)
         << text;
+    EXPECT_EQ(text.find(R"("algorithm")") == std::string::npos, withPath)
+        << "the host's algorithm is named only where it ran: " << text;
   }
 }
 

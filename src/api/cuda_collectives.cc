@@ -78,6 +78,7 @@ cuda::DeviceCollectives* pathFor(Communicator& comm, const char* operation, int 
   if (text.empty()) {  // the first call (or a failed one: it throws again)
     cuda::DeviceCollectives* path = impl->deviceCollectives(device);
     gPathDevice[impl] = device;
+    if (path != nullptr) stager().keepDeviceMemory();  // its peers may map them
     return path;
   }
   if (text == "staged") return nullptr;
@@ -104,19 +105,18 @@ cuda::DeviceCollectives* pathFor(Communicator& comm, const char* operation, int 
 
 // Runs `collective(path, stream)` on the device path when `comm` has one
 // (true), after the caller's stream's work before the call, and returns
-// once `out` (`outBytes`, on the device) is written; false: the caller
-// stages. gStagerMu is taken for the call.
+// once the device output `out` is written; false: the caller stages.
+// gStagerMu is held for the whole call, so the calls of several threads
+// reach the path (and its device agreement) one at a time.
 template <typename Fn>
 bool onPath(Communicator& comm, const char* operation, const CudaMemory& memory,
             const void* in, size_t inBytes, void* out, Fn&& collective) {
-  std::unique_lock<std::mutex> lock(gStagerMu);
+  std::lock_guard<std::mutex> lock(gStagerMu);
   cuda::DeviceCollectives* path = pathFor(comm, operation, memory.device);
   if (path == nullptr) return false;
   KOLO_LOG(kDebug) << operation << " on CUDA device memory: the " << path->name()
                    << " path";
-  lock.unlock();
   auto entry = cuda::DeviceEntry::record(operation, memory.device, memory.stream);
-  lock.lock();
   std::vector<cuda::StagedPiece> pieces(1);
   pieces[0] = {memory.device, 0, inBytes, in, out, entry.get()};
   const cuda::StagingRun run{memory.device, 0, 1, 0, inBytes};

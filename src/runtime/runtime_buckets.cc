@@ -109,11 +109,16 @@ void Runtime::runAllreduceOn(const std::vector<ReadyOp*>& members, size_t bytes,
       timeline(),
       {}};
   if (b.tl) {
-    std::vector<std::pair<std::string, std::string>> args{
-        {"algorithm", algorithm_.empty() ? comm_->allreduceAlgorithm(bytes) : algorithm_},
-        {"bytes", std::to_string(bytes)},
-        {"bucket", std::to_string(bucketIndex)},
-        {"tensors", std::to_string(members.size())}};
+    // On a device path the host's algorithm does not run: the path names
+    // what ran.
+    std::vector<std::pair<std::string, std::string>> args;
+    if (!path) {
+      args.emplace_back("algorithm", algorithm_.empty() ? comm_->allreduceAlgorithm(bytes)
+                                                        : algorithm_);
+    }
+    args.emplace_back("bytes", std::to_string(bytes));
+    args.emplace_back("bucket", std::to_string(bucketIndex));
+    args.emplace_back("tensors", std::to_string(members.size()));
     if (first.onDevice) args.emplace_back("path", std::string(pathName(path)));
     b.args = timelineArgs(args);
   }

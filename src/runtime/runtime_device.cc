@@ -76,7 +76,10 @@ Runtime::DeviceRoute Runtime::deviceRoute(const ReadyOp& r) {
       // error on every rank, for this and every later device operation.
       pathError_ = std::current_exception();
     }
-    if (path_) pathDevices_ = r.devices;
+    if (path_) {
+      pathDevices_ = r.devices;
+      stager().keepDeviceMemory();  // the path's peers may map its buffers
+    }
     if (!pathError_) {
       KOLO_LOG(kDebug) << "runtime: device operations run on the "
                        << (path_ ? std::string(path_->name()) + " path"

@@ -77,6 +77,7 @@ void DeviceStager::fromHost(const StagingRun&, const std::vector<StagedPiece>&,
                             const uint8_t*) {
   noCuda("DeviceStager::fromHost");
 }
+void DeviceStager::keepDeviceMemory() {}
 void* DeviceStager::stream(int) {
   noCuda("DeviceStager::stream");
 }

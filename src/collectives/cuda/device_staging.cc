@@ -101,6 +101,7 @@ struct DeviceStager::Impl {
     size_t fusionBytes = 0;
   };
   std::map<int, PerDevice> devices;
+  bool keep = false;     // keepDeviceMemory()
   void* host = nullptr;  // pinned
   size_t hostBytes = 0;
 
@@ -114,7 +115,13 @@ struct DeviceStager::Impl {
       if (d.fusion != nullptr) {
         // The stream's earlier copies used it: let them end first.
         check(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize", device);
-        check(cudaFree(d.fusion), "cudaFree", device);
+        if (keep) {
+          // Peers of a device path may still map it: never freed (and
+          // doubled, so that few are kept).
+          fusionBytes = std::max(fusionBytes, 2 * d.fusionBytes);
+        } else {
+          check(cudaFree(d.fusion), "cudaFree", device);
+        }
         d.fusion = nullptr;
         d.fusionBytes = 0;
       }
@@ -131,7 +138,7 @@ struct DeviceStager::Impl {
     for (auto& [device, d] : devices) {
       (void)cudaSetDevice(device);
       if (d.stream != nullptr) (void)cudaStreamSynchronize(d.stream);
-      if (d.fusion != nullptr) (void)cudaFree(d.fusion);
+      if (d.fusion != nullptr && !keep) (void)cudaFree(d.fusion);
       if (d.stream != nullptr) (void)cudaStreamDestroy(d.stream);
     }
     if (host != nullptr) (void)cudaFreeHost(host);
@@ -227,6 +234,10 @@ void DeviceStager::fromHost(const StagingRun& run, const std::vector<StagedPiece
 // The device-only half: kolo's stream of a device, the path's calls and
 // the kernels ordered on it; the host waits only in scatter (the done
 // events) and synchronize.
+void DeviceStager::keepDeviceMemory() {
+  impl_->keep = true;
+}
+
 void* DeviceStager::stream(int device) {
   DeviceScope scope(device);
   return impl_->on(device, 0).stream;

@@ -57,6 +57,12 @@
 //     divideInPlace on kolo's stream.
 //   - synchronize(device): returns once kolo's stream of `device` has run
 //     what was enqueued on it.
+//   - keepDeviceMemory(): from now on device fusion buffers are never freed
+//     (an outgrown one is kept, the next one at least twice its size; the
+//     last ones are left to the process's CUDA context at destruction): a
+//     device path's peers may map them (CUDA IPC), and CUDA makes freeing
+//     memory another process maps undefined. Called before the first use
+//     of a buffer with a device path.
 //   Failures: Error(kInternal) naming the CUDA call, the device and the
 //   CUDA error.
 // - In a build without CUDA every function throws checkDevice's error.
@@ -119,6 +125,7 @@ class DeviceStager {
                         const uint8_t* host);
 
   // The device-only half (a device path).
+  virtual void keepDeviceMemory();
   virtual void* stream(int device);
   virtual void* deviceBuffer(int device, size_t bytes);
   virtual const void* gather(const StagingRun& run,
