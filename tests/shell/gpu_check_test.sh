@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# scripts/gpu-check.sh without a GPU: its syntax (and its hooks'), --dry-run's
-# list of checks in their order and the hooks' build targets, the runner (a
+# scripts/gpu-check.sh without a GPU: its syntax (its hooks' and Python
+# programs' too), --dry-run's list of checks in their order and the hooks'
+# build targets, the runner (a
 # passing, a failing, a hanging check, one without a result, one that needs
 # the GPU, one placed before another, one cut by the budget and one left
 # without time: their summary lines and the exit status), and, on a machine
@@ -15,6 +16,10 @@ fail() { echo "gpu_check_test: FAIL: $*"; exit 1; }
 
 bash -n "$SCRIPT" || fail "bash -n"
 for hook in "$SRC"/scripts/gpu-check.d/*.sh; do bash -n "$hook" || fail "bash -n $hook"; done
+for py in "$SRC"/scripts/gpu_check/*.py; do  # the checks' programs parse
+  python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])' "$py" ||
+    fail "$py does not parse"
+done
 dry="$("$SCRIPT" --dry-run)" || fail "--dry-run exited $?"
 # Every check, in the order they run: the device paths' figures (issue of
 # the IPC and NCCL paths) right after the kernels' tests.
