@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh without a GPU: its syntax (its hooks' and Python
 # programs' too), --dry-run's list of checks in their order and the hooks'
-# build targets, the runner (a
-# passing, a failing, a hanging check, one without a result, one that needs
-# the GPU, one placed before another, one cut by the budget and one left
-# without time: their summary lines and the exit status), and, on a machine
-# without nvidia-smi, a whole run in which every check SKIPs saying why.
+# build targets, the runner (a passing, a failing, a hanging check, one
+# without a result, one that needs the GPU, one placed before another, one
+# cut by the budget and one left without time: their summary lines and the
+# exit status), and, on a machine without nvidia-smi, a whole run in which
+# every check SKIPs saying why.
 #   tests/shell/gpu_check_test.sh SOURCE_DIR
 set -u
 SRC="$1"
