@@ -61,7 +61,7 @@ chk_ipc_allreduce() {
 # prints (an extended regex)": NP ranks under kolorun ("-": the program
 # alone), ENV assignments before it, PROGRAM from the build's bin/ (ARGS
 # as a shell would split them). A run passes when it exits 0, prints the
-# regex and no "FAIL" line; the figures are the matching lines.
+# regex and no "FAIL" line; the figures are the (first 2) matching lines.
 run_programs() {
   local entry np envs cmd want f i=0 fails=0 figures="" rc line launch who
   for entry in "$@"; do
@@ -73,7 +73,8 @@ run_programs() {
     eval "KOLO_TIMEOUT=60 ${envs:+$envs }$launch \"\$BUILD/bin/\"$cmd" >"$f" 2>&1
     rc=$?
     cat "$f"
-    line=$(grep -E "$want" "$f" | sed -E 's/^\[[0-9]+\] //' | sort -u | cut -c1-150 | paste -sd';' -)
+    line=$(grep -E "$want" "$f" | sed -E 's/^\[[0-9]+\] //' | sort -u | head -2 | cut -c1-120 |
+      paste -sd';' -)
     if [ $rc -eq 0 ] && [ -n "$line" ] && ! grep -qE '(^|\] |rank [0-9]+ )FAIL' "$f"; then
       figures+="${envs:+$envs }$who $cmd: $line; "
     else
