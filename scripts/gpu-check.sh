@@ -2,7 +2,11 @@
 # The GPU checks of kolo (docs/gpu.md, "The GPU check"), in one run on a
 # machine with a GPU: builds kolo with CUDA against that machine's PyTorch
 # (its own python3; libtorch from torch.utils.cmake_prefix_path), then runs
-# every check, each under its own time limit, the whole within ~8 minutes.
+# every check, each under its own time limit, the whole within
+# KOLO_GPU_CHECK_BUDGET_S (450 s): a check starts only with at least 20 s
+# of the budget left, and its limit is cut to what is left (its summary
+# line says so when that cut ends it). Checks run in the order given, the
+# most wanted first.
 #
 #   scripts/gpu-check.sh [--dry-run] [--only REGEX] OUTDIR
 #   scripts/gpu-check.sh --prepare      # here: fill .gpucheck/ for the trip
@@ -23,7 +27,10 @@
 # More checks: a file scripts/gpu-check.d/<name>.sh (the folder:
 # KOLO_GPU_CHECK_EXTRAS, for the script's own test) is sourced after the
 # checks below; it defines functions and adds them with
-#   check NAME SECONDS FUNCTION
+#   check NAME SECONDS FUNCTION [BEFORE]
+# (at the end, or just before the check named BEFORE), and the build
+# targets they need (built when the build defines them) with
+#   build_targets TARGET...
 # (the function runs in a fresh bash, in ROOT, with every function of
 # this script and ROOT, OUT, BUILD, PY, KOLORUN, CARRIED, NEED_GPU_REASON
 # exported; it writes its output to stdout, calls need_gpu first when it
@@ -33,7 +40,8 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CARRIED="${KOLO_GPU_CHECK_DATA:-$ROOT/.gpucheck}"
-BUDGET_S="${KOLO_GPU_CHECK_BUDGET_S:-420}"  # checks start only while below this
+BUDGET_S="${KOLO_GPU_CHECK_BUDGET_S:-450}"  # the whole run ends by then
+MIN_LEFT_S="${KOLO_GPU_CHECK_MIN_LEFT_S:-20}"  # a check starts only with this much left
 DRY=0
 ONLY=""
 OUT=""
@@ -81,11 +89,31 @@ elif ! nvidia-smi -L >/dev/null 2>&1; then
 elif [ -z "$PY" ] || ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   NEED_GPU_REASON="no GPU for torch: python3 cannot import torch or torch.cuda.is_available() is False"
 fi
-export ROOT OUT BUILD PY KOLORUN NEED_GPU_REASON CARRIED
+# NCCL for the C programs too: torch's wheel brings libnccl.so.2 in the
+# nvidia.nccl package (a process that imports torch has it loaded already).
+if [ -z "$NEED_GPU_REASON" ]; then
+  NCCL_DIR="$("$PY" -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib"))' 2>/dev/null)"
+  [ -f "$NCCL_DIR/libnccl.so.2" ] && export LD_LIBRARY_PATH="$NCCL_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+BUILD_EXTRA=""  # targets the hooks add (build_targets)
+export ROOT OUT BUILD PY KOLORUN NEED_GPU_REASON CARRIED BUILD_EXTRA
 
 # --- the runner ----------------------------------------------------------------
-CHECKS=()   # "name seconds function"
-check() { CHECKS+=("$1 $2 $3"); }
+CHECKS=()   # "name seconds function", in the order they run
+check() {
+  local entry="$1 $2 $3" i
+  if [ -n "${4:-}" ]; then
+    for i in "${!CHECKS[@]}"; do
+      if [ "${CHECKS[$i]%% *}" = "$4" ]; then
+        CHECKS=("${CHECKS[@]:0:$i}" "$entry" "${CHECKS[@]:$i}")
+        return
+      fi
+    done
+    echo "gpu-check: check $1: no check $4 to go before" >&2
+  fi
+  CHECKS+=("$entry")
+}
+build_targets() { BUILD_EXTRA="${BUILD_EXTRA:+$BUILD_EXTRA }$*"; }
 
 # Called by a check as its last act.
 result() {
@@ -103,11 +131,16 @@ py_env() {  # the built package on the path, ranks quick to give up
 }
 
 run_check() {
-  local name="$1" seconds="$2" fn="$3" log="$OUT/$1.log" t0 rc line
+  local name="$1" seconds="$2" fn="$3" log="$OUT/$1.log" t0 rc line left cut=""
   t0=$(date +%s)
-  if [ $((t0 - START)) -ge "$BUDGET_S" ]; then
-    line="$name SKIP no time left (budget ${BUDGET_S}s spent)"
+  left=$((BUDGET_S - (t0 - START)))
+  if [ "$left" -lt "$MIN_LEFT_S" ]; then
+    line="$name SKIP no time left (${left}s of the ${BUDGET_S}s budget)"
   else
+    if [ "$left" -lt "$seconds" ]; then
+      cut=" (its ${seconds}s limit cut to the ${left}s left of the ${BUDGET_S}s budget)"
+      seconds=$left
+    fi
     rm -f "$OUT/.result"
     echo "gpu-check: [$(($(date +%s) - START))s] $name (limit ${seconds}s)"
     # A fresh bash with every function of this script (and of
@@ -115,7 +148,7 @@ run_check() {
     timeout -k 10 "$seconds" bash -c "$(declare -f); cd '$ROOT' && $fn" >"$log" 2>&1
     rc=$?
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-      line="$name FAIL timed out after ${seconds}s (log $name.log)"
+      line="$name FAIL timed out after ${seconds}s$cut (log $name.log)"
     elif [ -f "$OUT/.result" ]; then
       line="$name $(cat "$OUT/.result") [$(($(date +%s) - t0))s]"
     else
@@ -139,7 +172,11 @@ chk_environment() {
   result PASS "$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), torch $("$PY" -c 'import torch; print(torch.__version__)')"
 }
 
-# googletest (carried sources), then kolo with CUDA against this torch.
+# googletest (carried sources), then kolo with CUDA against this torch:
+# libkolo, kolorun, the Python package, the device tests and what the hooks
+# ask for (build_targets); the libtorch integration later (build_libtorch).
+# ninja keeps going past a failed target, so one broken target leaves the
+# others' checks able to run.
 chk_build() {
   [ -n "$NEED_GPU_REASON" ] && { result SKIP "$NEED_GPU_REASON"; return; }
   set -e
@@ -164,35 +201,53 @@ chk_build() {
     -DCMAKE_PREFIX_PATH="$torch_prefix" "${gtest_args[@]}" \
     -DCMAKE_EXE_LINKER_FLAGS="$link_flags" -DCMAKE_SHARED_LINKER_FLAGS="$link_flags" \
     -DCMAKE_MODULE_LINKER_FLAGS="$link_flags"
-  local targets=(kolo kolorun kolo_native kolo_python_package cuda_test)
-  local t
-  for t in capi_cuda_test cuda_collectives_test cuda_staging_test kolo_tensor_reader \
-           kolo_torch torch_cuda_check; do
-    ninja -C "$BUILD" -t query "$t" >/dev/null 2>&1 && targets+=("$t")
-  done
-  ninja -C "$BUILD" -j"$jobs" "${targets[@]}"
   set +e
-  result PASS "built ${targets[*]}"
+  build_these kolo kolorun kolo_native kolo_python_package cuda_test capi_cuda_test \
+    cuda_collectives_test cuda_staging_test kolo_tensor_reader $BUILD_EXTRA
+}
+
+# Builds those of the targets that the configured build defines, with
+# every core, then gives the check's result.
+build_these() {
+  local targets=() missing=() t
+  for t in "$@"; do
+    if ninja -C "$BUILD" -t query "$t" >/dev/null 2>&1; then targets+=("$t"); else missing+=("$t"); fi
+  done
+  if ninja -C "$BUILD" -k 0 -j"$(nproc)" "${targets[@]}"; then
+    result PASS "built ${targets[*]}${missing[*]:+; not defined here: ${missing[*]}}"
+  else
+    result FAIL "ninja failed (log: the first error above); asked for ${targets[*]}"
+  fi
+}
+
+# The libtorch integration (kolo_torch, torch_cuda_check): only the libtorch
+# check needs it, so it is built just before that check.
+chk_build_libtorch() {
+  need_gpu
+  build_these kolo_torch torch_cuda_check
 }
 
 # The device kernels' tests (tests/cuda_test.cc) and the core's own device
-# tests, one rank: none may skip on a GPU.
+# tests, one rank (KOLO_DEVICE_PATH=staged: one rank has no other path):
+# none may skip for want of a device. Tests of machines without a GPU skip
+# here by design ("a CUDA device is present"), as does the 2-rank one.
 chk_cuda_tests() {
   need_gpu
-  local t failed=0 ran=0 skipped=0 out
+  local t failed=0 ran=0 skipped=0 nodev=0 out rc
   for t in cuda_test cuda_staging_test capi_cuda_test cuda_collectives_test; do
-    [ -x "$BUILD/bin/$t" ] || { echo "$t: not built"; continue; }
+    [ -x "$BUILD/bin/$t" ] || { echo "$t: not built"; failed=$((failed + 1)); continue; }
     echo "== $t"
-    out="$("$BUILD/bin/$t" 2>&1)"; local rc=$?
+    out="$(KOLO_DEVICE_PATH=staged "$BUILD/bin/$t" 2>&1)"; rc=$?
     echo "$out"
     ran=$((ran + $(echo "$out" | grep -c '^\[       OK \]')))
-    skipped=$((skipped + $(echo "$out" | grep -c '^\[  SKIPPED \]')))
+    skipped=$((skipped + $(echo "$out" | grep -cE '^\[  SKIPPED \] [A-Za-z0-9_/]+\.[A-Za-z0-9_/]+ \(')))
+    nodev=$((nodev + $(echo "$out" | grep -cE '^(no CUDA device|this kolo build has no CUDA support)')))
     [ $rc -eq 0 ] || failed=$((failed + 1))
   done
-  if [ $failed -gt 0 ] || [ $skipped -gt 0 ] || [ $ran -eq 0 ]; then
-    result FAIL "$ran passed, $skipped skipped, $failed binaries failed"
+  if [ $failed -gt 0 ] || [ $nodev -gt 0 ] || [ $ran -eq 0 ]; then
+    result FAIL "$ran passed, $nodev skipped for want of a device, $failed binaries failed or missing"
   else
-    result PASS "$ran tests passed, none skipped (cuda_test and the core's device tests)"
+    result PASS "$ran tests passed; $skipped skipped, none for want of a device (see the log)"
   fi
 }
 
@@ -226,47 +281,77 @@ chk_no_context() {
   if [ $rc -eq 0 ]; then result PASS "$apps"; else result FAIL "rc $rc: $apps"; fi
 }
 
-# The C surface on 2 and 3 ranks sharing the GPU (the core's test under
-# kolorun: every collective, dtype and op, device against host, bit for bit).
-chk_c_ranks() {
-  need_gpu
+# The path a run of kolo took for device memory, as its output says it
+# (KOLO_LOG_LEVEL=debug: the runtime's "device operations run on the ipc
+# path"; cuda_collectives_test's "device path of the synchronous calls:
+# ipc"): the distinct names, comma-separated; "unreported" when none.
+paths_seen() {
+  local seen
+  seen=$(grep -ohE 'run on the [a-z]+ path|host-staged path|device path of the synchronous calls: [a-z]+' "$@" 2>/dev/null |
+    sed -E 's/run on the ([a-z]+) path/\1/; s/host-staged path/staged/; s/.*calls: //' | sort -u | paste -sd, -)
+  echo "${seen:-unreported}"
+}
+
+# cuda_collectives_test (every collective, dtype and op through the C
+# calls and the runtime, device against host, bit for bit) under kolorun
+# with the ranks sharing the GPU: `c_ranks PATH NP...` with
+# KOLO_DEVICE_PATH=PATH; FAIL when a run fails, skips, or reports a path
+# other than PATH.
+c_ranks() {
+  local path="$1" np fails=0 figures="" f ok skip rc seen; shift
   [ -x "$BUILD/bin/cuda_collectives_test" ] ||
     { result FAIL "cuda_collectives_test not built"; return; }
-  local np fails=0 figures=""
-  for np in 2 3; do
-    echo "== kolorun -np $np cuda_collectives_test"
-    KOLO_TIMEOUT=60 "$KOLORUN" -np $np "$BUILD/bin/cuda_collectives_test" >"$OUT/c_np$np.txt" 2>&1
-    local rc=$?
-    cat "$OUT/c_np$np.txt"
-    local ok skip
-    ok=$(grep -c '\[       OK \]' "$OUT/c_np$np.txt"); skip=$(grep -c '\[  SKIPPED \]' "$OUT/c_np$np.txt")
-    figures+="np$np: rc $rc, $ok OK lines, $skip skipped; "
-    { [ $rc -eq 0 ] && [ "$skip" -eq 0 ] && [ "$ok" -gt 0 ]; } || fails=$((fails + 1))
+  for np in "$@"; do
+    f="$OUT/c_${path}_np$np.txt"
+    echo "== KOLO_DEVICE_PATH=$path kolorun -np $np cuda_collectives_test"
+    KOLO_DEVICE_PATH=$path KOLO_LOG_LEVEL=debug KOLO_TIMEOUT=60 \
+      "$KOLORUN" -np "$np" "$BUILD/bin/cuda_collectives_test" >"$f" 2>&1
+    rc=$?
+    cat "$f"
+    ok=$(grep -c '\[       OK \]' "$f"); skip=$(grep -c '\[  SKIPPED \]' "$f")
+    seen=$(paths_seen "$f")
+    figures+="np$np: rc $rc, $ok OK lines, $skip skipped, path $seen; "
+    { [ $rc -eq 0 ] && [ "$skip" -eq 0 ] && [ "$ok" -gt 0 ] && [ "$seen" = "$path" ]; } ||
+      fails=$((fails + 1))
   done
   if [ $fails -eq 0 ]; then result PASS "$figures"; else result FAIL "$figures"; fi
 }
 
-# kolo.torch on CUDA tensors, 2 and 3 ranks sharing the GPU
-# (tests/python/test_torch_cuda.py: every collective, dtype and op against
-# CPU tensors element by element; DistributedOptimizer, fp16 compression,
-# SyncBatchNorm, broadcast_parameters / broadcast_optimizer_state).
-chk_torch_ranks() {
+# The C surface through host staging on 2 and 3 ranks sharing the GPU.
+chk_c_ranks() {
   need_gpu
+  c_ranks staged 2 3
+}
+
+# tests/python/test_torch_cuda.py (kolo.torch on CUDA tensors: every
+# collective, dtype and op against CPU tensors element by element;
+# DistributedOptimizer, fp16 compression, SyncBatchNorm, the broadcasts)
+# under kolorun: `torch_ranks PATH NP...` with KOLO_DEVICE_PATH=PATH.
+# On a GPU only the 2 tests of machines without one may skip.
+torch_ranks() {
+  local path="$1" np fails=0 figures="" f rc last skips seen; shift
   py_env
-  local np fails=0 figures=""
-  for np in 2 3; do
-    echo "== kolorun -np $np pytest test_torch_cuda.py"
-    "$KOLORUN" -np $np "$PY" -m pytest -q -rs -p no:cacheprovider \
-      "$ROOT/tests/python/test_torch_cuda.py" >"$OUT/torch_np$np.txt" 2>&1
-    local rc=$?
-    cat "$OUT/torch_np$np.txt"
-    local last; last=$(grep -E '^\[0\] .*(passed|failed)' "$OUT/torch_np$np.txt" | tail -1)
-    figures+="np$np: ${last#\[0\] }; "
-    # On a GPU only the tests for machines without one may skip (4 of them).
-    local skips; skips=$(echo "$last" | grep -oE '[0-9]+ skipped' | cut -d' ' -f1)
-    { [ $rc -eq 0 ] && [ "${skips:-0}" -le 2 ]; } || fails=$((fails + 1))
+  for np in "$@"; do
+    f="$OUT/torch_${path}_np$np.txt"
+    echo "== KOLO_DEVICE_PATH=$path kolorun -np $np pytest test_torch_cuda.py"
+    KOLO_DEVICE_PATH=$path KOLO_LOG_LEVEL=debug "$KOLORUN" -np "$np" "$PY" -m pytest -q -rs \
+      -p no:cacheprovider "$ROOT/tests/python/test_torch_cuda.py" >"$f" 2>&1
+    rc=$?
+    cat "$f"
+    last=$(grep -E '^\[0\] .*(passed|failed)' "$f" | tail -1)
+    seen=$(paths_seen "$f")
+    figures+="np$np: ${last#\[0\] }, path $seen; "
+    skips=$(echo "$last" | grep -oE '[0-9]+ skipped' | cut -d' ' -f1)
+    { [ $rc -eq 0 ] && [ "${skips:-0}" -le 2 ] && [ "$seen" = "$path" ]; } ||
+      fails=$((fails + 1))
   done
   if [ $fails -eq 0 ]; then result PASS "$figures"; else result FAIL "$figures"; fi
+}
+
+# kolo.torch on CUDA tensors through host staging, 2 and 3 ranks.
+chk_torch_ranks() {
+  need_gpu
+  torch_ranks staged 2 3
 }
 
 # libtorch: kolo::torch::DistributedOptimizer and broadcastParameters on CUDA
@@ -373,6 +458,7 @@ check probe 30 chk_probe
 check no_cuda_context 30 chk_no_context
 check c_2_3_ranks 60 chk_c_ranks
 check torch_2_3_ranks 120 chk_torch_ranks
+check build_libtorch 120 chk_build_libtorch
 check libtorch_2_3_ranks 60 chk_libtorch_ranks
 check fashion_mnist 120 chk_fashion_mnist
 check resnet50_synthetic 90 chk_resnet50
@@ -387,8 +473,9 @@ for extra in "${KOLO_GPU_CHECK_EXTRAS:-$ROOT/scripts/gpu-check.d}"/*.sh; do
 done
 
 if [ "$DRY" = 1 ]; then
-  echo "gpu-check: ${#CHECKS[@]} checks (budget ${BUDGET_S}s for starting them):"
+  echo "gpu-check: ${#CHECKS[@]} checks, in this order, within ${BUDGET_S}s:"
   for c in "${CHECKS[@]}"; do set -- $c; printf '  %-22s limit %4ss  %s\n' "$1" "$2" "$3"; done
+  echo "gpu-check: the build adds the hooks' targets: ${BUILD_EXTRA:-none}"
   [ -n "$NEED_GPU_REASON" ] && echo "gpu-check: on this machine every GPU check would SKIP: $NEED_GPU_REASON"
   exit 0
 fi

@@ -8,7 +8,10 @@
 // call), the done event,
 // a device pointer given to a host call (refused by name), and device and
 // host memory under one name on different ranks (a mismatch naming
-// "memory").
+// "memory"). The path the synchronous calls took (KOLO_DEVICE_PATH: staged,
+// ipc, nccl, hier) is printed as "device path of the synchronous calls:
+// <name>" and must be the one KOLO_DEVICE_PATH asks for; the runtime's
+// path is its debug log line (KOLO_LOG_LEVEL=debug).
 //
 // Needs a GPU: every test skips without one, saying why. On the GPU check
 // (scripts/gpu-check.sh) it runs with 1 rank (ctest) and under
@@ -20,11 +23,16 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "api/communicator_impl.h"
+#include "capi/capi_internal.h"
 #include "collectives/half_bits.h"
 
 #if KOLO_TEST_EXPECT_CUDA
@@ -99,15 +107,41 @@ Bytes values(kolo_dtype d, size_t n, int rank, int salt) {
   return out;
 }
 
+// Allocations are never returned to CUDA while kolo runs, as a framework's
+// caching allocator keeps them: the IPC path's peers keep an allocation
+// mapped after a call, and a cudaFree of memory another process maps is
+// undefined (collectives/cuda/ipc_collectives.h). A released buffer waits
+// here, by size, for the next of that size.
+class DevicePool {
+ public:
+  static void* take(size_t bytes) {
+    std::vector<void*>& idle = pool()[bytes];
+    if (!idle.empty()) {
+      void* p = idle.back();
+      idle.pop_back();
+      return p;
+    }
+    void* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, bytes), cudaSuccess);
+    return p;
+  }
+  static void give(void* p, size_t bytes) { pool()[bytes].push_back(p); }
+
+ private:
+  static std::map<size_t, std::vector<void*>>& pool() {
+    static std::map<size_t, std::vector<void*>> idle;
+    return idle;
+  }
+};
+
 // Device memory that the test's own CUDA runtime allocates (as a
 // framework's would).
 class DeviceMem {
  public:
-  explicit DeviceMem(size_t bytes) : bytes_(bytes) {
-    EXPECT_EQ(cudaMalloc(&p_, bytes ? bytes : 1), cudaSuccess);
-  }
+  explicit DeviceMem(size_t bytes)
+      : p_(DevicePool::take(bytes ? bytes : 1)), bytes_(bytes) {}
   explicit DeviceMem(const Bytes& host) : DeviceMem(host.size()) { upload(host); }
-  ~DeviceMem() { cudaFree(p_); }
+  ~DeviceMem() { DevicePool::give(p_, bytes_ ? bytes_ : 1); }
   DeviceMem(const DeviceMem&) = delete;
   DeviceMem& operator=(const DeviceMem&) = delete;
   void* get() const { return p_; }
@@ -497,6 +531,24 @@ TEST_F(CudaCollectives, DeviceAndHostMemoryUnderOneNameIsAMismatch) {
   EXPECT_EQ(kolo_wait_release(h), KOLO_ERR_MISMATCH);
   EXPECT_NE(std::string(kolo_last_error()).find("memory"), std::string::npos)
       << kolo_last_error();
+}
+
+TEST_F(CudaCollectives, TheSynchronousCallsRunOnThePathAsked) {
+  DeviceMem buf(values(KOLO_FLOAT32, 64, kolo_rank(), 0));
+  ASSERT_EQ(
+      kolo_allreduce_cuda(buf.get(), buf.get(), 64, KOLO_FLOAT32, KOLO_SUM, &memory_),
+      KOLO_OK)
+      << kolo_last_error();
+  auto* world = dynamic_cast<kolo::api::CommunicatorImpl*>(kolo::capi::world().get());
+  ASSERT_NE(world, nullptr);
+  const std::string path = world->devicePathText();
+  std::printf("device path of the synchronous calls: %s\n", path.c_str());
+  const char* asked = std::getenv("KOLO_DEVICE_PATH");
+  if (asked != nullptr && *asked != '\0' && std::string(asked) != "auto") {
+    EXPECT_EQ(path.substr(0, std::strlen(asked)), asked)
+        << "KOLO_DEVICE_PATH=" << asked << " but the synchronous calls ran on '" << path
+        << "'";
+  }
 }
 
 #else  // a build without CUDA

@@ -100,6 +100,8 @@ void withStagedRuntimes(
       stager = s.get();
       return s;
     };
+    // No device path: every device operation is staged.
+    options.makeDevicePath = [](Communicator&, int) { return nullptr; };
     Runtime rt(borrow(c), options);
     fn(rt, c.rank());
     if (stagerOut) stagerOut(stager, c.rank());

@@ -37,6 +37,8 @@ TEST(OpSpecTest, EncodeDecodeRoundTripsEveryField) {
   a.postscale = 8;
   a.group = 0x1234567890abcdefull;
   a.groupSize = 7;
+  a.onDevice = true;
+  a.device = 5;
   OpSpec b = spec("", {}, OpKind::kBarrier);
   std::vector<uint8_t> bytes;
   a.encode(bytes);
@@ -56,6 +58,12 @@ TEST(OpSpecTest, EncodeDecodeRoundTripsEveryField) {
   EXPECT_EQ(a2.postscale, a.postscale);
   EXPECT_EQ(a2.group, a.group);
   EXPECT_EQ(a2.groupSize, a.groupSize);
+  EXPECT_TRUE(a2.onDevice);
+  EXPECT_EQ(a2.device, 5);
+  EXPECT_EQ(b2.device, -1);
+  OpSpec c = a;
+  c.device = 2;
+  EXPECT_FALSE(compareSpecs(a, c)) << "each rank's own device is not compared";
   EXPECT_EQ(b2.kind, OpKind::kBarrier);
   EXPECT_TRUE(b2.shape.empty());
 }

@@ -50,8 +50,11 @@ typedef struct {
  * kolo_init; never fails. */
 int kolo_cuda_built(void);
 
-/* The NCCL version code (e.g. 22703 for 2.27.3) when this libkolo can run
- * collectives through NCCL, else 0. No collective uses NCCL yet: 0. */
+/* The NCCL version code (e.g. 22809 for 2.28.9) when NCCL is usable as a
+ * backend: this libkolo was built with CUDA and libnccl.so.2, 2.14.3 or
+ * later, loads with every entry point kolo calls; else 0. About the build
+ * and its library, not the machine (kolo_cuda_device_count says whether
+ * there is a device). Needs no kolo_init; creates no CUDA context. */
 int kolo_nccl_built(void);
 
 /* The CUDA devices this process can use: *count (0 without CUDA, a driver or

@@ -7,11 +7,18 @@
 //   buffers are on and the cudaStream_t (as void*) their data is ordered on.
 //   Stream order: inputs are read after the work enqueued on the stream
 //   before the call; results are ordered before the work enqueued after it.
-// - Path: host staging (docs/gpu.md): an event recorded on the stream,
-//   the inputs copied into pinned host memory on kolo's stream after it,
-//   the Communicator's collective on them, the results copied into the
-//   outputs; the call returns once they are there. No device-wide
-//   synchronize. The segmented allreduce takes host memory only.
+// - Path (docs/gpu.md, "The paths"): an event recorded on the stream, and
+//   on kolo's stream of the device after it either the communicator's
+//   device path (CUDA IPC, NCCL, hierarchical: the collective on the
+//   buffers themselves), or host staging (the inputs copied into pinned
+//   host memory, the Communicator's collective on them, the results copied
+//   into the outputs); the call returns once the outputs are written. No
+//   device-wide synchronize. The segmented allreduce takes host memory
+//   only. The device path is made at the communicator's first device call
+//   (collective) and serves that device of each rank: a later call on
+//   another device fails on every rank with Error(kInvalidArgument) naming
+//   the rank and both devices (each call on a path first gathers the
+//   ranks' devices).
 // - Errors: Error(kInvalidArgument) naming the operation and the cause (a
 //   build without CUDA, no CUDA device and the runtime's reason, a device
 //   that does not exist, a negative ordinal), thrown on the calling rank
@@ -36,7 +43,9 @@ struct CudaSupport {
   bool built = false;   // libkolo was built with CUDA (KOLO_WITH_CUDA)
   int devices = 0;      // devices this process can use
   std::string reason;   // why devices is 0; empty otherwise
-  int ncclVersion = 0;  // NCCL behind the collectives (0: none yet)
+  int ncclVersion = 0;  // NCCL's version when it is usable as a backend (a
+                        // build with CUDA where libnccl.so.2 >= 2.14.3
+                        // loads), else 0
 };
 
 CudaSupport cudaSupport();

@@ -106,13 +106,18 @@ int kolo_barrier_async(int process_set, kolo_handle* handle);
  * done. */
 int kolo_join_async(int process_set, kolo_handle* handle);
 
-/* --- CUDA device memory (docs/gpu.md, "The host-staged path") -----------
+/* --- CUDA device memory (docs/gpu.md, "The paths") ----------------------
  * The submissions above on CUDA device memory: the same arguments, the
  * same meaning, plus `memory` (not NULL): the device every buffer of the
  * call is on and the cudaStream_t (as void*) their data is ordered on.
  * The inputs are read after the work enqueued on memory->stream before the
- * call (kolo records a CUDA event there); kolo stages them through pinned
- * host memory into the CPU collective on its own stream. The handle is
+ * call (kolo records a CUDA event there); on kolo's own stream the
+ * collective runs on the device path of the process set (CUDA IPC, NCCL,
+ * hierarchical) when it has one, else staged through pinned host memory
+ * into the CPU collective. A device path serves one device per rank (the
+ * device of the first device operation every rank submitted): a tensor on
+ * another device fails that operation on every rank, naming the tensor,
+ * the rank and both devices. The handle is
  * done when the results are in the device outputs (recv / buf): after
  * kolo_wait returns, work on any stream may read them; nothing is enqueued
  * on the caller's stream. Allgather, alltoall and reducescatter: the output

@@ -83,7 +83,8 @@ def gloo_built():
 
 
 def nccl_built():
-    """The NCCL version code behind the collectives (0: none)."""
+    """NCCL's version code when NCCL is usable as a backend (a CUDA build
+    where libnccl.so.2, 2.14.3 or later, loads), else 0: as Horovod's."""
     return _native.nccl_built()
 
 

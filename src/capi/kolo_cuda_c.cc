@@ -71,7 +71,7 @@ int kolo_cuda_built(void) {
 }
 
 int kolo_nccl_built(void) {
-  return 0;
+  return kolo::cudaSupport().ncclVersion;
 }
 
 int kolo_cuda_device_count(int* count, const char** reason) {

@@ -192,44 +192,44 @@ constexpr SettingAlias horovod(const char* env, AliasForm form = AliasForm::kSam
 // is ignored); else a comma list, any case, of the values that are accepted
 // and ignored; "" none. A set, non-empty value outside the list fails
 // Settings::fromEnvironment() naming the variable, the value and the reason.
-#define KOLO_HOROVOD_UNHONOURED(H)                                                 \
-  H("HOROVOD_CPU_OPERATIONS", "MPI,GLOO",                                          \
-    "kolo picks its own transports (shm within a host; tcp between hosts, or "     \
-    "MPI under mpirun); KOLO_TRANSPORT chooses. kolo has no oneCCL backend.")      \
-  H("HOROVOD_CONTROLLER", "MPI,GLOO",                                              \
-    "kolo negotiates over its own collectives, on the transports of the job.")     \
-  H("HOROVOD_HIERARCHICAL_ALLGATHER", "*",                                         \
-    "kolo's allgather is one ring whatever the topology.")                         \
-  H("HOROVOD_TORUS_ALLREDUCE", "*",                                                \
-    "An NCCL algorithm, which Horovod too ignores without NCCL; "                  \
-    "KOLO_HIERARCHICAL_ALLREDUCE is the nearest.")                                 \
-  H("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "*",                                 \
-    "kolo's autotuner walks a fixed grid of candidates; it has no Bayesian "       \
-    "optimization.")                                                               \
-  H("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "*",                                \
-    "kolo's autotuner walks a fixed grid of candidates; it has no Gaussian "       \
-    "process.")                                                                    \
-  H("HOROVOD_ELASTIC", "0", "kolo does not support elastic training yet.")         \
-  H("HOROVOD_MPI_THREADS_DISABLE", "0",                                            \
-    "kolo's background thread calls MPI: its MPI engine needs "                    \
-    "MPI_THREAD_SERIALIZED or more.")                                              \
-  H("HOROVOD_GLOO_RENDEZVOUS_ADDR", "",                                            \
-    "horovodrun's Gloo launch: kolo cannot join its rendezvous; start the job "    \
-    "with kolorun (same command line) or horovodrun --mpi.")                       \
-  H("HOROVOD_DYNAMIC_PROCESS_SETS", "*",                                           \
-    "kolo's add_process_set and remove_process_set work at any time.")             \
-  H("HOROVOD_DISABLE_GROUP_FUSION", "*",                                           \
-    "kolo places a group whole in one bucket, which other ready allreduces "       \
-    "may share (docs/runtime.md); there is no switch.")                            \
-  H("HOROVOD_THREAD_AFFINITY", "*",                                                \
-    "kolo does not pin its background thread; the OS schedules it.")               \
-  H("HOROVOD_LOG_HIDE_TIME", "*", "kolo's log lines carry no time.")               \
-  H("HOROVOD_ADASUM_MPI_CHUNK_SIZE", "*", "kolo has no Adasum.")                   \
-  H("HOROVOD_CCL_CACHE", "*", "kolo has no oneCCL backend.")                       \
-  H("HOROVOD_NUM_NCCL_STREAMS", "*", "GPU only; kolo has no GPU path yet.")        \
-  H("HOROVOD_BATCH_D2D_MEMCOPIES", "*", "GPU only; kolo has no GPU path yet.")     \
-  H("HOROVOD_ENABLE_ASYNC_COMPLETION", "*", "GPU only; kolo has no GPU path yet.") \
-  H("HOROVOD_DISABLE_NVTX_RANGES", "*", "GPU only; kolo has no GPU path yet.")     \
+#define KOLO_HOROVOD_UNHONOURED(H)                                                \
+  H("HOROVOD_CPU_OPERATIONS", "MPI,GLOO",                                         \
+    "kolo picks its own transports (shm within a host; tcp between hosts, or "    \
+    "MPI under mpirun); KOLO_TRANSPORT chooses. kolo has no oneCCL backend.")     \
+  H("HOROVOD_CONTROLLER", "MPI,GLOO",                                             \
+    "kolo negotiates over its own collectives, on the transports of the job.")    \
+  H("HOROVOD_HIERARCHICAL_ALLGATHER", "*",                                        \
+    "kolo's allgather is one ring whatever the topology.")                        \
+  H("HOROVOD_TORUS_ALLREDUCE", "*",                                               \
+    "An NCCL algorithm, which Horovod too ignores without NCCL; "                 \
+    "KOLO_HIERARCHICAL_ALLREDUCE is the nearest.")                                \
+  H("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "*",                                \
+    "kolo's autotuner walks a fixed grid of candidates; it has no Bayesian "      \
+    "optimization.")                                                              \
+  H("HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "*",                               \
+    "kolo's autotuner walks a fixed grid of candidates; it has no Gaussian "      \
+    "process.")                                                                   \
+  H("HOROVOD_ELASTIC", "0", "kolo does not support elastic training yet.")        \
+  H("HOROVOD_MPI_THREADS_DISABLE", "0",                                           \
+    "kolo's background thread calls MPI: its MPI engine needs "                   \
+    "MPI_THREAD_SERIALIZED or more.")                                             \
+  H("HOROVOD_GLOO_RENDEZVOUS_ADDR", "",                                           \
+    "horovodrun's Gloo launch: kolo cannot join its rendezvous; start the job "   \
+    "with kolorun (same command line) or horovodrun --mpi.")                      \
+  H("HOROVOD_DYNAMIC_PROCESS_SETS", "*",                                          \
+    "kolo's add_process_set and remove_process_set work at any time.")            \
+  H("HOROVOD_DISABLE_GROUP_FUSION", "*",                                          \
+    "kolo places a group whole in one bucket, which other ready allreduces "      \
+    "may share (docs/runtime.md); there is no switch.")                           \
+  H("HOROVOD_THREAD_AFFINITY", "*",                                               \
+    "kolo does not pin its background thread; the OS schedules it.")              \
+  H("HOROVOD_LOG_HIDE_TIME", "*", "kolo's log lines carry no time.")              \
+  H("HOROVOD_ADASUM_MPI_CHUNK_SIZE", "*", "kolo has no Adasum.")                  \
+  H("HOROVOD_CCL_CACHE", "*", "kolo has no oneCCL backend.")                      \
+  H("HOROVOD_NUM_NCCL_STREAMS", "*", "NCCL runs on the caller's stream.")         \
+  H("HOROVOD_BATCH_D2D_MEMCOPIES", "*", "One copy per device tensor.")            \
+  H("HOROVOD_ENABLE_ASYNC_COMPLETION", "*", "kolo completes on written outputs.") \
+  H("HOROVOD_DISABLE_NVTX_RANGES", "*", "kolo emits no NVTX ranges.")             \
   H("HOROVOD_ENABLE_XLA_OPS", "*", "TensorFlow only; kolo has no TensorFlow binding.")
 
 struct Settings {

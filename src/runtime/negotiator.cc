@@ -118,7 +118,10 @@ struct Negotiator::Candidate {
   size_t bitsAt;  // its per-rank bits in bits_ (1: submitted)
   std::vector<int64_t> firstDims;
   size_t slot;
-  bool held;  // from the slot bits: this rank's operation (if any) is cached_[slot]
+  bool held;
+  std::vector<int32_t>
+      devices;  // spec->onDevice: per rank (-1: did not submit)  // from the slot bits:
+                // this rank's operation (if any) is cached_[slot]
 };
 
 Negotiator::Negotiator(int rank, int size, size_t cacheCapacity)
@@ -417,12 +420,20 @@ void Negotiator::cachedCandidates(Cycle& c) {
       c.waitingCached.push_back({spec.name, spec.kind, std::vector<bool>(has, has + n)});
       continue;
     }
-    Candidate cand{h.entry->spec, h.bitsAt, {}, h.slot, true};
+    Candidate cand{h.entry->spec, h.bitsAt, {}, h.slot, true, {}};
     if (firstDimMayDiffer(spec.kind) && !spec.shape.empty()) {
       cand.firstDims.assign(n, 0);
       for (int r = 0; r < n; ++r) {
         if (has[r] && r < static_cast<int>(h.entry->firstDims.size())) {
           cand.firstDims[r] = h.entry->firstDims[r];
+        }
+      }
+    }
+    if (spec.onDevice) {
+      cand.devices.assign(n, -1);
+      for (int r = 0; r < n; ++r) {
+        if (has[r] && r < static_cast<int>(h.entry->devices.size())) {
+          cand.devices[r] = h.entry->devices[r];
         }
       }
     }
@@ -472,10 +483,17 @@ void Negotiator::sentCandidates(Cycle& c) {
         if (specs[r]) firstDims[r] = specs[r]->shape[0];
       }
     }
+    std::vector<int32_t> devices;
+    if (ref->onDevice) {
+      devices.assign(n, -1);
+      for (int r = 0; r < n; ++r) {
+        if (specs[r]) devices[r] = specs[r]->device;
+      }
+    }
     OpSpec spec = std::move(*const_cast<OpSpec*>(ref));
-    const auto ins = cache_.insert(std::move(spec), firstDims);
-    c.candidates.push_back(
-        Candidate{ins.entry->spec, at, std::move(firstDims), ins.slot, false});
+    const auto ins = cache_.insert(std::move(spec), firstDims, devices);
+    c.candidates.push_back(Candidate{ins.entry->spec, at, std::move(firstDims), ins.slot,
+                                     false, std::move(devices)});
     it = sent_.erase(it);
   }
 }
@@ -548,6 +566,7 @@ void Negotiator::emitReady(Cycle& c) {
     }
     op.spec = std::move(cand->spec);
     op.firstDims = std::move(cand->firstDims);
+    op.devices = std::move(cand->devices);
     op.submitted = {submitted, static_cast<size_t>(n)};
     op.arrivals = {arrivals, static_cast<size_t>(n)};
     out.ready.push_back(std::move(op));

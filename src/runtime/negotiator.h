@@ -86,6 +86,8 @@ struct ReadyOp {
   std::optional<OpId> localId;         // nullopt: this rank joined, contributes zeros
   std::vector<int64_t> firstDims;      // allgather, alltoall: each rank's first
                                        // dimension (0 for a rank that did not submit)
+  std::vector<int32_t> devices;        // device memory (spec->onDevice): each rank's
+                                       // CUDA device (-1 for a rank that did not submit)
   std::span<const uint8_t> submitted;  // per rank: 1 submitted it (else zeros)
   // Per rank: the local time of the cycle that first saw its submission;
   // time_point::min() for a rank that did not submit.

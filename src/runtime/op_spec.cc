@@ -9,12 +9,12 @@ namespace kolo::runtime {
 
 namespace {
 
-// Encoding, version 2, in host byte order (both ends are one build of
+// Encoding, version 3, in host byte order (both ends are one build of
 // kolo):
 //   u8 version, u32 name length, name bytes, u8 kind, u8 dtype, u8 op,
 //   u32 dims, i64 x dims, i32 root, f64 prescale, f64 postscale,
-//   u64 group, u32 groupSize, u8 onDevice.
-constexpr uint8_t kVersion = 2;
+//   u64 group, u32 groupSize, u8 onDevice, i32 device.
+constexpr uint8_t kVersion = 3;
 constexpr uint32_t kMaxNameBytes = 1 << 20;
 constexpr uint32_t kMaxDims = 64;
 constexpr ByteOrder kOrder = kHostOrder;
@@ -77,6 +77,7 @@ void OpSpec::encode(std::vector<uint8_t>& out) const {
   w.put<uint64_t>(group);
   w.put<uint32_t>(groupSize);
   w.put<uint8_t>(onDevice ? 1 : 0);
+  w.put<int32_t>(device);
 }
 
 OpSpec OpSpec::decode(const uint8_t*& p, const uint8_t* end) {
@@ -127,6 +128,7 @@ OpSpec OpSpec::decode(ByteReader& in) {
   s.group = take<uint64_t>(in);
   s.groupSize = take<uint32_t>(in);
   s.onDevice = take<uint8_t>(in) != 0;
+  s.device = take<int32_t>(in);
   return s;
 }
 

@@ -45,6 +45,12 @@ struct OpSpec {
   // "memory") and part of the fusion key: device and host tensors never
   // share a bucket. The device ordinal is the rank's own (not agreed).
   bool onDevice = false;
+  // The submitting rank's CUDA device ordinal of a device tensor (-1: host
+  // memory). Not compared (each rank's own), but carried to every rank
+  // (ReadyOp::devices), so that every rank decides alike whether the
+  // operation can run on the communicator's device path
+  // (runtime_device.cc).
+  int32_t device = -1;
 
   int64_t elements() const;  // product of shape (1 for a scalar)
   size_t bytes() const;

@@ -6,6 +6,10 @@ namespace kolo::runtime {
 
 bool ResponseCache::Entry::matches(const OpSpec& s, int rank) const {
   if (compareSpecs(*spec, s)) return false;
+  if (s.onDevice) {
+    if (rank < 0 || static_cast<size_t>(rank) >= devices.size()) return false;
+    if (devices[rank] != s.device) return false;
+  }
   if (!firstDimMayDiffer(spec->kind) || spec->shape.empty()) return true;
   if (rank < 0 || static_cast<size_t>(rank) >= firstDims.size()) return false;
   return firstDims[rank] == s.shape[0];
@@ -27,7 +31,8 @@ const ResponseCache::Entry* ResponseCache::atSlot(size_t slot) const {
 }
 
 ResponseCache::Insertion ResponseCache::insert(OpSpec spec,
-                                               std::vector<int64_t> firstDims) {
+                                               std::vector<int64_t> firstDims,
+                                               std::vector<int32_t> devices) {
   KOLO_CHECK(!spec.name.empty());
   Insertion result{0, std::nullopt, nullptr};
   erase(spec.name);  // a re-insert replaces the old entry
@@ -41,7 +46,8 @@ ResponseCache::Insertion ResponseCache::insert(OpSpec spec,
   std::string name = spec.name;
   auto shared = std::make_shared<const OpSpec>(std::move(spec));
   auto [it, inserted] = byName_.emplace(
-      std::move(name), Entry{slot, std::move(shared), std::move(firstDims)});
+      std::move(name),
+      Entry{slot, std::move(shared), std::move(firstDims), std::move(devices)});
   KOLO_CHECK(inserted);
   bySlot_[slot] = &it->second;
   lru_.push_front(slot);

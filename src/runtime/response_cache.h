@@ -15,7 +15,9 @@
 //   `evicted`. The new entry is the most recently used. `firstDims` holds
 //   each rank's first dimension for kinds where it may differ (allgather,
 //   alltoall), so a rank's submission hits the cache only with its own
-//   first dimension (matches()).
+//   first dimension (matches()). `devices` holds each rank's CUDA device
+//   of a device tensor (OpSpec::device; empty for host memory): a rank
+//   hits the cache only with its own device.
 // - touch(slot): marks use (an operation of that slot ran).
 // - erase(name): drops an entry (its spec changed on some rank).
 // - capacity() slots (at least 1), numbered 0..capacity-1.
@@ -43,8 +45,9 @@ class ResponseCache {
     size_t slot;
     std::shared_ptr<const OpSpec> spec;
     std::vector<int64_t> firstDims;  // per rank, where the first dim may differ
+    std::vector<int32_t> devices;    // per rank, for device memory (-1: none)
     // `spec` submitted by `rank` is this entry: same fields, and the first
-    // dimension is that rank's.
+    // dimension and the device are that rank's.
     bool matches(const OpSpec& spec, int rank) const;
   };
   struct Insertion {
@@ -55,7 +58,8 @@ class ResponseCache {
 
   const Entry* find(const std::string& name) const;
   const Entry* atSlot(size_t slot) const;  // null when free
-  Insertion insert(OpSpec spec, std::vector<int64_t> firstDims = {});
+  Insertion insert(OpSpec spec, std::vector<int64_t> firstDims = {},
+                   std::vector<int32_t> devices = {});
   void touch(size_t slot);
   void erase(const std::string& name);
   size_t capacity() const { return capacity_; }

@@ -31,11 +31,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
+#include "collectives/cuda/device_collectives.h"
 #include "collectives/cuda/device_staging.h"
 #include "common/settings.h"
 #include "runtime/agreed_scope.h"
@@ -74,6 +76,14 @@ struct RuntimeOptions {
   // Makes the stager of device operations (null: CUDA's, host staging
   // through pinned memory); tests pass a host double.
   std::function<std::unique_ptr<collectives::cuda::DeviceStager>()> makeStager;
+  // Makes the device path of this runtime's communicator for this rank's
+  // `device`, collectively, at the first device operation every rank
+  // submitted (null hook: the communicator's own choice,
+  // CommunicatorImpl::deviceCollectives; a null result: host staging).
+  // Tests pass a host double.
+  std::function<std::shared_ptr<collectives::cuda::DeviceCollectives>(Communicator&,
+                                                                      int device)>
+      makeDevicePath;
   // The process set this runtime serves: errors of a lost or silent peer
   // name global ranks (set_rank_names.h). Default: set 0, every rank.
   SetRankNames rankNames;
@@ -180,6 +190,9 @@ class Runtime {
   void runBucket(const std::vector<size_t>& members, std::vector<ReadyOp>& ready,
                  size_t bytes, int bucketIndex);
   void runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes, int bucketIndex);
+  // The bucket's members as routed (device memory: `path`, null: staged).
+  void runAllreduceOn(const std::vector<ReadyOp*>& members, size_t bytes, int bucketIndex,
+                      collectives::cuda::DeviceCollectives* path);
   void allreduceInPlace(const AllreduceBucket& bucket);
   void allreduceSegmented(const AllreduceBucket& bucket);
   void allreduceFused(const AllreduceBucket& bucket);
@@ -194,6 +207,41 @@ class Runtime {
   void stageIn(const ReadyOp& r, Op& o, StagedIo& io);
   void stageOut(const ReadyOp& r, Op& o, const StagedIo& io);
   collectives::cuda::DeviceStager& stager();
+  // The device path (runtime_device.cc). Where a device operation runs,
+  // decided alike on every rank from the agreed ReadyOp: on the path, by
+  // host staging (path null), or nowhere (error: a tensor off its rank's
+  // path device).
+  struct DeviceRoute {
+    collectives::cuda::DeviceCollectives* path = nullptr;
+    std::exception_ptr error;
+  };
+  DeviceRoute deviceRoute(const ReadyOp& r);
+  // A fused bucket's members: those that cannot run fail, the others go
+  // on in `onward`; returns the path, or null when they run staged.
+  collectives::cuda::DeviceCollectives* routeDeviceBucket(
+      const std::vector<ReadyOp*>& members, std::vector<ReadyOp*>& onward);
+  // Copies the path's result (`bytes` at device `src`) into host `dst`,
+  // records pieces_[0]'s done event after it and waits for it.
+  void finishToHost(const collectives::cuda::StagingRun& run, void* dst, const void* src,
+                    size_t bytes);
+  // The name of the path a device operation ran on, for the timeline and
+  // the log: the path's, or "staged".
+  static std::string_view pathName(const collectives::cuda::DeviceCollectives* path);
+  void allreduceOnPath(const AllreduceBucket& bucket,
+                       collectives::cuda::DeviceCollectives& path);
+  void runOnPath(const ReadyOp& r, Op& o, collectives::cuda::DeviceCollectives& path);
+  void broadcastOnPath(const ReadyOp& r, Op& o,
+                       collectives::cuda::DeviceCollectives& path);
+  void allgatherOnPath(const ReadyOp& r, Op& o,
+                       collectives::cuda::DeviceCollectives& path);
+  void reduceScatterOnPath(const ReadyOp& r, Op& o,
+                           collectives::cuda::DeviceCollectives& path);
+  void alltoallOnPath(const ReadyOp& r, Op& o,
+                      collectives::cuda::DeviceCollectives& path);
+  // Every rank's rows to every rank (matrix[src * size + dst]) of an
+  // alltoall, exchanged over the communicator; `mine` is this rank's.
+  std::vector<int64_t> alltoallMatrix(const ReadyOp& r, const Op* o,
+                                      std::vector<int64_t>& mine);
   void runOne(ReadyOp& op, int bucketIndex);
   std::exception_ptr joinedRankError(const ReadyOp& op) const;
   // One operation of each kind; `o` null: this rank joined (no data).
@@ -255,11 +303,18 @@ class Runtime {
   // Host staging of device memory: made at the first device operation.
   std::unique_ptr<collectives::cuda::DeviceStager> stager_;
   std::vector<collectives::cuda::StagedPiece> pieces_;  // kept across cycles
-  std::unique_ptr<StallInspector> stall_;               // rank 0 only
-  std::string stallReason_;                             // rank 0: announced next cycle
-  std::unique_ptr<Autotuner> autotuner_;                // rank 0 with KOLO_AUTOTUNE
-  std::unique_ptr<AutotuneLog> autotuneLog_;            // rank 0 with KOLO_AUTOTUNE_LOG
-  uint64_t cycleBytes_ = 0;  // reduced in this cycle (autotuner)
+  // The device path: asked for once (pathAsked_), at the first device
+  // operation every rank submitted; null: host staging. pathDevices_: each
+  // rank's device it is bound to (that operation's devices).
+  bool pathAsked_ = false;
+  std::shared_ptr<collectives::cuda::DeviceCollectives> path_;
+  std::exception_ptr pathError_;  // making the path failed: every device operation fails
+  std::vector<int32_t> pathDevices_;
+  std::unique_ptr<StallInspector> stall_;     // rank 0 only
+  std::string stallReason_;                   // rank 0: announced next cycle
+  std::unique_ptr<Autotuner> autotuner_;      // rank 0 with KOLO_AUTOTUNE
+  std::unique_ptr<AutotuneLog> autotuneLog_;  // rank 0 with KOLO_AUTOTUNE_LOG
+  uint64_t cycleBytes_ = 0;                   // reduced in this cycle (autotuner)
   Clock::time_point lastSample_;
 
   mutable std::mutex stragglerMu_;  // guards straggler_ (report() from any thread)

@@ -18,15 +18,16 @@
 // gives every allreduce above kFusionAloneBytes (256 KiB) such a bucket.
 // Other kinds run one collective per operation.
 //
-// CUDA device memory (OpSpec::onDevice, its own fusion key): a bucket runs
-// through pinned host memory (allreduceStaged; docs/gpu.md, "The host-staged
-// path"); other kinds stage their input and output around the same code
-// (runtime_staging.cc).
+// CUDA device memory (OpSpec::onDevice, its own fusion key): on the
+// communicator's device path (runtime_device.cc), else through pinned host
+// memory (runtime_staging.cc; docs/gpu.md, "The host-staged path").
 #include <algorithm>
 #include <cstring>
 
 #include "collectives/elementwise.h"
 #include "collectives/reduce.h"
+#include "common/logging.h"
+#include "runtime/allreduce_bucket.h"
 #include "runtime/runtime.h"
 
 namespace kolo::runtime {
@@ -45,34 +46,6 @@ int64_t rowElements(const OpSpec& s) {
 }
 
 }  // namespace
-
-// What every path of a fused allreduce shares.
-struct Runtime::AllreduceBucket {
-  const std::vector<ReadyOp*>& members;
-  size_t bytes;
-  DataType dtype;
-  ReduceOp op;
-  ReduceOp commOp;  // what the Communicator runs
-  bool averaged;    // the Communicator divides (its own average)
-  std::shared_ptr<TimelineWriter> tl;
-  std::string args;  // the COLLECTIVE phase's (only with a timeline)
-
-  AllreduceOptions options() const {
-    AllreduceOptions ar;
-    ar.count = bytes / elementSize(dtype);
-    ar.dtype = dtype;
-    ar.op = commOp;
-    return ar;
-  }
-  // After the collective: the average's division when the collective did
-  // not do it, and postscale, from `src` into `dst` in one pass.
-  void finishValues(const ReadyOp& r, void* dst, const void* src) const {
-    const size_t n = static_cast<size_t>(r.spec->elements());
-    const int divisor =
-        op == ReduceOp::kAverage && !averaged ? std::max(1, r.contributors()) : 1;
-    finishInto(dst, src, n, dtype, divisor, r.spec->postscale);
-  }
-};
 
 void Runtime::runBucket(const std::vector<size_t>& members, std::vector<ReadyOp>& ready,
                         size_t bytes, int bucketIndex) {
@@ -98,6 +71,23 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
       return;
     }
   }
+  // Device memory: on the communicator's device path, or staged; members
+  // that can run on neither fail here (runtime_device.cc).
+  collectives::cuda::DeviceCollectives* path = nullptr;
+  std::vector<ReadyOp*> routed;
+  const bool onDevice = members.front()->spec->onDevice;
+  if (onDevice) {
+    path = routeDeviceBucket(members, routed);
+    if (routed.empty()) return;
+    bytes = 0;
+    for (const ReadyOp* m : routed) bytes += m->spec->bytes();
+  }
+  return runAllreduceOn(onDevice ? routed : members, bytes, bucketIndex, path);
+}
+
+void Runtime::runAllreduceOn(const std::vector<ReadyOp*>& members, size_t bytes,
+                             int bucketIndex,
+                             collectives::cuda::DeviceCollectives* path) {
   const OpSpec& first = *members.front()->spec;
   // An average over the team's size is the Communicator's own average
   // (divided inside the shm algorithm while in cache): always so when every
@@ -119,15 +109,26 @@ void Runtime::runAllreduce(const std::vector<ReadyOp*>& members, size_t bytes,
       timeline(),
       {}};
   if (b.tl) {
-    b.args =
-        timelineArgs({{"algorithm", algorithm_.empty() ? comm_->allreduceAlgorithm(bytes)
-                                                       : algorithm_},
-                      {"bytes", std::to_string(bytes)},
-                      {"bucket", std::to_string(bucketIndex)},
-                      {"tensors", std::to_string(members.size())}});
+    // On a device path the host's algorithm does not run: the path names
+    // what ran.
+    std::vector<std::pair<std::string, std::string>> args;
+    if (!path) {
+      args.emplace_back("algorithm", algorithm_.empty() ? comm_->allreduceAlgorithm(bytes)
+                                                        : algorithm_);
+    }
+    args.emplace_back("bytes", std::to_string(bytes));
+    args.emplace_back("bucket", std::to_string(bucketIndex));
+    args.emplace_back("tensors", std::to_string(members.size()));
+    if (first.onDevice) args.emplace_back("path", std::string(pathName(path)));
+    b.args = timelineArgs(args);
   }
   cycleBytes_ += bytes;
-  if (first.onDevice) return allreduceStaged(b);
+  if (first.onDevice) {
+    KOLO_LOG(kDebug) << "runtime: allreduce bucket " << bucketIndex << " ("
+                     << members.size() << " tensors, " << bytes << " bytes) on the "
+                     << pathName(path) << " path";
+    return path ? allreduceOnPath(b, *path) : allreduceStaged(b);
+  }
   if (members.size() == 1 && members[0]->localId) return allreduceInPlace(b);
   const bool allLocal = std::all_of(members.begin(), members.end(), [](const ReadyOp* m) {
     return m->localId.has_value();
@@ -233,67 +234,6 @@ void Runtime::allreduceFused(const AllreduceBucket& b) {
   finishAll(done);
 }
 
-// Device memory: the members laid out in pinned host memory as in the
-// fusion buffer (a joined rank's share: the identity), each run of
-// neighbours on one device copied in with one host copy (staging_plan.h),
-// prescale, the collective in place, the average's division and postscale
-// in place, each run copied back; the handles complete once their done
-// events have (DeviceStager::fromHost waits for them).
-void Runtime::allreduceStaged(const AllreduceBucket& b) {
-  namespace cuda = collectives::cuda;
-  const size_t esize = elementSize(b.dtype);
-  cuda::DeviceStager& st = stager();
-  uint8_t* host = st.hostBuffer(std::max<size_t>(b.bytes, 1));
-  pieces_.clear();
-  size_t at = 0;
-  for (const ReadyOp* m : b.members) {
-    const size_t n = static_cast<size_t>(m->spec->elements());
-    cuda::StagedPiece p;
-    p.offset = at;
-    p.bytes = n * esize;
-    at += p.bytes;
-    if (!m->localId) {
-      fillIdentity(host + p.offset, n, b.dtype, b.commOp);
-    } else {
-      Op& o = opAt(*m->localId);
-      const auto& entry = o.handle->deviceEntry();
-      p.device = entry->device();
-      p.input = o.input;
-      p.output = o.output;
-      p.entry = entry.get();
-    }
-    pieces_.push_back(p);
-  }
-  const auto runs = cuda::planRuns(pieces_);
-  for (const auto& run : runs) st.toHost(run, pieces_, host);
-  for (size_t i = 0; i < b.members.size(); ++i) {
-    const ReadyOp& r = *b.members[i];
-    if (!r.localId) continue;
-    const double prescale = r.spec->prescale;
-    if (prescale != 1.0) {
-      scaleInPlace(host + pieces_[i].offset, static_cast<size_t>(r.spec->elements()),
-                   b.dtype, prescale);
-    }
-    if (b.tl) b.tl->begin(r.spec->name, phase::kCollective, b.args);
-  }
-  AllreduceOptions ar = b.options();
-  ar.send = ar.recv = host;
-  ar.algorithm = algorithm_;
-  comm_->allreduce(ar);
-  std::vector<OpId> done;
-  done.reserve(b.members.size());
-  for (size_t i = 0; i < b.members.size(); ++i) {
-    const ReadyOp& r = *b.members[i];
-    if (!r.localId) continue;
-    if (b.tl) b.tl->end(r.spec->name);
-    uint8_t* p = host + pieces_[i].offset;
-    b.finishValues(r, p, p);
-    done.push_back(*r.localId);
-  }
-  for (const auto& run : runs) st.fromHost(run, pieces_, host);
-  finishAll(done);
-}
-
 // In Horovod's join mode, an operation other than an allreduce or barrier
 // that a joined rank would take part in fails on every rank that submitted
 // it, naming the first joined rank. Decided alike on every rank (the
@@ -326,15 +266,34 @@ void Runtime::runOne(ReadyOp& r, int bucketIndex) {
   }
   Op* o = r.localId ? &opAt(*r.localId) : nullptr;
   std::exception_ptr opError = joinedRankError(r);
+  // Device memory: on the device path, staged, or (an error alike on every
+  // rank) nowhere.
+  DeviceRoute route;
+  if (s.onDevice && !opError) {
+    route = deviceRoute(r);
+    opError = route.error;
+  }
   StagedIo io;
-  const bool staged = o && !opError && s.onDevice;
+  const bool staged = o && !opError && s.onDevice && !route.path;
   if (staged) stageIn(r, *o, io);
   {
     auto tl = timeline();
-    TimelineSpan span(o ? tl.get() : nullptr, s.name, phase::kCollective,
-                      tl && o ? timelineArgs({{"bytes", std::to_string(s.bytes())},
-                                              {"bucket", std::to_string(bucketIndex)}})
-                              : std::string());
+    std::string args;
+    if (tl && o) {
+      std::vector<std::pair<std::string, std::string>> fields{
+          {"bytes", std::to_string(s.bytes())}, {"bucket", std::to_string(bucketIndex)}};
+      if (s.onDevice) fields.emplace_back("path", std::string(pathName(route.path)));
+      args = timelineArgs(fields);
+    }
+    TimelineSpan span(o ? tl.get() : nullptr, s.name, phase::kCollective, args);
+    if (s.onDevice && !opError) {
+      KOLO_LOG(kDebug) << "runtime: " << toString(s.kind) << " '" << s.name << "' on the "
+                       << pathName(route.path) << " path";
+    }
+    if (route.path) {
+      runOnPath(r, *o, *route.path);
+      return finish(*r.localId);
+    }
     switch (opError ? OpKind::kJoin : s.kind) {  // kJoin: run nothing
       case OpKind::kBarrier: comm_->barrier(); break;
       case OpKind::kBroadcast: opError = runBroadcast(r, o); break;
@@ -447,17 +406,12 @@ void Runtime::runAllgather(const ReadyOp& r, Op* o) {
   comm_->allgather(ag);
 }
 
-// Exchanges the splits (rows to each rank) first: matrix[src][dst]. Equal
-// splits everywhere go straight from the input to the output; others go
-// through padded blocks of the largest split, compacted afterwards.
-void Runtime::runAlltoall(const ReadyOp& r, Op* o) {
-  const OpSpec& s = *r.spec;
-  const size_t esize = elementSize(s.dtype);
-  const size_t row = static_cast<size_t>(rowElements(s));
-  std::vector<int64_t> mine(size_, 0);
+std::vector<int64_t> Runtime::alltoallMatrix(const ReadyOp& r, const Op* o,
+                                             std::vector<int64_t>& mine) {
+  mine.assign(size_, 0);
   if (o) {
     if (o->splits.empty()) {
-      std::fill(mine.begin(), mine.end(), s.shape[0] / size_);
+      std::fill(mine.begin(), mine.end(), r.spec->shape[0] / size_);
     } else {
       mine = o->splits;
     }
@@ -469,6 +423,18 @@ void Runtime::runAlltoall(const ReadyOp& r, Op* o) {
   ag.count = size_;
   ag.dtype = DataType::kInt64;
   comm_->allgather(ag);
+  return matrix;
+}
+
+// Exchanges the splits (rows to each rank) first: matrix[src][dst]. Equal
+// splits everywhere go straight from the input to the output; others go
+// through padded blocks of the largest split, compacted afterwards.
+void Runtime::runAlltoall(const ReadyOp& r, Op* o) {
+  const OpSpec& s = *r.spec;
+  const size_t esize = elementSize(s.dtype);
+  const size_t row = static_cast<size_t>(rowElements(s));
+  std::vector<int64_t> mine;
+  const std::vector<int64_t> matrix = alltoallMatrix(r, o, mine);
   int64_t most = 0;
   bool uniform = true;
   for (int64_t v : matrix) {

@@ -66,6 +66,9 @@ void Runtime::admit(std::vector<Submission>& items, size_t count) {
       if (item.nameId >= slotHints_.size()) {
         slotHints_.resize(item.nameId + 1, Negotiator::kNoSlot);
       }
+      // This rank's device of a device tensor, carried to every rank.
+      const auto& entry = item.handle->deviceEntry();
+      item.request.spec.device = entry ? entry->device() : -1;
       negotiator_.submit(id, item.request.spec, &slotHints_[item.nameId]);
     } catch (...) {
       if (tl) tl->end(item.handle->name());

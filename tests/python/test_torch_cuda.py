@@ -224,6 +224,38 @@ def test_results_follow_the_callers_stream():
 
 
 @needs_gpu
+def test_the_timeline_names_the_device_path(tmp_path):
+    # The runtime's COLLECTIVE spans of device operations say which path ran
+    # ("ipc", "nccl", "hier" or "staged"); KOLO_DEVICE_PATH, when it forces
+    # one, is the one named.
+    import json
+    import os
+    dev = torch.device("cuda", 0)
+    path = str(tmp_path / f"timeline_{hvd.rank()}.json")
+    hvd.start_timeline(path)
+    x = torch.full((4096,), float(hvd.rank() + 1), device=dev)
+    out = hvd.allreduce(x, op=hvd.Sum, name="cu.timeline.ar")
+    b = hvd.broadcast(torch.full((16,), float(hvd.rank()), device=dev), root_rank=0,
+                      name="cu.timeline.bc")
+    hvd.stop_timeline()
+    n = hvd.size()
+    assert torch.equal(out.cpu(), torch.full((4096,), float(n * (n + 1) // 2)))
+    assert torch.equal(b.cpu(), torch.zeros(16))
+    if not os.path.exists(path):
+        return  # this rank writes no timeline
+    text = open(path).read()
+    paths = set()
+    for line in text.splitlines():
+        if '"path":"' in line:
+            paths.add(line.split('"path":"', 1)[1].split('"', 1)[0])
+    assert paths, "no COLLECTIVE span names a path: " + text[:2000]
+    assert paths <= {"ipc", "nccl", "hier", "staged"}, paths
+    forced = os.environ.get("KOLO_DEVICE_PATH", "auto")
+    if forced in ("ipc", "nccl", "hier", "staged"):
+        assert paths == {forced}, (forced, paths)
+
+
+@needs_gpu
 def test_real_mixes_are_refused():
     dev = torch.device("cuda", 0)
     with pytest.raises(kolo.InvalidArgumentError,

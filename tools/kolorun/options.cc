@@ -456,9 +456,10 @@ const Flag kFlags[] = {
     {"--hierarchical-allgather", false, noEffect,
      "kolo's allgather is one ring whatever the topology"},
     {"--torus-allreduce", false, noEffect,
-     "an NCCL algorithm (kolo has no GPU path yet); --hierarchical-allreduce is the "
+     "an NCCL algorithm kolo does not select; --hierarchical-allreduce is the "
      "nearest"},
-    {"--num-nccl-streams", true, noEffectCount, "kolo has no GPU path yet"},
+    {"--num-nccl-streams", true, noEffectCount,
+     "kolo's NCCL path runs on the caller's stream"},
     {"--thread-affinity", true, noEffectCount, "kolo does not pin its background thread"},
     {"--tcp", false, noEffect,
      "kolo uses no InfiniBand verbs; its traffic between hosts is tcp (or MPI "

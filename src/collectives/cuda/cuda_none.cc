@@ -77,6 +77,32 @@ void DeviceStager::fromHost(const StagingRun&, const std::vector<StagedPiece>&,
                             const uint8_t*) {
   noCuda("DeviceStager::fromHost");
 }
+void DeviceStager::keepDeviceMemory() {}
+void* DeviceStager::stream(int) {
+  noCuda("DeviceStager::stream");
+}
+void* DeviceStager::deviceBuffer(int, size_t) {
+  noCuda("DeviceStager::deviceBuffer");
+}
+const void* DeviceStager::gather(const StagingRun&, const std::vector<StagedPiece>&) {
+  noCuda("DeviceStager::gather");
+}
+void DeviceStager::scatter(const StagingRun&, const std::vector<StagedPiece>&,
+                           const void*) {
+  noCuda("DeviceStager::scatter");
+}
+void DeviceStager::copy(int, void*, const void*, size_t) {
+  noCuda("DeviceStager::copy");
+}
+void DeviceStager::scale(int, void*, size_t, DataType, double) {
+  noCuda("DeviceStager::scale");
+}
+void DeviceStager::divide(int, void*, size_t, DataType, double) {
+  noCuda("DeviceStager::divide");
+}
+void DeviceStager::synchronize(int) {
+  noCuda("DeviceStager::synchronize");
+}
 
 void reduce2(void*, const void*, const void*, size_t, DataType, ReduceOp, void*) {
   noCuda("cuda::reduce2");

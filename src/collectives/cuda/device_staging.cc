@@ -13,9 +13,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <map>
 
 #include "collectives/cuda/device_kernels.h"
+#include "collectives/cuda/device_reduce.h"
 #include "collectives/cuda/device_runtime.h"
 #include "common/check.h"
 
@@ -99,6 +101,7 @@ struct DeviceStager::Impl {
     size_t fusionBytes = 0;
   };
   std::map<int, PerDevice> devices;
+  bool keep = false;     // keepDeviceMemory()
   void* host = nullptr;  // pinned
   size_t hostBytes = 0;
 
@@ -112,7 +115,13 @@ struct DeviceStager::Impl {
       if (d.fusion != nullptr) {
         // The stream's earlier copies used it: let them end first.
         check(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize", device);
-        check(cudaFree(d.fusion), "cudaFree", device);
+        if (keep) {
+          // Peers of a device path may still map it: never freed (and
+          // doubled, so that few are kept).
+          fusionBytes = std::max(fusionBytes, 2 * d.fusionBytes);
+        } else {
+          check(cudaFree(d.fusion), "cudaFree", device);
+        }
         d.fusion = nullptr;
         d.fusionBytes = 0;
       }
@@ -129,7 +138,7 @@ struct DeviceStager::Impl {
     for (auto& [device, d] : devices) {
       (void)cudaSetDevice(device);
       if (d.stream != nullptr) (void)cudaStreamSynchronize(d.stream);
-      if (d.fusion != nullptr) (void)cudaFree(d.fusion);
+      if (d.fusion != nullptr && !keep) (void)cudaFree(d.fusion);
       if (d.stream != nullptr) (void)cudaStreamDestroy(d.stream);
     }
     if (host != nullptr) (void)cudaFreeHost(host);
@@ -220,6 +229,103 @@ void DeviceStager::fromHost(const StagingRun& run, const std::vector<StagedPiece
     check(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize on kolo's stream",
           run.device);
   }
+}
+
+// The device-only half: kolo's stream of a device, the path's calls and
+// the kernels ordered on it; the host waits only in scatter (the done
+// events) and synchronize.
+void DeviceStager::keepDeviceMemory() {
+  impl_->keep = true;
+}
+
+void* DeviceStager::stream(int device) {
+  DeviceScope scope(device);
+  return impl_->on(device, 0).stream;
+}
+
+void* DeviceStager::deviceBuffer(int device, size_t bytes) {
+  DeviceScope scope(device);
+  return impl_->on(device, std::max<size_t>(bytes, 1)).fusion;
+}
+
+const void* DeviceStager::gather(const StagingRun& run,
+                                 const std::vector<StagedPiece>& pieces) {
+  DeviceScope scope(run.device);
+  const bool direct = run.count == 1;
+  Impl::PerDevice& d = impl_->on(run.device, direct ? 0 : std::max<size_t>(run.bytes, 1));
+  size_t at = 0;
+  for (size_t i = run.first; i < run.first + run.count; ++i) {
+    const StagedPiece& p = pieces[i];
+    const auto* entry = static_cast<const DeviceEntry*>(p.entry);
+    if (entry != nullptr) {
+      check(
+          cudaStreamWaitEvent(d.stream, static_cast<cudaEvent_t>(entry->readyEvent()), 0),
+          "cudaStreamWaitEvent on the input's ready event", run.device);
+    }
+    if (!direct && p.bytes > 0) {
+      check(cudaMemcpyAsync(static_cast<uint8_t*>(d.fusion) + at, p.input, p.bytes,
+                            cudaMemcpyDeviceToDevice, d.stream),
+            "cudaMemcpyAsync into the device fusion buffer", run.device);
+    }
+    at += p.bytes;
+  }
+  return direct ? pieces[run.first].input : d.fusion;
+}
+
+void DeviceStager::scatter(const StagingRun& run, const std::vector<StagedPiece>& pieces,
+                           const void* src) {
+  DeviceScope scope(run.device);
+  Impl::PerDevice& d = impl_->on(run.device, 0);
+  size_t at = 0;
+  cudaEvent_t last = nullptr;
+  for (size_t i = run.first; i < run.first + run.count; ++i) {
+    const StagedPiece& p = pieces[i];
+    const auto* from = static_cast<const uint8_t*>(src) + at;
+    if (p.bytes > 0 && p.output != nullptr && p.output != from) {
+      check(cudaMemcpyAsync(p.output, from, p.bytes, cudaMemcpyDeviceToDevice, d.stream),
+            "cudaMemcpyAsync from the device fusion buffer", run.device);
+    }
+    at += p.bytes;
+    const auto* entry = static_cast<const DeviceEntry*>(p.entry);
+    if (entry != nullptr) {
+      last = static_cast<cudaEvent_t>(entry->doneEvent());
+      check(cudaEventRecord(last, d.stream), "cudaEventRecord of the done event",
+            run.device);
+    }
+  }
+  if (last != nullptr) {
+    check(cudaEventSynchronize(last), "cudaEventSynchronize on the done event",
+          run.device);
+  } else {
+    check(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize on kolo's stream",
+          run.device);
+  }
+}
+
+void DeviceStager::copy(int device, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  DeviceScope scope(device);
+  Impl::PerDevice& d = impl_->on(device, 0);
+  check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d.stream),
+        "cudaMemcpyAsync on kolo's stream", device);
+}
+
+void DeviceStager::scale(int device, void* buf, size_t count, DataType dtype,
+                         double factor) {
+  DeviceScope scope(device);
+  scaleInPlace(buf, count, dtype, factor, impl_->on(device, 0).stream);
+}
+
+void DeviceStager::divide(int device, void* buf, size_t count, DataType dtype,
+                          double divisor) {
+  DeviceScope scope(device);
+  divideInPlace(buf, count, dtype, divisor, impl_->on(device, 0).stream);
+}
+
+void DeviceStager::synchronize(int device) {
+  DeviceScope scope(device);
+  check(cudaStreamSynchronize(impl_->on(device, 0).stream),
+        "cudaStreamSynchronize on kolo's stream", device);
 }
 
 }  // namespace kolo::collectives::cuda

@@ -33,6 +33,36 @@
 //     run.offset to the device, a copy to each piece's output, each piece's
 //     done event recorded on kolo's stream; returns once the outputs are
 //     written (cudaEventSynchronize on the last done event).
+//   The device-only half, for a device path (device_collectives.h): the
+//   same gather and scatter without the host copies, and the kernels on
+//   kolo's stream.
+//   - stream(device): kolo's stream of `device` (cudaStream_t as void*),
+//     the stream a device path's calls are ordered on.
+//   - deviceBuffer(device, bytes): the device fusion buffer of `device`, at
+//     least `bytes` long (its contents are lost when it grows).
+//   - gather(run, pieces): makes kolo's stream wait on each piece's ready
+//     event and returns the device address of the run's bytes in layout
+//     order: the piece's own input for a run of one (nothing copied), else
+//     the device fusion buffer with each piece copied in (one
+//     device-to-device copy each). Stream-ordered: returns without waiting.
+//   - scatter(run, pieces, src): copies each piece's bytes from src (laid
+//     out as gather's) to its output (nothing for a piece whose output is
+//     src itself), records each piece's done event on kolo's stream and
+//     returns once they are written (cudaEventSynchronize on the last one;
+//     a run of pieces without entries: cudaStreamSynchronize).
+//   - copy(device, dst, src, bytes): one copy on kolo's stream (device to
+//     device, or device to host memory), stream-ordered.
+//   - scale(device, buf, count, dtype, factor) and divide(device, buf,
+//     count, dtype, divisor): device_reduce.h's scaleInPlace and
+//     divideInPlace on kolo's stream.
+//   - synchronize(device): returns once kolo's stream of `device` has run
+//     what was enqueued on it.
+//   - keepDeviceMemory(): from now on device fusion buffers are never freed
+//     (an outgrown one is kept, the next one at least twice its size; the
+//     last ones are left to the process's CUDA context at destruction): a
+//     device path's peers may map them (CUDA IPC), and CUDA makes freeing
+//     memory another process maps undefined. Called before the first use
+//     of a buffer with a device path.
 //   Failures: Error(kInternal) naming the CUDA call, the device and the
 //   CUDA error.
 // - In a build without CUDA every function throws checkDevice's error.
@@ -43,6 +73,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <kolo/types.h>
 
 #include "collectives/cuda/staging_plan.h"
 
@@ -91,6 +123,20 @@ class DeviceStager {
                       uint8_t* host);
   virtual void fromHost(const StagingRun& run, const std::vector<StagedPiece>& pieces,
                         const uint8_t* host);
+
+  // The device-only half (a device path).
+  virtual void keepDeviceMemory();
+  virtual void* stream(int device);
+  virtual void* deviceBuffer(int device, size_t bytes);
+  virtual const void* gather(const StagingRun& run,
+                             const std::vector<StagedPiece>& pieces);
+  virtual void scatter(const StagingRun& run, const std::vector<StagedPiece>& pieces,
+                       const void* src);
+  virtual void copy(int device, void* dst, const void* src, size_t bytes);
+  virtual void scale(int device, void* buf, size_t count, DataType dtype, double factor);
+  virtual void divide(int device, void* buf, size_t count, DataType dtype,
+                      double divisor);
+  virtual void synchronize(int device);
 
  private:
   struct Impl;
