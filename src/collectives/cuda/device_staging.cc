@@ -12,6 +12,7 @@
 #include "collectives/cuda/device_staging.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <map>
@@ -33,14 +34,35 @@ void check(cudaError_t e, const char* what, int device) {
   }
 }
 
+// Whether a CUDA context is current on this thread: the driver's
+// cuCtxGetCurrent, found in the libcuda.so.1 the CUDA runtime has loaded
+// (dlopen RTLD_NOLOAD). Unknown (no such symbol): true.
+bool contextCurrent() {
+  using GetCurrent = int (*)(void**);
+  static const GetCurrent getCurrent = []() -> GetCurrent {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
+    return lib ? reinterpret_cast<GetCurrent>(dlsym(lib, "cuCtxGetCurrent")) : nullptr;
+  }();
+  if (getCurrent == nullptr) return true;
+  void* context = nullptr;
+  return getCurrent(&context) == 0 && context != nullptr;
+}
+
 // Makes `device` current on this thread for the scope, then restores the
-// caller's (a synchronous call runs on the caller's thread).
+// caller's (a synchronous call runs on the caller's thread). A thread that
+// had no context current (the runtime's background thread, or a caller's
+// thread that never used CUDA) is left on `device`: restoring its default
+// device 0 would create a context on GPU 0 (cudaSetDevice does since CUDA
+// 12) for a rank that works on another GPU.
 class DeviceScope {
  public:
   explicit DeviceScope(int device) {
     check(cudaGetDevice(&previous_), "cudaGetDevice", device);
-    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice", device);
-    changed_ = previous_ != device;
+    if (previous_ != device) {
+      const bool hadContext = contextCurrent();
+      check(cudaSetDevice(device), "cudaSetDevice", device);
+      changed_ = hadContext;
+    }
   }
   ~DeviceScope() {
     if (changed_) (void)cudaSetDevice(previous_);
