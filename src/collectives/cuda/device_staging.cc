@@ -75,6 +75,38 @@ class DeviceScope {
   bool changed_ = false;
 };
 
+// The run's bytes at `src` (device memory) copied to each piece's output
+// (none where the output is `src` itself: a run of one written in place),
+// each piece's done event recorded on `stream`; returns once the last one
+// has run (or the stream has, when no piece has an event).
+void scatterAndSignal(const StagingRun& run, const std::vector<StagedPiece>& pieces,
+                      const void* src, cudaStream_t stream) {
+  size_t at = 0;
+  cudaEvent_t last = nullptr;
+  for (size_t i = run.first; i < run.first + run.count; ++i) {
+    const StagedPiece& p = pieces[i];
+    const auto* from = static_cast<const uint8_t*>(src) + at;
+    if (p.bytes > 0 && p.output != nullptr && p.output != from) {
+      check(cudaMemcpyAsync(p.output, from, p.bytes, cudaMemcpyDeviceToDevice, stream),
+            "cudaMemcpyAsync from the device fusion buffer", run.device);
+    }
+    at += p.bytes;
+    const auto* entry = static_cast<const DeviceEntry*>(p.entry);
+    if (entry != nullptr) {
+      last = static_cast<cudaEvent_t>(entry->doneEvent());
+      check(cudaEventRecord(last, stream), "cudaEventRecord of the done event",
+            run.device);
+    }
+  }
+  if (last != nullptr) {
+    check(cudaEventSynchronize(last), "cudaEventSynchronize on the done event",
+          run.device);
+  } else {
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize on kolo's stream",
+          run.device);
+  }
+}
+
 }  // namespace
 
 void checkDevice(const std::string& operation, int device) {
@@ -222,40 +254,14 @@ void DeviceStager::fromHost(const StagingRun& run, const std::vector<StagedPiece
   DeviceScope scope(run.device);
   const bool direct = run.count == 1;
   Impl::PerDevice& d = impl_->on(run.device, direct ? 0 : run.bytes);
+  void* dst = direct ? pieces[run.first].output : d.fusion;
   if (run.bytes > 0) {
-    void* dst = direct ? pieces[run.first].output : d.fusion;
     check(cudaMemcpyAsync(dst, host + run.offset, run.bytes, cudaMemcpyDefault, d.stream),
           "cudaMemcpyAsync from pinned host memory", run.device);
   }
-  size_t at = 0;
-  cudaEvent_t last = nullptr;
-  for (size_t i = run.first; i < run.first + run.count; ++i) {
-    const StagedPiece& p = pieces[i];
-    if (!direct && p.bytes > 0) {
-      check(cudaMemcpyAsync(p.output, static_cast<const uint8_t*>(d.fusion) + at, p.bytes,
-                            cudaMemcpyDeviceToDevice, d.stream),
-            "cudaMemcpyAsync from the device fusion buffer", run.device);
-    }
-    at += p.bytes;
-    const auto* entry = static_cast<const DeviceEntry*>(p.entry);
-    if (entry != nullptr) {
-      last = static_cast<cudaEvent_t>(entry->doneEvent());
-      check(cudaEventRecord(last, d.stream), "cudaEventRecord of the done event",
-            run.device);
-    }
-  }
-  if (last != nullptr) {
-    check(cudaEventSynchronize(last), "cudaEventSynchronize on the done event",
-          run.device);
-  } else {
-    check(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize on kolo's stream",
-          run.device);
-  }
+  scatterAndSignal(run, pieces, dst, d.stream);
 }
 
-// The device-only half: kolo's stream of a device, the path's calls and
-// the kernels ordered on it; the host waits only in scatter (the done
-// events) and synchronize.
 void DeviceStager::keepDeviceMemory() {
   impl_->keep = true;
 }
@@ -297,31 +303,7 @@ const void* DeviceStager::gather(const StagingRun& run,
 void DeviceStager::scatter(const StagingRun& run, const std::vector<StagedPiece>& pieces,
                            const void* src) {
   DeviceScope scope(run.device);
-  Impl::PerDevice& d = impl_->on(run.device, 0);
-  size_t at = 0;
-  cudaEvent_t last = nullptr;
-  for (size_t i = run.first; i < run.first + run.count; ++i) {
-    const StagedPiece& p = pieces[i];
-    const auto* from = static_cast<const uint8_t*>(src) + at;
-    if (p.bytes > 0 && p.output != nullptr && p.output != from) {
-      check(cudaMemcpyAsync(p.output, from, p.bytes, cudaMemcpyDeviceToDevice, d.stream),
-            "cudaMemcpyAsync from the device fusion buffer", run.device);
-    }
-    at += p.bytes;
-    const auto* entry = static_cast<const DeviceEntry*>(p.entry);
-    if (entry != nullptr) {
-      last = static_cast<cudaEvent_t>(entry->doneEvent());
-      check(cudaEventRecord(last, d.stream), "cudaEventRecord of the done event",
-            run.device);
-    }
-  }
-  if (last != nullptr) {
-    check(cudaEventSynchronize(last), "cudaEventSynchronize on the done event",
-          run.device);
-  } else {
-    check(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize on kolo's stream",
-          run.device);
-  }
+  scatterAndSignal(run, pieces, src, impl_->on(run.device, 0).stream);
 }
 
 void DeviceStager::copy(int device, void* dst, const void* src, size_t bytes) {
