@@ -66,8 +66,11 @@ void pretendHosts(int hosts) {
 // Every collective through `paths`, on two device buffers.
 bool runCollectives(kolo::collectives::cuda::DeviceCollectives* paths, int device,
                     int rank, int size) {
-  DeviceBuffer a(kolo::test::kRigBufferBytes, device);
-  DeviceBuffer b(kolo::test::kRigBufferBytes, device);
+  // Never freed: CUDA IPC peers map them until their path ends at shutdown,
+  // and freeing memory a peer still maps is undefined (docs/gpu_paths.md);
+  // the process's end frees them.
+  DeviceBuffer& a = *new DeviceBuffer(kolo::test::kRigBufferBytes, device);
+  DeviceBuffer& b = *new DeviceBuffer(kolo::test::kRigBufferBytes, device);
   kolo::test::Rig rig;
   rig.paths = paths;
   rig.buf[0] = a.data();
