@@ -10,6 +10,7 @@
 #include "collectives/cuda/device_kernels.h"
 #include "collectives/cuda/device_reduce.h"
 #include "collectives/cuda/device_runtime.h"
+#include "collectives/cuda/device_scope.h"
 #include "collectives/cuda/ipc_support.h"
 #include "common/check.h"
 
@@ -44,26 +45,6 @@ GetAttributes driverQuery() {
              what << " on CUDA device " << device << " failed: " << cudaErrorText(e));
 }
 
-// Makes `device` current for the object's life.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) {
-      const cudaError_t e = cudaSetDevice(device);
-      if (e != cudaSuccess) fail("cudaSetDevice", device, e);
-    }
-    device_ = device;
-  }
-  ~DeviceScope() {
-    if (previous_ >= 0 && previous_ != device_) (void)cudaSetDevice(previous_);
-  }
-
- private:
-  int previous_ = -1;
-  int device_ = 0;
-};
-
 class CudaIpcDevice final : public cuda_ipc::IpcDevice {
  public:
   explicit CudaIpcDevice(int device) : device_(device) {}
@@ -71,7 +52,7 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
   int device() const override { return device_; }
 
   bool locate(const void* p, cuda_ipc::Allocation* out, std::string* why) override {
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, "CUDA IPC");
     const GetAttributes query = driverQuery();
     if (query == nullptr) {
       *why = "the CUDA driver's cuPointerGetAttributes was not found";
@@ -101,7 +82,7 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
   }
 
   bool exportMemory(const void* base, cuda_ipc::Handle* out, std::string* why) override {
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, "CUDA IPC");
     cudaIpcMemHandle_t h;
     const cudaError_t e = cudaIpcGetMemHandle(&h, const_cast<void*>(base));
     if (e != cudaSuccess) {
@@ -114,7 +95,7 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
   }
 
   void* openMemory(const cuda_ipc::Handle& handle) override {
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, "CUDA IPC");
     cudaIpcMemHandle_t h;
     std::memcpy(&h, handle.bytes, sizeof h);
     void* p = nullptr;
@@ -124,12 +105,12 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
   }
 
   void closeMemory(void* base) noexcept override {
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, "CUDA IPC");
     if (cudaIpcCloseMemHandle(base) != cudaSuccess) (void)cudaGetLastError();
   }
 
   void* allocate(size_t bytes) override {
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, "CUDA IPC");
     void* p = nullptr;
     const cudaError_t e = cudaMalloc(&p, bytes);
     if (e != cudaSuccess) fail("cudaMalloc of a CUDA IPC staging buffer", device_, e);
@@ -137,12 +118,12 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
   }
 
   void release(void* p) noexcept override {
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, "CUDA IPC");
     (void)cudaFree(p);
   }
 
   Event createEvent() override {
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, "CUDA IPC");
     cudaEvent_t e = nullptr;
     const cudaError_t rc =
         cudaEventCreateWithFlags(&e, cudaEventInterprocess | cudaEventDisableTiming);
@@ -160,7 +141,7 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
   }
 
   Event openEvent(const cuda_ipc::Handle& handle) override {
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, "CUDA IPC");
     cudaIpcEventHandle_t h;
     std::memcpy(&h, handle.bytes, sizeof h);
     cudaEvent_t e = nullptr;
@@ -174,14 +155,14 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
   }
 
   void record(Event event, void* stream) override {
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, "CUDA IPC");
     const cudaError_t rc = cudaEventRecord(static_cast<cudaEvent_t>(event),
                                            static_cast<cudaStream_t>(stream));
     if (rc != cudaSuccess) fail("cudaEventRecord", device_, rc);
   }
 
   void streamWait(void* stream, Event event) override {
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, "CUDA IPC");
     const cudaError_t rc = cudaStreamWaitEvent(static_cast<cudaStream_t>(stream),
                                                static_cast<cudaEvent_t>(event), 0);
     if (rc != cudaSuccess) fail("cudaStreamWaitEvent", device_, rc);
@@ -195,7 +176,7 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
   }
 
   void copy(void* dst, const void* src, size_t bytes, void* stream) override {
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, "CUDA IPC");
     const cudaError_t rc = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
                                            static_cast<cudaStream_t>(stream));
     if (rc != cudaSuccess) fail("cudaMemcpyAsync (CUDA IPC)", device_, rc);
@@ -203,7 +184,7 @@ class CudaIpcDevice final : public cuda_ipc::IpcDevice {
 
   void reduce(void* const* dsts, int m, const void* const* srcs, int n, size_t count,
               DataType dtype, ReduceOp op, void* stream) override {
-    DeviceScope scope(device_);
+    DeviceScope scope(device_, "CUDA IPC");
     const int rc = launch::reduceToMany(dsts, m, srcs, n, count, dtype, op, stream);
     if (rc != 0)
       fail("the CUDA IPC reduction kernel", device_, static_cast<cudaError_t>(rc));

@@ -12,7 +12,6 @@
 #include "collectives/cuda/device_staging.h"
 
 #include <cuda_runtime_api.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <map>
@@ -20,6 +19,7 @@
 #include "collectives/cuda/device_kernels.h"
 #include "collectives/cuda/device_reduce.h"
 #include "collectives/cuda/device_runtime.h"
+#include "collectives/cuda/device_scope.h"
 #include "common/check.h"
 
 namespace kolo::collectives::cuda {
@@ -33,47 +33,6 @@ void check(cudaError_t e, const char* what, int device) {
                                                       << " failed: " << cudaErrorText(e));
   }
 }
-
-// Whether a CUDA context is current on this thread: the driver's
-// cuCtxGetCurrent, found in the libcuda.so.1 the CUDA runtime has loaded
-// (dlopen RTLD_NOLOAD). Unknown (no such symbol): true.
-bool contextCurrent() {
-  using GetCurrent = int (*)(void**);
-  static const GetCurrent getCurrent = []() -> GetCurrent {
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
-    return lib ? reinterpret_cast<GetCurrent>(dlsym(lib, "cuCtxGetCurrent")) : nullptr;
-  }();
-  if (getCurrent == nullptr) return true;
-  void* context = nullptr;
-  return getCurrent(&context) == 0 && context != nullptr;
-}
-
-// Makes `device` current on this thread for the scope, then restores the
-// caller's (a synchronous call runs on the caller's thread). A thread that
-// had no context current (the runtime's background thread, or a caller's
-// thread that never used CUDA) is left on `device`: restoring its default
-// device 0 would create a context on GPU 0 (cudaSetDevice does since CUDA
-// 12) for a rank that works on another GPU.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice", device);
-    if (previous_ != device) {
-      const bool hadContext = contextCurrent();
-      check(cudaSetDevice(device), "cudaSetDevice", device);
-      changed_ = hadContext;
-    }
-  }
-  ~DeviceScope() {
-    if (changed_) (void)cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-  bool changed_ = false;
-};
 
 // The run's bytes at `src` (device memory) copied to each piece's output
 // (none where the output is `src` itself: a run of one written in place),
@@ -130,7 +89,7 @@ std::shared_ptr<DeviceEntry> DeviceEntry::record(const std::string& operation, i
                                                  void* stream) {
   checkDevice(operation, device);
   std::shared_ptr<DeviceEntry> entry(new DeviceEntry(device, stream));
-  DeviceScope scope(device);
+  DeviceScope scope(device, "host staging");
   cudaEvent_t ready = nullptr, done = nullptr;
   check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate",
         device);
@@ -221,7 +180,7 @@ uint8_t* DeviceStager::hostBuffer(size_t bytes) {
 
 void DeviceStager::toHost(const StagingRun& run, const std::vector<StagedPiece>& pieces,
                           uint8_t* host) {
-  DeviceScope scope(run.device);
+  DeviceScope scope(run.device, "host staging");
   const bool direct = run.count == 1;
   Impl::PerDevice& d = impl_->on(run.device, direct ? 0 : run.bytes);
   size_t at = 0;
@@ -251,7 +210,7 @@ void DeviceStager::toHost(const StagingRun& run, const std::vector<StagedPiece>&
 
 void DeviceStager::fromHost(const StagingRun& run, const std::vector<StagedPiece>& pieces,
                             const uint8_t* host) {
-  DeviceScope scope(run.device);
+  DeviceScope scope(run.device, "host staging");
   const bool direct = run.count == 1;
   Impl::PerDevice& d = impl_->on(run.device, direct ? 0 : run.bytes);
   void* dst = direct ? pieces[run.first].output : d.fusion;
@@ -267,18 +226,18 @@ void DeviceStager::keepDeviceMemory() {
 }
 
 void* DeviceStager::stream(int device) {
-  DeviceScope scope(device);
+  DeviceScope scope(device, "host staging");
   return impl_->on(device, 0).stream;
 }
 
 void* DeviceStager::deviceBuffer(int device, size_t bytes) {
-  DeviceScope scope(device);
+  DeviceScope scope(device, "host staging");
   return impl_->on(device, std::max<size_t>(bytes, 1)).fusion;
 }
 
 const void* DeviceStager::gather(const StagingRun& run,
                                  const std::vector<StagedPiece>& pieces) {
-  DeviceScope scope(run.device);
+  DeviceScope scope(run.device, "host staging");
   const bool direct = run.count == 1;
   Impl::PerDevice& d = impl_->on(run.device, direct ? 0 : std::max<size_t>(run.bytes, 1));
   size_t at = 0;
@@ -302,13 +261,13 @@ const void* DeviceStager::gather(const StagingRun& run,
 
 void DeviceStager::scatter(const StagingRun& run, const std::vector<StagedPiece>& pieces,
                            const void* src) {
-  DeviceScope scope(run.device);
+  DeviceScope scope(run.device, "host staging");
   scatterAndSignal(run, pieces, src, impl_->on(run.device, 0).stream);
 }
 
 void DeviceStager::copy(int device, void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return;
-  DeviceScope scope(device);
+  DeviceScope scope(device, "host staging");
   Impl::PerDevice& d = impl_->on(device, 0);
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, d.stream),
         "cudaMemcpyAsync on kolo's stream", device);
@@ -316,18 +275,18 @@ void DeviceStager::copy(int device, void* dst, const void* src, size_t bytes) {
 
 void DeviceStager::scale(int device, void* buf, size_t count, DataType dtype,
                          double factor) {
-  DeviceScope scope(device);
+  DeviceScope scope(device, "host staging");
   scaleInPlace(buf, count, dtype, factor, impl_->on(device, 0).stream);
 }
 
 void DeviceStager::divide(int device, void* buf, size_t count, DataType dtype,
                           double divisor) {
-  DeviceScope scope(device);
+  DeviceScope scope(device, "host staging");
   divideInPlace(buf, count, dtype, divisor, impl_->on(device, 0).stream);
 }
 
 void DeviceStager::synchronize(int device) {
-  DeviceScope scope(device);
+  DeviceScope scope(device, "host staging");
   check(cudaStreamSynchronize(impl_->on(device, 0).stream),
         "cudaStreamSynchronize on kolo's stream", device);
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collectives/cuda/device_kernels.h"
+#include "collectives/cuda/device_scope.h"
 #include "collectives/cuda/device_staging.h"
 #include "collectives/cuda/hier_collectives.h"
 #include "common/check.h"
@@ -45,7 +46,7 @@ class CudaDeviceMemory : public DeviceMemory {
   uint8_t* hostScratch(size_t bytes, int slot) override {
     Buffer& b = host_[slot];
     if (b.data == nullptr || b.bytes < bytes) {
-      Scope scope(device_);
+      DeviceScope scope(device_, "hierarchical device collectives");
       if (b.data != nullptr) (void)cudaFreeHost(b.data);
       b = {};
       const size_t grown = std::max<size_t>(bytes + bytes / 2, 4096);
@@ -58,7 +59,7 @@ class CudaDeviceMemory : public DeviceMemory {
   void* deviceScratch(size_t bytes, int slot) override {
     Buffer& b = device_mem_[slot];
     if (b.data == nullptr || b.bytes < bytes) {
-      Scope scope(device_);
+      DeviceScope scope(device_, "hierarchical device collectives");
       if (b.data != nullptr) retired_.push_back(b.data);  // peers may map it
       b = {};
       const size_t grown = std::max<size_t>(bytes + bytes / 2, 4096);
@@ -73,16 +74,6 @@ class CudaDeviceMemory : public DeviceMemory {
     void* data = nullptr;
     size_t bytes = 0;
   };
-  // The device current while allocating, the previous one restored after.
-  struct Scope {
-    explicit Scope(int device) {
-      (void)cudaGetDevice(&previous);
-      (void)cudaSetDevice(device);
-    }
-    ~Scope() { (void)cudaSetDevice(previous); }
-    int previous = 0;
-  };
-
   void check(cudaError_t e, const char* what) const {
     if (e != cudaSuccess) {
       (void)cudaGetLastError();
@@ -95,7 +86,7 @@ class CudaDeviceMemory : public DeviceMemory {
   void move(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, void* stream,
             const char* where) const {
     if (bytes == 0) return;
-    Scope scope(device_);
+    DeviceScope scope(device_, "hierarchical device collectives");
     const auto s = static_cast<cudaStream_t>(stream);
     check(cudaMemcpyAsync(dst, src, bytes, kind, s),
           (std::string("cudaMemcpyAsync ") + where).c_str());

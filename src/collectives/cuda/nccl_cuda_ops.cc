@@ -5,6 +5,7 @@
 
 #include "collectives/cuda/device_kernels.h"
 #include "collectives/cuda/device_reduce.h"
+#include "collectives/cuda/device_scope.h"
 #include "collectives/cuda/nccl_device_ops.h"
 #include "common/check.h"
 
@@ -31,20 +32,18 @@ class CudaDeviceOps final : public NcclDeviceOps {
   ~CudaDeviceOps() override { (void)cudaEventDestroy(event_); }
 
   int enter(const std::string& who) override {
-    int previous = 0;
-    cudaError_t e = cudaGetDevice(&previous);
-    if (e == cudaSuccess && previous != device_) e = cudaSetDevice(device_);
-    if (e != cudaSuccess) {
+    int error = 0;
+    const int previous = enterDevice(device_, &error);
+    if (error != 0) {
       KOLO_THROW(
           ErrorCode::kInternal,
           who << ": "
-              << failure(e, ("cudaSetDevice(" + std::to_string(device_) + ")").c_str()));
+              << failure(static_cast<cudaError_t>(error),
+                         ("cudaSetDevice(" + std::to_string(device_) + ")").c_str()));
     }
     return previous;
   }
-  void leave(int previous) noexcept override {
-    if (previous != device_) (void)cudaSetDevice(previous);
-  }
+  void leave(int previous) noexcept override { leaveDevice(previous); }
 
   std::string record(void* stream) override {
     const cudaError_t e = cudaEventRecord(event_, static_cast<cudaStream_t>(stream));
