@@ -549,7 +549,7 @@ TEST(AllreduceRegistry, UnusableAlgorithmSaysWhy) {
   }
 }
 
-// The selection is the scale model's (tests/predict_test.cc checks that it
+// The selection is the scale model's (tests/predict_selection_test.cc checks that it
 // is exactly the model's choice and the same on every rank); here, what
 // any sane constants give: the latency-bound tree for tiny vectors, a
 // bandwidth-optimal algorithm (never the tree's log2(n) whole vectors) for

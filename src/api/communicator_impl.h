@@ -176,7 +176,7 @@ class CommunicatorImpl : public Communicator, public collectives::AgreementHost 
   // The constructors' common body; `team`: built by split().
   void setUp(const CommunicatorConfig& config, bool engineMpi,
              std::shared_ptr<rendezvous::Store> store, bool team);
-  // setUp's steps (communicator.cc).
+  // setUp's steps (communicator_setup.cc).
   struct Links {
     bool shm = false;     // peers on this host over shm
     bool remote = false;  // peers elsewhere...

@@ -120,7 +120,7 @@ class ShmTransport : public Transport {
   size_t ringBytes() const { return ringBytes_; }
 
  private:
-  struct Segment;  // a mapped segment (shm_transport.cc)
+  struct Segment;  // a mapped segment (shm_segment.h)
   struct RingCtl;  // head/tail of one ring, in shared memory
 
   struct Ring {
