@@ -244,8 +244,10 @@ void IpcGroup::begin(const char* what, const Header& header,
   wire->values = static_cast<uint32_t>(values.size());
   for (size_t b = 0; b < buffers.size(); ++b)
     describe(static_cast<int>(b), buffers[b], &wire->buffer[b], stream);
-  std::memcpy(reinterpret_cast<uint64_t*>(wire + 1), values.data(),
-              values.size() * sizeof(uint64_t));
+  if (!values.empty()) {
+    std::memcpy(reinterpret_cast<uint64_t*>(wire + 1), values.data(),
+                values.size() * sizeof(uint64_t));
+  }
   device_->record(ready_, stream);
   shm_->publish(kReady, step_);
 }
