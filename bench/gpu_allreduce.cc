@@ -201,13 +201,8 @@ int main(int argc, char** argv) {
                  "--rounds, --reps and --staged-reps at least 1\n");
     return 2;
   }
-  int devices = 0;
-  const cudaError_t probe = cudaGetDeviceCount(&devices);
-  if (probe != cudaSuccess || devices == 0) {
-    std::printf("SKIP no CUDA device: %s\n",
-                probe != cudaSuccess ? cudaGetErrorString(probe) : "0 devices");
-    return 0;
-  }
+  const int devices = kolo::bench::devicesOrSkip();
+  if (devices == 0) return 0;
   const std::vector<std::string> paths = {o.fast, "staged"};
   std::vector<Run> runs(paths.size());
   std::vector<double> copyMs;

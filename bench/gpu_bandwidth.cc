@@ -227,13 +227,7 @@ int run(int argc, char** argv) {
                  "and --reps in [1, 100]\n");
     return 2;
   }
-  int devices = 0;
-  const cudaError_t probe = cudaGetDeviceCount(&devices);
-  if (probe != cudaSuccess || devices == 0) {
-    std::printf("SKIP no CUDA device: %s\n",
-                probe != cudaSuccess ? cudaGetErrorString(probe) : "0 devices");
-    return 0;
-  }
+  if (!kolo::bench::devicesOrSkip()) return 0;
   cudaDeviceProp prop{};
   KOLO_GPU_CHECK(cudaGetDeviceProperties(&prop, 0));
   cudaStream_t s = nullptr;

@@ -67,6 +67,17 @@ class Flags {
   std::vector<std::pair<std::string, std::string>> values_;
 };
 
+// The number of CUDA devices; without one, prints "SKIP no CUDA device:
+// <why>" (the GPU check's skip line) and answers 0.
+inline int devicesOrSkip() {
+  int devices = 0;
+  const cudaError_t probe = cudaGetDeviceCount(&devices);
+  if (probe == cudaSuccess && devices > 0) return devices;
+  std::printf("SKIP no CUDA device: %s\n",
+              probe != cudaSuccess ? cudaGetErrorString(probe) : "0 devices");
+  return 0;
+}
+
 // Device milliseconds of each of `reps` launches (see the header).
 inline std::vector<double> timeOnStream(const std::function<void()>& launch,
                                         cudaStream_t stream, int reps, int warmup = 2) {

@@ -35,6 +35,7 @@
 #include "rendezvous/store.h"
 #include "support/ipc_host_device.h"
 #include "support/process_ranks.h"
+#include "support/special_values.h"
 #include "transport/cuda_ipc/ipc_caches.h"
 
 namespace {
@@ -252,62 +253,6 @@ TEST(IpcCollectivesFactory, BadArgumentsAreNamedAndLeaveTheObjectUsable) {
 // ---- the fan-in's per-element arithmetic, on the host
 // ----------------------------------
 
-// Floats mostly in [-4, 4] with NaN, infinities, signed zeros, subnormals
-// and values near overflow; integers over their whole range.
-std::vector<uint8_t> randomInput(DataType dtype, size_t count, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> value(-4.0, 4.0);
-  const double specials[] = {std::numeric_limits<double>::quiet_NaN(),
-                             std::numeric_limits<double>::infinity(),
-                             -std::numeric_limits<double>::infinity(),
-                             0.0,
-                             -0.0,
-                             1e-41,
-                             6e-8,
-                             65000.0,
-                             3e38};
-  const size_t es = kolo::elementSize(dtype);
-  std::vector<uint8_t> out(count * es);
-  for (size_t i = 0; i < count; ++i) {
-    const double v = rng() % 16 == 0 ? specials[rng() % std::size(specials)] : value(rng);
-    uint8_t* p = out.data() + i * es;
-    auto put = [p](auto x) { std::memcpy(p, &x, sizeof x); };
-    switch (dtype) {
-      case DataType::kFloat32: put(static_cast<float>(v)); break;
-      case DataType::kFloat64: put(v); break;
-      case DataType::kFloat16:
-        put(kolo::collectives::floatToHalfBits(static_cast<float>(v)));
-        break;
-      case DataType::kBFloat16:
-        put(kolo::collectives::floatToBfloat16Bits(static_cast<float>(v)));
-        break;
-      case DataType::kInt32: put(static_cast<int32_t>(rng())); break;
-      case DataType::kInt64:
-        put(static_cast<int64_t>((uint64_t{rng()} << 32) ^ rng()));
-        break;
-      case DataType::kUInt8: put(static_cast<uint8_t>(rng())); break;
-    }
-  }
-  return out;
-}
-
-bool isNan(DataType dtype, const uint8_t* p) {
-  uint16_t h;
-  float f;
-  double d;
-  switch (dtype) {
-    case DataType::kFloat32: std::memcpy(&f, p, 4); return std::isnan(f);
-    case DataType::kFloat64: std::memcpy(&d, p, 8); return std::isnan(d);
-    case DataType::kFloat16:
-      std::memcpy(&h, p, 2);
-      return std::isnan(kolo::collectives::halfBitsToFloat(h));
-    case DataType::kBFloat16:
-      std::memcpy(&h, p, 2);
-      return std::isnan(kolo::collectives::bfloat16BitsToFloat(h));
-    default: return false;
-  }
-}
-
 constexpr DataType kDtypes[] = {
     DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16,
     DataType::kInt32,   DataType::kInt64,   DataType::kUInt8};
@@ -328,7 +273,8 @@ TEST(IpcFanIn, EveryDtypeAndOpMatchesTheCpuKernelsOnTheHost) {
         const size_t count = 4099;
         std::vector<std::vector<uint8_t>> inputs;
         std::vector<const void*> srcs;
-        for (int k = 0; k < n; ++k) inputs.push_back(randomInput(dtype, count, seed++));
+        for (int k = 0; k < n; ++k)
+          inputs.push_back(kolo::test::randomSpecialValues(dtype, count, seed++));
         for (const auto& in : inputs) srcs.push_back(in.data());
         std::vector<uint8_t> want(count * es);
         kolo::collectives::reduceMany(want.data(), srcs.data(), n, count, dtype, op);
@@ -343,7 +289,8 @@ TEST(IpcFanIn, EveryDtypeAndOpMatchesTheCpuKernelsOnTheHost) {
         for (const auto* got : {&inputs[0], &other}) {
           for (size_t i = 0; i < count * es; i += es) {
             if (std::memcmp(&want[i], &(*got)[i], es) == 0 ||
-                (isNan(dtype, &want[i]) && isNan(dtype, &(*got)[i])))
+                (kolo::test::isNanElement(dtype, &want[i]) &&
+                 kolo::test::isNanElement(dtype, &(*got)[i])))
               continue;
             ADD_FAILURE() << kolo::toString(dtype) << " " << kolo::toString(op)
                           << " n=" << n << ": element " << i / es

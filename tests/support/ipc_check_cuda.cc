@@ -17,6 +17,7 @@
 #include "collectives/half_bits.h"
 #include "collectives/reduce.h"
 #include "support/ipc_check_memory.h"
+#include "support/special_values.h"
 
 #if KOLO_TEST_EXPECT_CUDA
 #include <cuda_runtime_api.h>
@@ -137,54 +138,6 @@ class CudaCheckMemory final : public CheckMemory {
   std::vector<void*> pinned_;                 // uploadLate's sources
 };
 
-// Random values with NaN, infinities, signed zeros and subnormals mixed in
-// (floats), the whole range (integers).
-std::vector<uint8_t> randomValues(DataType dtype, size_t count, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<double> value(-4.0, 4.0);
-  const double specials[] = {NAN, INFINITY, -INFINITY, 0.0, -0.0, 1e-41, 6e-8, 65000.0};
-  const size_t es = elementSize(dtype);
-  std::vector<uint8_t> out(count * es);
-  for (size_t i = 0; i < count; ++i) {
-    const double v = rng() % 16 == 0 ? specials[rng() % 8] : value(rng);
-    uint8_t* p = out.data() + i * es;
-    auto put = [p](auto x) { std::memcpy(p, &x, sizeof x); };
-    switch (dtype) {
-      case DataType::kFloat32: put(static_cast<float>(v)); break;
-      case DataType::kFloat64: put(v); break;
-      case DataType::kFloat16:
-        put(collectives::floatToHalfBits(static_cast<float>(v)));
-        break;
-      case DataType::kBFloat16:
-        put(collectives::floatToBfloat16Bits(static_cast<float>(v)));
-        break;
-      case DataType::kInt32: put(static_cast<int32_t>(rng())); break;
-      case DataType::kInt64:
-        put(static_cast<int64_t>((uint64_t{rng()} << 32) ^ rng()));
-        break;
-      case DataType::kUInt8: put(static_cast<uint8_t>(rng())); break;
-    }
-  }
-  return out;
-}
-
-bool isNan(DataType d, const uint8_t* p) {
-  uint16_t h;
-  float f;
-  double x;
-  switch (d) {
-    case DataType::kFloat32: std::memcpy(&f, p, 4); return std::isnan(f);
-    case DataType::kFloat64: std::memcpy(&x, p, 8); return std::isnan(x);
-    case DataType::kFloat16:
-      std::memcpy(&h, p, 2);
-      return std::isnan(collectives::halfBitsToFloat(h));
-    case DataType::kBFloat16:
-      std::memcpy(&h, p, 2);
-      return std::isnan(collectives::bfloat16BitsToFloat(h));
-    default: return false;
-  }
-}
-
 }  // namespace
 
 std::unique_ptr<CheckMemory> cudaCheckMemory(int rank, std::string* why) {
@@ -216,7 +169,7 @@ int checkKernelOnDevice(CheckMemory& memory, int rank, int* checks) {
           std::vector<std::vector<uint8_t>> inputs;
           std::vector<const void*> hostSrcs, devSrcs;
           for (int k = 0; k < n; ++k) {
-            inputs.push_back(randomValues(d, count + shift, seed++));
+            inputs.push_back(kolo::test::randomSpecialValues(d, count + shift, seed++));
             hostSrcs.push_back(inputs.back().data() + shift * es);
             void* p = memory.alloc((count + shift) * es, true);
             memory.upload(p, inputs.back().data(), (count + shift) * es);
@@ -237,7 +190,8 @@ int checkKernelOnDevice(CheckMemory& memory, int rank, int* checks) {
             const std::vector<uint8_t> got = memory.download(dst, count * es);
             for (size_t i = 0; i < count * es; i += es) {
               if (std::memcmp(&want[i], &got[i], es) == 0 ||
-                  (isNan(d, &want[i]) && isNan(d, &got[i])))
+                  (kolo::test::isNanElement(d, &want[i]) &&
+                   kolo::test::isNanElement(d, &got[i])))
                 continue;
               std::printf("rank 0 FAIL reduceToMany %s %s n=%d shift=%zu: element %zu\n",
                           std::string(toString(d)).c_str(),

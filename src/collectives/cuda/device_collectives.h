@@ -73,8 +73,8 @@ class DeviceCollectives {
   // recvCounts[i] elements from rank i land in recv (at its prefix sum).
   // Every rank's sendCounts[j] equals rank j's recvCounts[rank].
   virtual void alltoall(const void* send, const std::vector<size_t>& sendCounts,
-                        void* recv, const std::vector<size_t>& recvCounts,
-                        DataType dtype, void* stream) = 0;
+                        void* recv, const std::vector<size_t>& recvCounts, DataType dtype,
+                        void* stream) = 0;
 };
 
 }  // namespace kolo::collectives::cuda
